@@ -1,0 +1,16 @@
+#pragma once
+// FLOP counts, in the convention of the FlashAttention papers (and of shared/tools/sdpa_bench.py), so
+// that our TFLOP/s and the peers' are the same unit: forward = 4 * B * H_q * S_q * S_k * d (two
+// matmuls of 2 * S_q * S_k * d each), halved when causal; backward = 2.5x forward (five matmuls
+// instead of two).
+#include "problem.hpp"
+
+namespace flashlab {
+
+inline double forward_flops(const Shape& s, CausalAlign causal) {
+  const double full = 4.0 * s.batch * s.heads_q * double(s.seq_q) * double(s.seq_k) * s.head_dim;
+  return causal == CausalAlign::None ? full : 0.5 * full;
+}
+inline double backward_flops(const Shape& s, CausalAlign causal) { return 2.5 * forward_flops(s, causal); }
+
+}  // namespace flashlab
