@@ -52,6 +52,23 @@ CausalAlign parse_causal(const std::string& text) {
   throw InputError("unknown causal alignment '" + text + "': supported are none, top-left and bottom-right");
 }
 
+const char* to_string(Algorithm a) {
+  switch (a) {
+    case Algorithm::Standard: return "standard";
+    case Algorithm::FA1: return "fa1";
+    case Algorithm::FA2: return "fa2";
+  }
+  return "?";
+}
+
+Algorithm parse_algorithm(const std::string& text) {
+  const std::string s = lower(text);
+  if (s == "standard" || s == "naive") return Algorithm::Standard;
+  if (s == "fa1") return Algorithm::FA1;
+  if (s == "fa2") return Algorithm::FA2;
+  throw InputError("unknown algorithm '" + text + "': supported are standard, fa1 and fa2");
+}
+
 int dtype_bytes(DType t) {
   switch (t) {
     case DType::F64: return 8;

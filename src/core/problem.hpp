@@ -38,6 +38,12 @@ struct Problem {
 
 enum class DType { F64, F32, F16, BF16 };
 
+// The loop nest an implementation follows; it names the traffic model (cpu_reference/traffic.hpp).
+// Standard: S and P go through HBM. FA1: K/V block loop outer. FA2: Q block loop outer.
+enum class Algorithm { Standard, FA1, FA2 };
+const char* to_string(Algorithm);               // "standard", "fa1", "fa2"
+Algorithm parse_algorithm(const std::string&);  // throws InputError
+
 const char* to_string(DType);
 const char* to_string(CausalAlign);  // "none", "top-left", "bottom-right"
 DType parse_dtype(const std::string&);              // "f64|f32|f16|bf16" (and float64, fp16, ...)

@@ -13,13 +13,16 @@ namespace flashlab {
 const std::vector<Variant>& variants() {
   using enum DType;
   static const std::vector<Variant> table = {
-      // name, device, dtypes, {causal, dropout, gqa, backward}, head dims, summary, forward, backward, bench
+      // name, device, dtypes, {causal, dropout, gqa, backward}, head dims, summary, loop nest,
+      // forward, backward, bench
       {"cpu-naive", Device::Cpu, {F64, F32}, {true, true, true, true}, {1, 256, {}},
-       "standard attention: S and P materialized (Eigen)", cpu_naive_forward, cpu_naive_backward, nullptr},
+       "standard attention: S and P materialized (Eigen)", Algorithm::Standard,
+       cpu_naive_forward, cpu_naive_backward, nullptr},
       {"cpu-fa1", Device::Cpu, {F64, F32}, {true, true, true, true}, {1, 256, {}},
-       "tiled, online softmax, K/V loop outer (FA1, Algorithm 1/4)", cpu_fa1_forward, cpu_fa1_backward, nullptr},
+       "tiled, online softmax, K/V loop outer (FA1, Algorithm 1/4)", Algorithm::FA1,
+       cpu_fa1_forward, cpu_fa1_backward, nullptr},
       {"cpu-fa2", Device::Cpu, {F64, F32}, {true, true, true, true}, {1, 256, {}},
-       "tiled, online softmax, Q loop outer (FA2)", cpu_fa2_forward, cpu_fa2_backward, nullptr},
+       "tiled, online softmax, Q loop outer (FA2)", Algorithm::FA2, cpu_fa2_forward, cpu_fa2_backward, nullptr},
 #ifdef FLASHLAB_HAVE_CUDA
       // CUDA rows: see src/cuda/cuda_variants.hpp.
 #endif
@@ -79,6 +82,7 @@ void check_supported(const Variant& v, const Problem& p, DType dtype, bool backw
 
 #ifndef FLASHLAB_HAVE_CUDA
 bool cuda_device_present() { return false; }
+std::string cuda_device_name() { return ""; }
 #endif
 
 }  // namespace flashlab

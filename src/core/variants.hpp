@@ -51,6 +51,7 @@ struct Variant {
   Supports supports;
   HeadDims head_dims;
   std::string summary;  // one line
+  Algorithm algorithm;  // its loop nest, hence its modeled HBM traffic
   ForwardFn forward = nullptr;
   BackwardFn backward = nullptr;  // nullptr when !supports.backward
   BenchFn bench = nullptr;        // nullptr: timed from the host around forward/backward
@@ -67,6 +68,7 @@ const Variant& find_variant(const std::string& name);
 // head dim, dtype, causal, dropout, GQA, backward, availability.
 void check_supported(const Variant&, const Problem&, DType, bool backward);
 
-bool cuda_device_present();  // false when built without CUDA
+bool cuda_device_present();     // false when built without CUDA
+std::string cuda_device_name();  // e.g. "NVIDIA H100 80GB HBM3"; "" without a device
 
 }  // namespace flashlab

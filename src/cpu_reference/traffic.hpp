@@ -6,11 +6,9 @@
 #include <cstdint>
 #include <string>
 
-namespace flashlab {
+#include "../core/problem.hpp"
 
-enum class Algorithm { Standard, FA1, FA2 };
-const char* to_string(Algorithm);           // "standard", "fa1", "fa2"
-Algorithm parse_algorithm(const std::string&);
+namespace flashlab {
 
 enum class Pass { Forward, Backward };
 
