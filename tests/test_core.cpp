@@ -132,7 +132,7 @@ TEST_CASE("npy writes the bytes NumPy writes and reads infinities and NaN") {
 
 TEST_CASE("npy reads format versions 2.0 and 3.0 and free header spacing") {
   for (int major : {2, 3}) {
-    TempFile f("v" + std::to_string(major) + ".npy");
+    TempFile f(major == 2 ? "v2.npy" : "v3.npy");
     f.write(npy_bytes(major, "{\"descr\":\"<f4\",\"fortran_order\":False,\"shape\":(1,2,)}", f32_bytes({0.5f, -4.0f})));
     const NpyArray a = read_npy(f.path);
     CHECK(a.dtype == DType::F32);

@@ -1,0 +1,409 @@
+// flashlab bench: time, TFLOP/s, peak memory and modeled HBM bytes against sequence length.
+// CPU variants are timed with a host clock, each configuration in a forked child, so that its peak
+// resident memory (ru_maxrss) belongs to that configuration alone; "extra" is that peak minus the
+// child's starting memory and the inputs and outputs, i.e. what the algorithm itself needs (S and P
+// for naive attention). CUDA variants time themselves (Variant::bench: CUDA events, device memory).
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "core/flops.hpp"
+#include "cpu_reference/cpu_variants.hpp"
+#include "cpu_reference/tiled.hpp"
+
+namespace flashlab::cli {
+namespace {
+
+constexpr int kDefaultCpuHeads = 1;
+constexpr int kDefaultCudaHeads = 16;
+// The modeled HBM traffic of a CUDA variant uses the paper's tiling for this much shared memory per
+// block (H100: up to 227 KiB per block; FlashAttention-2's forward tiles use about this much).
+constexpr std::int64_t kModelSramBytesCuda = 96 * 1024;
+
+struct Row {
+  const Variant* variant = nullptr;
+  DType dtype = DType::F32;
+  Shape shape;
+  std::string status = "ok";  // ok | skipped | error
+  std::string reason;
+  double forward_ms = -1, backward_ms = -1;
+  std::int64_t peak_bytes = -1, io_bytes = -1, extra_bytes = -1;
+  std::int64_t hbm_forward = -1, hbm_backward = -1;
+  Tiling tiling;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Resident set size now, from /proc/self/statm (pages).
+std::int64_t current_rss_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+// Resets the kernel's peak-RSS mark to the current RSS (Linux >= 4.0), so ru_maxrss measures from here.
+bool reset_peak_rss() {
+  std::ofstream clear("/proc/self/clear_refs");
+  clear << "5";
+  clear.flush();
+  return bool(clear);
+}
+
+// What a forked child sends back through its pipe.
+struct ChildReport {
+  int ok = 0;
+  double forward_ms = -1, backward_ms = -1;
+  std::int64_t start_rss = 0, peak_rss = 0;
+  char error[400] = {};
+};
+
+ChildReport time_cpu_in_this_process(const Variant& v, const Problem& p, DType dtype, bool backward, int warmup,
+                                     int iters) {
+  ChildReport r;
+  r.start_rss = current_rss_bytes();
+  const bool reset = reset_peak_rss();
+  const Qkv in = random_qkv(p.shape, dtype, p.options.seed);
+  const HostTensor dO = backward ? random_like_o(p.shape, dtype, p.options.seed) : HostTensor();
+  using Clock = std::chrono::steady_clock;
+  std::vector<double> fwd_ms, bwd_ms;
+  ForwardOut out;
+  for (int it = 0; it < warmup + iters; ++it) {
+    out = ForwardOut{};  // free the previous outputs first: one set alive at a time
+    const auto t0 = Clock::now();
+    out = v.forward(p, dtype, in, nullptr);
+    const auto t1 = Clock::now();
+    if (it >= warmup) fwd_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    if (backward) {
+      const auto t2 = Clock::now();
+      const Grads g = v.backward(p, dtype, in, out, dO);
+      const auto t3 = Clock::now();
+      if (it >= warmup) bwd_ms.push_back(std::chrono::duration<double, std::milli>(t3 - t2).count());
+    }
+  }
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  r.peak_rss = std::int64_t(usage.ru_maxrss) * 1024;  // Linux reports KiB
+  if (!reset) r.start_rss = 0;  // the peak then includes what the child inherited: do not subtract less
+  r.forward_ms = median(fwd_ms);
+  if (backward) r.backward_ms = median(bwd_ms);
+  r.ok = 1;
+  return r;
+}
+
+// Runs one CPU configuration in a forked child and collects its report.
+ChildReport time_cpu_forked(const Variant& v, const Problem& p, DType dtype, bool backward, int warmup, int iters) {
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error("pipe() failed");
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork() failed");
+  if (pid == 0) {
+    close(fds[0]);
+    ChildReport r;
+    try {
+      r = time_cpu_in_this_process(v, p, dtype, backward, warmup, iters);
+    } catch (const std::exception& e) {
+      std::strncpy(r.error, e.what(), sizeof r.error - 1);
+    }
+    const ssize_t n = write(fds[1], &r, sizeof r);
+    _exit(n == ssize_t(sizeof r) ? 0 : 1);
+  }
+  close(fds[1]);
+  ChildReport r;
+  std::size_t got = 0;
+  while (got < sizeof r) {
+    const ssize_t n = read(fds[0], reinterpret_cast<char*>(&r) + got, sizeof r - got);
+    if (n <= 0) break;
+    got += std::size_t(n);
+  }
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (got != sizeof r) {
+    r = ChildReport{};
+    const std::string why = WIFSIGNALED(status) ? "the run was killed by signal " + std::to_string(WTERMSIG(status)) +
+                                                      (WTERMSIG(status) == SIGKILL ? " (out of memory?)" : "")
+                                                : "the run exited without a report";
+    std::strncpy(r.error, why.c_str(), sizeof r.error - 1);
+  }
+  return r;
+}
+
+std::int64_t modeled_hbm_bytes(const Variant& v, Pass pass, const Problem& p, Tiling tiling, DType dtype) {
+  TrafficCounter counter;
+  count_traffic(v.algorithm, pass, p, tiling, dtype_bytes(dtype), counter);
+  return counter.totals().total();
+}
+
+std::string cpu_model() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line))
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
+    }
+  return "unknown CPU";
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+double tflops(double flops, double ms) { return ms > 0 ? flops / (ms * 1e-3) / 1e12 : -1; }
+
+void progress(std::ostream& err, int done, int total, const std::string& what) {
+  constexpr int kWidth = 30;
+  const int filled = total ? done * kWidth / total : kWidth;
+  err << "\rbench [" << std::string(filled, '#') << std::string(kWidth - filled, '.') << "] " << done << "/" << total
+      << " " << what << "\033[K" << std::flush;
+}
+
+nlohmann::ordered_json to_json(const Row& r, bool backward) {
+  nlohmann::ordered_json j;
+  j["variant"] = r.variant->name;
+  j["device"] = to_string(r.variant->device);
+  j["dtype"] = to_string(r.dtype);
+  j["batch"] = r.shape.batch;
+  j["heads_q"] = r.shape.heads_q;
+  j["heads_kv"] = r.shape.heads_kv;
+  j["seq_q"] = r.shape.seq_q;
+  j["seq_k"] = r.shape.seq_k;
+  j["head_dim"] = r.shape.head_dim;
+  j["status"] = r.status;
+  if (!r.reason.empty()) j["reason"] = r.reason;
+  if (r.status != "ok") return j;
+  j["forward_ms"] = r.forward_ms;
+  if (backward) j["backward_ms"] = r.backward_ms;
+  j["peak_bytes"] = r.peak_bytes;
+  j["io_bytes"] = r.io_bytes;
+  j["extra_bytes"] = r.extra_bytes;
+  j["modeled_hbm_bytes_forward"] = r.hbm_forward;
+  if (backward) j["modeled_hbm_bytes_backward"] = r.hbm_backward;
+  j["model_tiling"] = {{"Br", r.tiling.Br}, {"Bc", r.tiling.Bc}};
+  return j;
+}
+
+}  // namespace
+
+void BenchCommand::add_to(CLI::App& app) {
+  app.add_option("--device", device, "cpu or cuda")->capture_default_str();
+  app.add_option("--variants", variants, "comma-separated variant names (default: every variant on the device)");
+  app.add_option("--seq", seq, "comma-separated sequence lengths N (S_q = S_k = N)")->capture_default_str();
+  app.add_option("--head-dim", head_dim, "head dimension d")->capture_default_str();
+  app.add_option("--causal", causal, "none, top-left or bottom-right")->capture_default_str();
+  app.add_option("--batch", batch, "batch size B")->capture_default_str();
+  app.add_option("--heads", heads, "heads H (default: 1 on cpu, 16 on cuda)");
+  app.add_option("--dtype", dtype, "f64, f32, f16 or bf16 (default: f32 where supported, else the variant's first)");
+  app.add_flag("--backward", backward, "also time the backward pass");
+  app.add_option("--warmup", warmup, "untimed runs first")->capture_default_str();
+  app.add_option("--iters", iters, "timed runs (the median is reported)")->capture_default_str();
+  app.add_option("--json", json_path, "write the results as JSON to this file");
+  app.add_option("--csv", csv_path, "write the results as CSV to this file");
+}
+
+int BenchCommand::run(std::ostream& out, std::ostream& err) const {
+  Device dev;
+  if (device == "cpu") {
+    dev = Device::Cpu;
+  } else if (device == "cuda") {
+    dev = Device::Cuda;
+  } else {
+    throw InputError("unknown device '" + device + "': supported are cpu and cuda");
+  }
+  if (dev == Device::Cuda && !cuda_device_present())
+    throw InputError(std::string("--device cuda needs a CUDA GPU and ") +
+                     (cuda_device_name().empty() ? "none is available on this machine" : "it is not usable"));
+  if (warmup < 0 || iters < 1) throw InputError("--warmup must be >= 0 and --iters >= 1");
+  const std::vector<int> seqs = parse_int_list(seq, "--seq");
+  const bool fixed_dtype = !dtype.empty();
+  const DType only_dtype = fixed_dtype ? parse_dtype(dtype) : DType::F32;
+
+  Problem base;
+  base.shape = Shape{batch, heads > 0 ? heads : (dev == Device::Cpu ? kDefaultCpuHeads : kDefaultCudaHeads),
+                     0, seqs.front(), seqs.front(), head_dim};
+  base.shape.heads_kv = base.shape.heads_q;
+  base.options.causal = parse_causal(causal);
+  base.options.seed = 1;
+  validate(base);
+
+  const bool named = !variants.empty();
+  std::vector<const Variant*> chosen;
+  if (named) {
+    chosen = named_variants(variants);
+    for (const Variant* v : chosen)
+      if (v->device != dev)
+        throw InputError("variant " + v->name + " runs on " + to_string(v->device) + ", not on --device " + device);
+  } else {
+    for (const Variant& v : flashlab::variants())
+      if (v.device == dev && v.available()) chosen.push_back(&v);
+  }
+  auto dtype_for = [&](const Variant& v) {
+    if (fixed_dtype) return only_dtype;
+    return v.supports_dtype(DType::F32) ? DType::F32 : v.dtypes.front();
+  };
+  // A variant the user named must be able to run the sweep's problem (sizes aside).
+  if (named)
+    for (const Variant* v : chosen) check_supported(*v, base, dtype_for(*v), backward);
+
+  std::vector<Row> rows;
+  const int total = int(chosen.size() * seqs.size());
+  int done = 0;
+  for (const Variant* v : chosen) {
+    for (int n : seqs) {
+      Row r;
+      r.variant = v;
+      r.dtype = dtype_for(*v);
+      r.shape = base.shape;
+      r.shape.seq_q = r.shape.seq_k = n;
+      Problem p = base;
+      p.shape = r.shape;
+      progress(err, done, total, v->name + " N=" + std::to_string(n));
+      try {
+        check_supported(*v, p, r.dtype, backward);
+        if (v->device == Device::Cpu)
+          require_memory(host_bytes_for_run(*v, p.shape, r.dtype, backward), "N = " + std::to_string(n));
+        r.tiling = v->device == Device::Cpu ? cpu_variant_tiling(p.shape.head_dim)
+                                            : tiling_from_sram(kModelSramBytesCuda, p.shape.head_dim, dtype_bytes(r.dtype));
+        r.hbm_forward = modeled_hbm_bytes(*v, Pass::Forward, p, r.tiling, r.dtype);
+        if (backward) r.hbm_backward = modeled_hbm_bytes(*v, Pass::Backward, p, r.tiling, r.dtype);
+      } catch (const InputError& e) {
+        r.status = "skipped";
+        r.reason = e.what();
+      }
+      if (r.status == "ok" && v->bench) {
+        try {
+          const BenchResult b = v->bench(p, r.dtype, BenchSettings{warmup, iters, backward});
+          r.forward_ms = b.forward_ms;
+          r.backward_ms = b.backward_ms;
+          r.peak_bytes = std::int64_t(b.peak_bytes);
+          r.io_bytes = std::int64_t(b.io_bytes);
+          r.extra_bytes = r.peak_bytes - r.io_bytes;
+        } catch (const InputError& e) {
+          r.status = "skipped";
+          r.reason = e.what();
+        } catch (const std::exception& e) {
+          r.status = "error";
+          r.reason = e.what();
+        }
+      } else if (r.status == "ok") {
+        const ChildReport c = time_cpu_forked(*v, p, r.dtype, backward, warmup, iters);
+        if (!c.ok) {
+          r.status = "error";
+          r.reason = c.error;
+        } else {
+          r.forward_ms = c.forward_ms;
+          r.backward_ms = c.backward_ms;
+          r.io_bytes = io_host_bytes(p.shape, backward);
+          r.peak_bytes = c.peak_rss - c.start_rss;
+          r.extra_bytes = std::max<std::int64_t>(0, r.peak_bytes - r.io_bytes);
+        }
+      }
+      rows.push_back(r);
+      ++done;
+    }
+  }
+  progress(err, done, total, "done");
+  err << "\n";
+
+  // The table.
+  const std::string device_name = dev == Device::Cpu ? cpu_model() : cuda_device_name();
+  out << "bench on " << device_name << ": batch " << base.shape.batch << ", heads " << base.shape.heads_q
+      << ", head_dim " << head_dim << ", causal " << to_string(base.options.causal) << ", median of " << iters
+      << " after " << warmup << " warm-up\n";
+  out << "extra memory = peak - inputs/outputs (" << (dev == Device::Cpu ? "host RSS, one forked process per row" : "device memory")
+      << "); HBM bytes: the variant's loop nest, counted (flashlab trace)\n\n";
+  std::vector<std::string> header = {"variant", "dtype", "N", "fwd ms", "fwd TFLOP/s"};
+  if (backward) header.insert(header.end(), {"bwd ms", "bwd TFLOP/s"});
+  header.insert(header.end(), {"extra memory", "modeled HBM fwd"});
+  Table table(header);
+  char buf[32];
+  auto num = [&](double x, const char* fmt) {
+    std::snprintf(buf, sizeof buf, fmt, x);
+    return std::string(buf);
+  };
+  for (const Row& r : rows) {
+    std::vector<std::string> cells = {r.variant->name, to_string(r.dtype), std::to_string(r.shape.seq_q)};
+    if (r.status != "ok") {
+      cells.push_back(r.status + ": " + r.reason);
+      table.add(cells);
+      continue;
+    }
+    const double fwd_flops = forward_flops(r.shape, base.options.causal);
+    cells.insert(cells.end(), {num(r.forward_ms, "%.3f"), num(tflops(fwd_flops, r.forward_ms), "%.4f")});
+    if (backward)
+      cells.insert(cells.end(), {num(r.backward_ms, "%.3f"),
+                                 num(tflops(backward_flops(r.shape, base.options.causal), r.backward_ms), "%.4f")});
+    cells.insert(cells.end(), {format_bytes(double(r.extra_bytes)), format_bytes(double(r.hbm_forward))});
+    table.add(cells);
+  }
+  table.print(out);
+
+  if (!json_path.empty()) {
+    nlohmann::ordered_json j;
+    j["device"] = device_name;
+    j["device_kind"] = device;
+    if (dev == Device::Cpu) j["cpu_threads"] = sysconf(_SC_NPROCESSORS_ONLN);
+    j["command"] = command_line;
+    j["date"] = utc_now();
+    j["settings"] = {{"batch", base.shape.batch}, {"heads", base.shape.heads_q}, {"head_dim", head_dim},
+                     {"causal", to_string(base.options.causal)}, {"backward", backward}, {"warmup", warmup},
+                     {"iters", iters}};
+    j["notes"] = dev == Device::Cpu
+                     ? "times: host steady_clock, median; peak_bytes: ru_maxrss of a forked child minus its starting "
+                       "RSS; io_bytes: q, k, v, o, lse (and dO, dq, dk, dv) as double host tensors; extra_bytes = "
+                       "peak - io"
+                     : "times and memory from Variant::bench (CUDA events, device memory)";
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const Row& r : rows) {
+      nlohmann::ordered_json row = to_json(r, backward);
+      if (r.status == "ok") {
+        row["forward_tflops"] = tflops(forward_flops(r.shape, base.options.causal), r.forward_ms);
+        if (backward) row["backward_tflops"] = tflops(backward_flops(r.shape, base.options.causal), r.backward_ms);
+      }
+      list.push_back(row);
+    }
+    j["rows"] = list;
+    std::ofstream f(json_path);
+    f << j.dump(2) << "\n";
+    if (!f) throw InputError("cannot write the JSON results to '" + json_path + "'");
+    out << "\nwrote " << json_path << "\n";
+  }
+  if (!csv_path.empty()) {
+    std::ofstream f(csv_path);
+    f << "variant,device,dtype,batch,heads,seq,head_dim,causal,status,forward_ms,backward_ms,forward_tflops,"
+         "peak_bytes,io_bytes,extra_bytes,modeled_hbm_bytes_forward,reason\n";
+    for (const Row& r : rows) {
+      std::string reason = r.reason;
+      std::replace(reason.begin(), reason.end(), '"', '\'');
+      f << r.variant->name << ',' << to_string(r.variant->device) << ',' << to_string(r.dtype) << ',' << r.shape.batch
+        << ',' << r.shape.heads_q << ',' << r.shape.seq_q << ',' << r.shape.head_dim << ','
+        << to_string(base.options.causal) << ',' << r.status << ',' << r.forward_ms << ',' << r.backward_ms << ','
+        << tflops(forward_flops(r.shape, base.options.causal), r.forward_ms) << ',' << r.peak_bytes << ','
+        << r.io_bytes << ',' << r.extra_bytes << ',' << r.hbm_forward << ",\"" << reason << "\"\n";
+    }
+    if (!f) throw InputError("cannot write the CSV results to '" + csv_path + "'");
+    out << "wrote " << csv_path << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace flashlab::cli

@@ -1,0 +1,63 @@
+#pragma once
+// The four subcommands. Each registers its flags on a CLI11 subcommand and runs from them; each
+// returns an exit code and throws InputError for bad input (cli.cpp turns it into one line on stderr).
+#include <ostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "common.hpp"
+
+namespace flashlab::cli {
+
+// flashlab check: every available variant on the same fresh random inputs, against naive<double>.
+struct CheckCommand {
+  ShapeFlags shape;
+  OptionFlags options;
+  std::string dtype;     // empty: every dtype each variant supports
+  std::string variants;  // empty: every variant of the table
+  bool backward = false;
+  bool list = false;
+  void add_to(CLI::App& app);
+  int run(std::ostream& out, std::ostream& err) const;
+};
+
+// flashlab run: one variant on .npy inputs, writing .npy outputs.
+struct RunCommand {
+  std::string variant, q, k, v, out, lse, dout, dq, dk, dv;
+  OptionFlags options;
+  std::string dtype;  // empty: the files' dtype
+  void add_to(CLI::App& app);
+  int run(std::ostream& out, std::ostream& err) const;
+};
+
+// flashlab trace: the HBM <-> SRAM traffic of a loop nest, counted without arithmetic.
+struct TraceCommand {
+  std::string algorithm = "fa2";
+  int batch = 1, heads = 1, seq_q = 1024, seq_k = 0, head_dim = 64;
+  long long sram_bytes = 0;
+  std::string causal = "none";
+  int bytes_per_element = 2;
+  bool backward = false, json = false, events = false;
+  void add_to(CLI::App& app);
+  int run(std::ostream& out, std::ostream& err) const;
+};
+
+// flashlab bench: time, TFLOP/s, peak memory and modeled HBM bytes against sequence length.
+struct BenchCommand {
+  std::string device = "cpu";
+  std::string variants;  // empty: every available variant on the device
+  std::string seq = "256,512,1024,2048";
+  int head_dim = 64;
+  std::string causal = "none";
+  int batch = 1, heads = 0;  // heads 0: 1 on the CPU, 16 on a GPU
+  std::string dtype;         // empty: f32 where the variant supports it, else its first dtype
+  bool backward = false;
+  int warmup = 1, iters = 5;
+  std::string json_path, csv_path;
+  std::string command_line;  // recorded in the JSON
+  void add_to(CLI::App& app);
+  int run(std::ostream& out, std::ostream& err) const;
+};
+
+}  // namespace flashlab::cli

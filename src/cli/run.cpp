@@ -1,0 +1,112 @@
+// flashlab run: one variant on .npy inputs, writing .npy outputs, so NumPy / PyTorch users can check
+// FlashLab against their own code and the other way round. The shape comes from the files:
+// q (B, S_q, H_q, D), k and v (B, S_k, H_kv, D), dO like q.
+#include "commands.hpp"
+#include "core/npy.hpp"
+
+namespace flashlab::cli {
+namespace {
+
+constexpr std::size_t kRank = 4;  // (B, S, H, D)
+
+NpyArray read_input(const std::string& path, const char* name) {
+  NpyArray a = read_npy(path);
+  if (a.tensor.dims.size() != kRank)
+    throw InputError(std::string(name) + " ('" + path + "') has shape " + a.tensor.dims_string() +
+                     " but inputs must be 4-d, in layout (batch, seq, heads, head_dim)");
+  for (std::int64_t d : a.tensor.dims)
+    if (d < 1 || d > (std::int64_t(1) << 30))
+      throw InputError(std::string(name) + " ('" + path + "') has shape " + a.tensor.dims_string() +
+                       ": every extent must be between 1 and 2^30");
+  return a;
+}
+
+// Bf16 has no NumPy dtype: its (exactly representable) values are written as float32.
+DType file_dtype(DType compute) { return compute == DType::BF16 ? DType::F32 : compute; }
+
+}  // namespace
+
+void RunCommand::add_to(CLI::App& app) {
+  app.add_option("--variant", variant, "variant name (see `flashlab check --list`)")->required();
+  app.add_option("--q", q, "queries, (B, S_q, H_q, D) .npy")->required();
+  app.add_option("--k", k, "keys, (B, S_k, H_kv, D) .npy")->required();
+  app.add_option("--v", v, "values, (B, S_k, H_kv, D) .npy")->required();
+  app.add_option("--out", out, "output O, written (B, S_q, H_q, D)")->required();
+  app.add_option("--lse", lse, "also write the log-sum-exp, (B, H_q, S_q) float32");
+  app.add_option("--dout", dout, "upstream gradient dO, (B, S_q, H_q, D): runs the backward pass too");
+  app.add_option("--dq", dq, "gradient dQ output (with --dout)");
+  app.add_option("--dk", dk, "gradient dK output (with --dout)");
+  app.add_option("--dv", dv, "gradient dV output (with --dout)");
+  options.add_to(app, "seed of the dropout mask (default 0)");
+  app.add_option("--dtype", dtype,
+                 "precision the variant computes in: f64, f32, f16 or bf16 (default: the files' dtype); "
+                 "inputs are rounded to it and outputs written in it, except bf16 outputs, which are "
+                 "written as float32 files (NumPy has no bfloat16)");
+}
+
+int RunCommand::run(std::ostream& os, std::ostream& /*err*/) const {
+  const bool backward = !dout.empty();
+  if (backward && (dq.empty() || dk.empty() || dv.empty()))
+    throw InputError("--dout runs the backward pass, which needs --dq, --dk and --dv to write the gradients to");
+  if (!backward && (!dq.empty() || !dk.empty() || !dv.empty()))
+    throw InputError("--dq, --dk and --dv need --dout, the upstream gradient of the output");
+
+  const Variant& var = find_variant(variant);
+  NpyArray nq = read_input(q, "q"), nk = read_input(k, "k"), nv = read_input(v, "v");
+  NpyArray ndo;
+  if (backward) ndo = read_input(dout, "dO");
+
+  // The shape, from the files; check_dims then names any tensor that disagrees with it.
+  Problem p;
+  const auto& qd = nq.tensor.dims;
+  const auto& kd = nk.tensor.dims;
+  p.shape = Shape{int(qd[0]), int(qd[2]), int(kd[2]), int(qd[1]), int(kd[1]), int(qd[3])};
+  p.options = options.options(0);
+  Qkv in{std::move(nq.tensor), std::move(nk.tensor), std::move(nv.tensor)};
+  check_dims(p.shape, in, backward ? &ndo.tensor : nullptr);
+  if (p.shape.heads_q % p.shape.heads_kv != 0)
+    throw InputError("q has " + std::to_string(p.shape.heads_q) + " heads and k, v have " +
+                     std::to_string(p.shape.heads_kv) + ": the query heads must be a multiple of the key/value heads");
+  validate(p);
+
+  DType compute = nq.dtype;
+  if (!dtype.empty()) {
+    compute = parse_dtype(dtype);
+  } else {
+    for (const NpyArray* a : {&nk, &nv})
+      if (a->dtype != nq.dtype)
+        throw InputError("q is " + std::string(to_string(nq.dtype)) + " but another input is " + to_string(a->dtype) +
+                         ": pass --dtype to choose the precision to compute in");
+    if (backward && ndo.dtype != nq.dtype)
+      throw InputError("q is " + std::string(to_string(nq.dtype)) + " but dO is " + to_string(ndo.dtype) +
+                       ": pass --dtype to choose the precision to compute in");
+  }
+  check_supported(var, p, compute, backward);
+  require_memory(host_bytes_for_run(var, p.shape, compute, backward), "variant " + var.name + " on this problem");
+
+  for (HostTensor* t : {&in.q, &in.k, &in.v}) round_to(*t, compute);
+  const ForwardOut fwd = var.forward(p, compute, in, nullptr);
+  if (fwd.o.dims != q_dims(p.shape) || fwd.lse.dims != lse_dims(p.shape))
+    throw std::runtime_error("variant " + var.name + " returned outputs of the wrong shape");
+  const DType written = file_dtype(compute);
+  write_npy(out, fwd.o, written);
+  os << var.name << " (" << to_string(compute) << "), " << describe(p.shape) << ", causal "
+     << to_string(p.options.causal) << "\n";
+  os << "wrote " << out << " " << fwd.o.dims_string() << " " << to_string(written) << "\n";
+  if (!lse.empty()) {
+    write_npy(lse, fwd.lse, DType::F32);
+    os << "wrote " << lse << " " << fwd.lse.dims_string() << " f32\n";
+  }
+  if (backward) {
+    round_to(ndo.tensor, compute);
+    const Grads g = var.backward(p, compute, in, fwd, ndo.tensor);
+    const std::pair<const std::string*, const HostTensor*> outputs[] = {{&dq, &g.dq}, {&dk, &g.dk}, {&dv, &g.dv}};
+    for (auto [path, t] : outputs) {
+      write_npy(*path, *t, written);
+      os << "wrote " << *path << " " << t->dims_string() << " " << to_string(written) << "\n";
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace flashlab::cli
