@@ -1,0 +1,118 @@
+#include "app_state.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/flops.hpp"
+#include "core/variants.hpp"
+#include "panels.hpp"
+
+namespace flashlab::viz {
+
+namespace {
+// Playing the whole stream takes about this long at the default speed.
+constexpr double kDefaultPlaySeconds = 30.0;
+}  // namespace
+
+bool apply_scenario(AppState& st, const Scenario& s) {
+  try {
+    validate(s);
+    auto trace = std::make_unique<Trace>(record_trace(s, s.algorithm));
+    std::unique_ptr<Trace> other;
+    if (s.compare) other = std::make_unique<Trace>(record_trace(s, *s.compare));
+    FootprintCounter fc(trace->Tr, trace->Tc);
+    for (const TileEvent& e : trace->events) fc.on_event(e);
+    SoftmaxTrace softmax = trace_online_softmax(*trace, s.seed);
+
+    st.replay.reset();
+    st.compare_replay.reset();
+    st.trace = std::move(trace);
+    st.compare_trace = std::move(other);
+    st.replay = std::make_unique<Replay>(*st.trace);
+    if (st.compare_trace) st.compare_replay = std::make_unique<Replay>(*st.compare_trace);
+    st.trace_compulsory_bytes = fc.compulsory_bytes();
+    st.trace_footprint_bytes = fc.footprint_bytes();
+    st.softmax = std::move(softmax);
+    const bool sweep_changed = s.head_dim != st.scenario.head_dim || s.sram_bytes != st.scenario.sram_bytes ||
+                               s.causal != st.scenario.causal || s.dtype != st.scenario.dtype ||
+                               s.pass != st.scenario.pass || s.br != st.scenario.br || s.bc != st.scenario.bc ||
+                               st.sweep.points.empty();
+    st.scenario = s;
+    st.edit = s;
+    st.error.clear();
+    st.speed = std::max(1.0, double(st.replay->size()) / kDefaultPlaySeconds);
+    seek(st, s.step < 0 ? st.replay->size() : s.step);
+    if (sweep_changed) start_sweep(st);
+    return true;
+  } catch (const InputError& e) {
+    st.error = e.what();
+    st.edit = s;
+    return false;
+  }
+}
+
+void seek(AppState& st, std::int64_t step) {
+  if (!st.replay) return;
+  st.replay->seek(step);
+  if (st.compare_replay)
+    st.compare_replay->seek(lockstep(st.replay->step(), st.replay->size(), st.compare_replay->size()));
+}
+
+void advance(AppState& st, double dt) {
+  if (!st.playing || !st.replay) return;
+  st.phase += dt * st.speed;
+  const auto whole = static_cast<std::int64_t>(std::floor(st.phase));
+  st.phase -= double(whole);
+  if (whole > 0) seek(st, st.replay->step() + whole);
+  if (st.replay->step() >= st.replay->size()) {
+    st.playing = false;
+    st.phase = 0;
+  }
+}
+
+void start_sweep(AppState& st) {
+  st.sweep_job.cancel();
+  const Scenario s = st.scenario;
+  st.sweep_job.start([&st, s](Job& job) { run_traffic_sweep(job, s, st.sweep); });
+}
+
+void start_cpu_timing(AppState& st) {
+  st.timing_job.cancel();
+  const Scenario s = st.scenario;
+  st.timing_job.start([&st, s](Job& job) { run_cpu_timing(job, s, st.timing); });
+}
+
+void set_visible_from(AppState& st, const Scenario& s) {
+  const auto& reg = panels();
+  st.visible.assign(reg.size(), s.panels.empty());
+  for (std::size_t k = 0; k < reg.size(); ++k)
+    if (std::find(s.panels.begin(), s.panels.end(), reg[k].id) != s.panels.end()) st.visible[k] = true;
+}
+
+void load_bench(AppState& st, const std::string& directory) {
+  st.bench = read_bench_results(directory);
+  st.bench_intensity.assign(st.bench.points.size(), 0.0);
+  st.bench_flops.assign(st.bench.points.size(), 0.0);
+  for (std::size_t k = 0; k < st.bench.points.size(); ++k) {
+    const BenchPoint& p = st.bench.points[k];
+    if (p.seq <= 0 || p.head_dim <= 0) continue;
+    Scenario s = st.scenario;
+    s.head_dim = p.head_dim;
+    s.causal = p.causal ? CausalAlign::TopLeft : CausalAlign::None;
+    s.pass = Pass::Forward;
+    Algorithm alg = Algorithm::FA2;
+    try {
+      alg = find_variant(p.variant).algorithm;
+    } catch (const InputError&) {
+      // a peer (PyTorch, cuDNN): model it as FA2
+    }
+    try {
+      const SweepPoint pt = count_point(s, alg, p.seq);
+      st.bench_flops[k] = pt.flops;
+      st.bench_intensity[k] = pt.flops / std::max(1.0, pt.hbm_bytes);
+    } catch (const InputError&) {
+    }
+  }
+}
+
+}  // namespace flashlab::viz

@@ -1,0 +1,57 @@
+#pragma once
+// Everything the panels share: the scenario on screen, its recorded trace(s) and their replay, the
+// transport, the background sweeps and UI options. Panels read and change it; only apply_scenario
+// (re)records traces, always through the library's loop nest.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "logic/bench_results.hpp"
+#include "logic/replay.hpp"
+#include "logic/softmax_trace.hpp"
+#include "logic/sweep.hpp"
+
+namespace flashlab::viz {
+
+struct AppState {
+  Scenario scenario;  // what is shown
+  Scenario edit;      // what the Controls panel edits; applied when it changes
+  std::string error;  // the last InputError (one sentence), shown in Controls in red
+
+  std::unique_ptr<Trace> trace, compare_trace;
+  std::unique_ptr<Replay> replay, compare_replay;
+  std::int64_t trace_compulsory_bytes = 0, trace_footprint_bytes = 0;
+  SoftmaxTrace softmax;
+
+  // Transport: `step` events applied; `phase` in [0, 1) animates the transfer in flight.
+  bool playing = false;
+  double speed = 20;  // events per second
+  double phase = 0;
+
+  // Plots: the count-only sweep restarts whenever the scenario changes; CPU timing on request.
+  Job sweep_job, timing_job;
+  TrafficSweep sweep;
+  CpuTiming timing;
+  BenchResults bench;  // bench/results/*.json
+  std::vector<double> bench_intensity, bench_flops;  // per point: modeled FLOP/byte and FLOPs
+
+  std::vector<bool> visible;  // per registered panel
+  bool heat = true;           // heat bars on tiles
+  bool follow_block = true;   // Online softmax: follow the current query block
+  int softmax_row = 0;
+  std::string status;         // Export panel's last message
+  std::string screenshot_request;  // a path: main saves the next frame there
+};
+
+// Records the trace(s) for `s` and restarts the sweep. On InputError sets state.error, keeps what
+// was shown and returns false.
+bool apply_scenario(AppState&, const Scenario& s);
+void seek(AppState&, std::int64_t step);  // clamps; keeps the compare replay in lock-step
+void advance(AppState&, double dt_seconds);  // plays
+void start_sweep(AppState&);
+void start_cpu_timing(AppState&);
+void set_visible_from(AppState&, const Scenario&);  // the scenario's panel list (empty: all)
+// Reads bench/results and models each point's FLOPs and HBM bytes (its variant's loop nest).
+void load_bench(AppState&, const std::string& directory);
+
+}  // namespace flashlab::viz

@@ -1,0 +1,278 @@
+// flashlab-viz: the window loop and the command line, nothing else. The panels (app/panels/*.cpp,
+// listed in app/panels.cpp) draw; the logic (viz/logic) replays the library's own loop nest.
+//   flashlab-viz                                     interactive
+//   flashlab-viz --scenario F.json --screenshot out.png [--step K] [--size WxH]   render and exit
+//   flashlab-viz --algorithm fa1 --seq 256 --head-dim 64 --sram-bytes 16384 --causal top-left ...
+//   flashlab-viz --bench-frames 300                  frame times (plots shown, animation playing)
+#include <CLI/CLI.hpp>
+#include <GLFW/glfw3.h>
+#include <backends/imgui_impl_glfw.h>
+#include <backends/imgui_impl_opengl3.h>
+#include <imgui.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <numeric>
+#include <thread>
+
+#include "app/panels.hpp"
+#include "app/probe.hpp"
+#include "app/screenshot.hpp"
+#include "logic/csv.hpp"
+
+namespace {
+
+using namespace flashlab;
+using namespace flashlab::viz;
+
+constexpr int kExitBadInput = 2;
+constexpr int kExitNoDisplay = 3;
+constexpr double kSweepWaitSeconds = 60;  // headless: wait this long at most for the plots' sweep
+constexpr int kSettleFrames = 3;          // ImGui lays windows out over the first frames
+constexpr const char* kFontPath = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+constexpr float kFontSize = 15.f;
+
+std::string glfw_error;
+void on_glfw_error(int, const char* text) { glfw_error = text; }
+
+struct Flags {
+  std::string scenario_file, algorithm, pass, causal, dtype, compare, screenshot, dump_layout, size, panels;
+  std::string bench_dir = std::string(FLASHLAB_SOURCE_DIR) + "/bench/results";
+  int seq = 0, head_dim = 0, br = -1, bc = -1, bench_frames = 0;
+  std::int64_t sram_bytes = 0, step = -2;
+  bool causal_flag = false;
+};
+
+// The scenario: the file (if any), then every flag given on top of it.
+Scenario scenario_from(const Flags& f) {
+  Scenario s = f.scenario_file.empty() ? Scenario{} : load_scenario_file(f.scenario_file);
+  if (!f.algorithm.empty()) s.algorithm = parse_algorithm(f.algorithm);
+  if (!f.pass.empty()) {
+    if (f.pass != "forward" && f.pass != "backward") throw InputError("--pass must be forward or backward, got '" + f.pass + "'");
+    s.pass = f.pass == "forward" ? Pass::Forward : Pass::Backward;
+  }
+  if (f.seq) s.seq_q = s.seq_k = f.seq;
+  if (f.head_dim) s.head_dim = f.head_dim;
+  if (f.sram_bytes) s.sram_bytes = f.sram_bytes;
+  if (f.br >= 0) s.br = f.br;
+  if (f.bc >= 0) s.bc = f.bc;
+  if (f.causal_flag) s.causal = CausalAlign::TopLeft;
+  if (!f.causal.empty()) s.causal = parse_causal(f.causal);
+  if (!f.dtype.empty()) s.dtype = parse_dtype(f.dtype);
+  if (!f.compare.empty()) s.compare = parse_algorithm(f.compare);
+  if (f.step != -2) s.step = f.step;
+  if (!f.panels.empty()) {
+    std::string rest = f.panels + ",";
+    std::string json = "{\"panels\": [";
+    for (std::size_t at; (at = rest.find(',')) != std::string::npos; rest.erase(0, at + 1))
+      if (at > 0) json += std::string(json.back() == '[' ? "" : ",") + "\"" + rest.substr(0, at) + "\"";
+    s.panels = parse_scenario(json + "]}", "--panels").panels;
+  }
+  if (!f.size.empty()) {
+    int w = 0, h = 0;
+    if (std::sscanf(f.size.c_str(), "%dx%d", &w, &h) != 2 || w < 320 || h < 320 || w > 8192 || h > 8192)
+      throw InputError("--size must be WIDTHxHEIGHT with sides in [320, 8192], got '" + f.size + "'");
+    s.width = w, s.height = h;
+  }
+  validate(s);
+  return s;
+}
+
+GLFWwindow* open_window(const Scenario& s, bool visible, const char** glsl) {
+  glfwWindowHint(GLFW_VISIBLE, visible ? GLFW_TRUE : GLFW_FALSE);
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 3);
+  glfwWindowHint(GLFW_OPENGL_PROFILE, GLFW_OPENGL_CORE_PROFILE);
+  *glsl = "#version 330 core";
+  GLFWwindow* w = glfwCreateWindow(s.width, s.height, "FlashLab: where the bytes go", nullptr, nullptr);
+  if (!w) {  // an older GL: let the driver pick, and use GLSL 1.30
+    glfwDefaultWindowHints();
+    glfwWindowHint(GLFW_VISIBLE, visible ? GLFW_TRUE : GLFW_FALSE);
+    *glsl = "#version 130";
+    w = glfwCreateWindow(s.width, s.height, "FlashLab: where the bytes go", nullptr, nullptr);
+  }
+  return w;
+}
+
+void setup_style() {
+  ImGuiIO& io = ImGui::GetIO();
+  io.IniFilename = nullptr;  // the layout is computed, nothing to remember
+  if (std::filesystem::exists(kFontPath)) io.Fonts->AddFontFromFileTTF(kFontPath, kFontSize);
+  ImGui::StyleColorsDark();
+  ImGuiStyle& st = ImGui::GetStyle();
+  st.WindowRounding = 0;
+  st.WindowBorderSize = 1;
+  st.FrameRounding = 3;
+  st.WindowPadding = ImVec2(8, 6);
+  st.ItemSpacing = ImVec2(6, 4);
+  st.Colors[ImGuiCol_WindowBg] = ImVec4(0.085f, 0.09f, 0.105f, 1.0f);
+  st.Colors[ImGuiCol_TitleBg] = st.Colors[ImGuiCol_TitleBgActive] = ImVec4(0.14f, 0.16f, 0.22f, 1.0f);
+}
+
+void render_frame(GLFWwindow* w, AppState& st) {
+  glfwPollEvents();
+  ImGui_ImplOpenGL3_NewFrame();
+  ImGui_ImplGlfw_NewFrame();
+  ImGui::NewFrame();
+  probe::clear();
+  advance(st, ImGui::GetIO().DeltaTime);
+  draw_panels(st);
+  ImGui::Render();
+  int fw, fh;
+  glfwGetFramebufferSize(w, &fw, &fh);
+  glViewport(0, 0, fw, fh);
+  glClearColor(0.05f, 0.05f, 0.06f, 1.0f);
+  glClear(GL_COLOR_BUFFER_BIT);
+  ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+}
+
+void save_shot(GLFWwindow* w, AppState& st, const std::string& path, const std::string& layout_path) {
+  int fw, fh;
+  glfwGetFramebufferSize(w, &fw, &fh);
+  save_framebuffer_png(path, fw, fh);
+  if (!layout_path.empty()) write_text_file(layout_path, probe::json());
+  st.status = "saved " + path;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App cli{"flashlab-viz: replays the tile traffic of FlashLab's tiled loop nest (HBM <-> SRAM)."};
+  Flags f;
+  cli.add_option("--scenario", f.scenario_file, "scenario JSON (viz/scenarios/*.json); flags given too override it");
+  cli.add_option("--algorithm", f.algorithm, "standard | fa1 | fa2");
+  cli.add_option("--pass", f.pass, "forward | backward");
+  cli.add_option("--seq", f.seq, "sequence length N (seq_q = seq_k)");
+  cli.add_option("--head-dim", f.head_dim, "head dimension d (1..256)");
+  cli.add_option("--sram-bytes", f.sram_bytes, "SRAM size M in bytes (default: 228 KiB, one H100 SM)");
+  cli.add_option("--br", f.br, "query block rows Br (0: from M)");
+  cli.add_option("--bc", f.bc, "key block columns Bc (0: from M)");
+  cli.add_flag("--causal", f.causal_flag, "causal mask, top-left aligned");
+  cli.add_option("--causal-align", f.causal, "none | top-left | bottom-right");
+  cli.add_option("--dtype", f.dtype, "f64 | f32 | f16 | bf16 (bytes per element moved)");
+  cli.add_option("--compare", f.compare, "second algorithm for the Compare panel");
+  cli.add_option("--panels", f.panels, "comma-separated panel ids to show (default: all)");
+  cli.add_option("--step", f.step, "events applied (default: all)");
+  cli.add_option("--screenshot", f.screenshot, "render, save the window as PNG, exit");
+  cli.add_option("--dump-layout", f.dump_layout, "with --screenshot: write the tiles' screen rectangles as JSON");
+  cli.add_option("--size", f.size, "window size WIDTHxHEIGHT (default 1600x1000)");
+  cli.add_option("--bench-frames", f.bench_frames, "render this many frames (plots shown, playing), print frame times, exit");
+  cli.add_option("--bench-dir", f.bench_dir, "measured GPU results (default: bench/results)");
+  try {
+    cli.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return cli.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "flashlab-viz: %s (see --help)\n", e.what());
+    return kExitBadInput;
+  }
+
+  AppState st;
+  Scenario s;
+  try {
+    s = scenario_from(f);
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "flashlab-viz: %s\n", e.what());
+    return kExitBadInput;
+  }
+  set_visible_from(st, s);
+  if (!apply_scenario(st, s)) {
+    std::fprintf(stderr, "flashlab-viz: %s\n", st.error.c_str());
+    return kExitBadInput;
+  }
+  load_bench(st, f.bench_dir);
+
+  const bool headless = !f.screenshot.empty() || f.bench_frames > 0;
+  glfwSetErrorCallback(on_glfw_error);
+  if (!glfwInit()) {
+    std::fprintf(stderr,
+                 "flashlab-viz: no display is available (%s), so no window can open; run it under xvfb-run -a for "
+                 "--screenshot, or use `flashlab trace` in a terminal.\n",
+                 glfw_error.empty() ? "GLFW could not start" : glfw_error.c_str());
+    return kExitNoDisplay;
+  }
+  const char* glsl = nullptr;
+  GLFWwindow* window = open_window(s, !headless, &glsl);
+  if (!window) {
+    std::fprintf(stderr, "flashlab-viz: could not open an OpenGL 3 window (%s).\n", glfw_error.c_str());
+    glfwTerminate();
+    return kExitNoDisplay;
+  }
+  glfwMakeContextCurrent(window);
+  glfwSwapInterval(headless ? 0 : 1);
+  IMGUI_CHECKVERSION();
+  ImGui::CreateContext();
+  setup_style();
+  ImGui_ImplGlfw_InitForOpenGL(window, true);
+  ImGui_ImplOpenGL3_Init(glsl);
+
+  int rc = 0;
+  if (headless) {
+    // The plots need the count-only sweep; wait for it so every screenshot shows the same thing.
+    const auto t0 = std::chrono::steady_clock::now();
+    while (st.sweep_job.running() &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < kSweepWaitSeconds) {
+      render_frame(window, st);
+      glfwSwapBuffers(window);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    for (int k = 0; k < kSettleFrames; ++k) {
+      render_frame(window, st);
+      glfwSwapBuffers(window);
+    }
+    if (f.bench_frames > 0) {
+      st.playing = true;
+      std::vector<double> ms;
+      for (int k = 0; k < f.bench_frames; ++k) {
+        const auto a = std::chrono::steady_clock::now();
+        render_frame(window, st);
+        glFinish();
+        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
+        glfwSwapBuffers(window);
+        if (!st.playing) seek(st, 0), st.playing = true;
+      }
+      std::sort(ms.begin(), ms.end());
+      const double mean = std::accumulate(ms.begin(), ms.end(), 0.0) / double(ms.size());
+      std::printf("bench-frames: %d frames at %dx%d, N=%d d=%d %s (%s events): mean %.2f ms, median %.2f ms, "
+                  "p95 %.2f ms, max %.2f ms; renderer: %s\n",
+                  f.bench_frames, s.width, s.height, s.seq_q, s.head_dim, to_string(s.algorithm),
+                  std::to_string(st.replay->size()).c_str(), mean, ms[ms.size() / 2], ms[ms.size() * 95 / 100],
+                  ms.back(), reinterpret_cast<const char*>(glGetString(GL_RENDERER)));
+    }
+    if (!f.screenshot.empty()) {
+      st.playing = false;
+      seek(st, s.step < 0 ? st.replay->size() : s.step);
+      render_frame(window, st);
+      try {
+        save_shot(window, st, f.screenshot, f.dump_layout);
+        std::printf("flashlab-viz: wrote %s\n", f.screenshot.c_str());
+      } catch (const InputError& e) {
+        std::fprintf(stderr, "flashlab-viz: %s\n", e.what());
+        rc = kExitBadInput;
+      }
+    }
+  } else {
+    while (!glfwWindowShouldClose(window)) {
+      render_frame(window, st);
+      if (!st.screenshot_request.empty()) {
+        try {
+          save_shot(window, st, st.screenshot_request, "");
+        } catch (const InputError& e) {
+          st.status = e.what();
+        }
+        st.screenshot_request.clear();
+      }
+      glfwSwapBuffers(window);
+    }
+  }
+  st.sweep_job.cancel();
+  st.timing_job.cancel();
+  ImGui_ImplOpenGL3_Shutdown();
+  ImGui_ImplGlfw_Shutdown();
+  ImGui::DestroyContext();
+  glfwDestroyWindow(window);
+  glfwTerminate();
+  return rc;
+}

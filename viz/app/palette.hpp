@@ -1,0 +1,33 @@
+#pragma once
+// The app's colours, in one place: the Tiles panel fills tiles with them and the render test
+// (viz/tests/png_check.cpp) reads them back from screenshots.
+#include <cstdint>
+#include <cstring>
+#include <optional>
+
+namespace flashlab::viz::palette {
+
+struct Rgb {
+  std::uint8_t r, g, b;
+};
+
+// Tile states: distinct at a glance and far apart in RGB (the render test tells them apart).
+constexpr Rgb kPending{58, 62, 74};     // slate: not touched yet
+constexpr Rgb kInSram{255, 176, 32};    // amber: on chip now
+constexpr Rgb kDone{46, 160, 110};      // green: finished, back in HBM
+constexpr Rgb kSkipped{28, 28, 32};     // near black: skipped by the causal mask
+constexpr Rgb kOver{220, 50, 47};       // red: SRAM over capacity
+
+// Series colours for plots (standard, FA1, FA2, extra).
+constexpr Rgb kSeries[] = {{230, 97, 80}, {90, 160, 240}, {120, 210, 110}, {200, 140, 230}, {240, 200, 90},
+                           {150, 150, 150}};
+
+inline std::optional<Rgb> state_colour(const char* name) {
+  if (!std::strcmp(name, "pending")) return kPending;
+  if (!std::strcmp(name, "in_sram")) return kInSram;
+  if (!std::strcmp(name, "done")) return kDone;
+  if (!std::strcmp(name, "skipped")) return kSkipped;
+  return std::nullopt;
+}
+
+}  // namespace flashlab::viz::palette

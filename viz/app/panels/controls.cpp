@@ -1,0 +1,122 @@
+// Controls: the scenario (algorithm, pass, N, d, SRAM size M, Br/Bc, causal alignment, dtype), the GPU
+// preset's measured figures, which panels are shown, and loading a scenario file. Every change goes
+// through apply_scenario, so an impossible value shows the library's one-sentence error in red and
+// the previous picture stays.
+#include <imgui.h>
+
+#include <cstdio>
+
+#include "app/panels.hpp"
+#include "logic/format.hpp"
+
+namespace flashlab::viz {
+
+namespace {
+
+const ImVec4 kErrorColour(1.0f, 0.42f, 0.38f, 1.0f);
+
+bool combo(const char* label, int& index, const char* const* items, int count) {
+  return ImGui::Combo(label, &index, items, count);
+}
+
+}  // namespace
+
+void draw_controls(AppState& st) {
+  Scenario s = st.edit;
+  bool changed = false;
+  if (!st.scenario.caption.empty()) {
+    ImGui::PushTextWrapPos();
+    ImGui::TextColored(ImVec4(1.0f, 0.85f, 0.45f, 1.0f), "%s", st.scenario.caption.c_str());
+    ImGui::PopTextWrapPos();
+    ImGui::Separator();
+  }
+  ImGui::PushItemWidth(150);
+  const char* algs[] = {"standard", "fa1", "fa2"};
+  int a = static_cast<int>(s.algorithm);
+  if (combo("algorithm", a, algs, 3)) s.algorithm = static_cast<Algorithm>(a), changed = true;
+  const char* passes[] = {"forward", "backward"};
+  int p = s.pass == Pass::Forward ? 0 : 1;
+  if (combo("pass", p, passes, 2)) s.pass = p == 0 ? Pass::Forward : Pass::Backward, changed = true;
+  int n = s.seq_q;
+  if (ImGui::InputInt("N (seq)", &n, 64, 1024, ImGuiInputTextFlags_EnterReturnsTrue)) s.seq_q = s.seq_k = n, changed = true;
+  int d = s.head_dim;
+  if (ImGui::InputInt("d (head dim)", &d, 16, 64, ImGuiInputTextFlags_EnterReturnsTrue)) s.head_dim = d, changed = true;
+  int kib = int(s.sram_bytes / 1024);
+  if (ImGui::InputInt("M (SRAM KiB)", &kib, 16, 64, ImGuiInputTextFlags_EnterReturnsTrue))
+    s.sram_bytes = std::int64_t(kib) * 1024, changed = true;
+  int br = s.br, bc = s.bc;
+  if (ImGui::InputInt("Br (0: from M)", &br, 8, 32, ImGuiInputTextFlags_EnterReturnsTrue)) s.br = br, changed = true;
+  if (ImGui::InputInt("Bc (0: from M)", &bc, 8, 32, ImGuiInputTextFlags_EnterReturnsTrue)) s.bc = bc, changed = true;
+  const char* causal[] = {"none", "top-left", "bottom-right"};
+  int c = static_cast<int>(s.causal);
+  if (combo("causal", c, causal, 3)) s.causal = static_cast<CausalAlign>(c), changed = true;
+  const char* dtypes[] = {"f64", "f32", "f16", "bf16"};
+  int t = static_cast<int>(s.dtype);
+  if (combo("dtype", t, dtypes, 4)) s.dtype = static_cast<DType>(t), changed = true;
+  const char* cmp[] = {"(none)", "standard", "fa1", "fa2"};
+  int ci = s.compare ? static_cast<int>(*s.compare) + 1 : 0;
+  if (combo("compare with", ci, cmp, 4)) {
+    if (ci == 0) s.compare.reset();
+    else s.compare = static_cast<Algorithm>(ci - 1);
+    changed = true;
+  }
+  ImGui::PopItemWidth();
+  if (changed) {
+    s.step = -1;
+    apply_scenario(st, s);
+  }
+  if (!st.error.empty()) {
+    ImGui::PushTextWrapPos();
+    ImGui::TextColored(kErrorColour, "%s", st.error.c_str());
+    ImGui::PopTextWrapPos();
+    if (ImGui::SmallButton("back to the shown scenario")) {
+      st.edit = st.scenario;
+      st.error.clear();
+    }
+  }
+  if (st.trace) {
+    const Trace& tr = *st.trace;
+    ImGui::Text("Br = %d, Bc = %d  ->  Tr = %d, Tc = %d", tr.tiling.Br, tr.tiling.Bc, tr.Tr, tr.Tc);
+    ImGui::Text("%s events, %d bytes/element", format_count(double(tr.events.size())).c_str(), tr.bytes_per_element);
+  }
+
+  ImGui::Separator();
+  const GpuPreset& g = h100();
+  ImGui::TextUnformatted("GPU preset (measured, shared/GPU.md):");
+  ImGui::TextWrapped("%s: %.1f TB/s copy, %.0f-%.0f TFLOP/s bf16, %s L2, %s smem/SM, %d SMs", g.name,
+                     g.hbm_bytes_per_s / 1e12, g.bf16_flops_per_s / 1e12, g.bf16_flops_per_s_best / 1e12,
+                     format_bytes(double(g.l2_bytes)).c_str(), format_bytes(double(g.smem_bytes_per_sm)).c_str(), g.sms);
+  if (ImGui::SmallButton("M = one SM's shared memory")) {
+    Scenario h = st.scenario;
+    h.sram_bytes = g.smem_bytes_per_sm;
+    h.step = -1;
+    apply_scenario(st, h);
+  }
+
+  ImGui::Separator();
+  ImGui::TextUnformatted("Panels");
+  const auto& reg = panels();
+  int shown = 0;
+  for (std::size_t k = 0; k < reg.size(); ++k) {
+    if (std::string(reg[k].id) == "controls") continue;
+    if (shown++ % 2 == 1) ImGui::SameLine(170);
+    bool v = st.visible[k];
+    if (ImGui::Checkbox(reg[k].title, &v)) st.visible[k] = v;
+  }
+
+  ImGui::Separator();
+  static char path[512] = "viz/scenarios/fa2-small.json";
+  ImGui::SetNextItemWidth(230);
+  ImGui::InputText("##scenario", path, sizeof path);
+  ImGui::SameLine();
+  if (ImGui::Button("Load")) {
+    try {
+      Scenario loaded = load_scenario_file(path);
+      if (apply_scenario(st, loaded)) set_visible_from(st, loaded);
+    } catch (const InputError& e) {
+      st.error = e.what();
+    }
+  }
+}
+
+}  // namespace flashlab::viz

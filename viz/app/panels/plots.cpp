@@ -1,0 +1,151 @@
+// Plots against sequence length, log axes: HBM traffic and HBM footprint (peak memory) from the
+// count-only loop nest up to N = 128k; time (live CPU runs of the library on a worker thread,
+// measured GPU results from bench/results/*.json with their device, and the H100 roofline model);
+// and a roofline with the measured points. One plotting module draws all four (app/plot.cpp).
+#include <imgui.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "app/panels.hpp"
+#include "app/palette.hpp"
+#include "app/plot.hpp"
+#include "logic/format.hpp"
+
+namespace flashlab::viz {
+
+namespace {
+
+ImU32 series_colour(int k) {
+  const auto& c = palette::kSeries[k % 6];
+  return IM_COL32(c.r, c.g, c.b, 255);
+}
+std::string fmt_n(double n) { return format_count(n); }
+std::string fmt_bytes(double b) { return format_bytes(b); }
+std::string fmt_secs(double s) { return format_seconds(s); }
+std::string fmt_flops(double f) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g TF/s", f / 1e12);
+  return b;
+}
+std::string fmt_intensity(double i) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", i);
+  return b;
+}
+
+}  // namespace
+
+void draw_plots(AppState& st) {
+  const GpuPreset& gpu = h100();
+  TrafficSweep sweep;
+  CpuTiming timing;
+  {
+    std::lock_guard lock(st.sweep_job.mutex);
+    sweep = st.sweep;
+  }
+  {
+    std::lock_guard lock(st.timing_job.mutex);
+    timing = st.timing;
+  }
+  if (st.sweep_job.running()) {
+    ImGui::ProgressBar(st.sweep_job.progress(), ImVec2(160, 0), "counting");
+    ImGui::SameLine();
+  }
+  ImGui::Text("d = %d, M = %s, %s%s", st.scenario.head_dim, format_bytes(double(st.scenario.sram_bytes)).c_str(),
+              to_string(st.scenario.dtype), st.scenario.causal != CausalAlign::None ? ", causal" : "");
+  ImGui::SameLine();
+  if (st.timing_job.running()) {
+    ImGui::ProgressBar(st.timing_job.progress(), ImVec2(140, 0), "timing CPU");
+    ImGui::SameLine();
+    if (ImGui::SmallButton("stop")) st.timing_job.cancel();
+  } else if (ImGui::SmallButton("time on this CPU")) {
+    start_cpu_timing(st);
+  }
+  std::string gpu_note = st.bench.points.empty() ? "no GPU results in bench/results yet" : "";
+  if (!st.bench.points.empty()) gpu_note = std::to_string(st.bench.points.size()) + " GPU points: " + st.bench.points[0].device;
+  ImGui::SameLine();
+  ImGui::TextDisabled("%s", gpu_note.c_str());
+
+  // Curves from the sweep.
+  std::vector<PlotSeries> traffic, memory, model_time;
+  for (std::size_t a = 0; a < sweep.algorithms.size() && a < sweep.points.size(); ++a) {
+    const std::string name = to_string(sweep.algorithms[a]);
+    PlotSeries t{name, {}, {}, series_colour(int(a))}, m{name, {}, {}, series_colour(int(a))};
+    PlotSeries tm{name + " (H100 model)", {}, {}, series_colour(int(a))};
+    tm.thickness = 1.f;
+    for (const SweepPoint& p : sweep.points[a]) {
+      t.x.push_back(p.n), t.y.push_back(p.hbm_bytes);
+      m.x.push_back(p.n), m.y.push_back(p.footprint_bytes);
+      tm.x.push_back(p.n), tm.y.push_back(std::max(p.hbm_bytes / gpu.hbm_bytes_per_s, p.flops / gpu.bf16_flops_per_s));
+    }
+    traffic.push_back(t);
+    memory.push_back(m);
+    model_time.push_back(tm);
+    if (sweep.algorithms[a] == Algorithm::FA2) {
+      PlotSeries c{"fa2, L2 absorbs re-reads", {}, {}, series_colour(3)};
+      for (const SweepPoint& p : sweep.points[a]) c.x.push_back(p.n), c.y.push_back(p.compulsory_bytes);
+      c.thickness = 1.f;
+      traffic.push_back(c);
+    }
+  }
+  if (!memory.empty() && !memory[0].x.empty()) {
+    PlotSeries cap{"H100: 80 GB", {memory[0].x.front(), memory[0].x.back()}, {80e9, 80e9}, series_colour(5)};
+    cap.markers = false;
+    cap.thickness = 1.f;
+    memory.push_back(cap);
+  }
+  std::vector<PlotSeries> times = model_time;
+  for (std::size_t k = 0; k < timing.series.size(); ++k) {
+    PlotSeries s{timing.series[k].name, timing.series[k].x, timing.series[k].y, series_colour(int(k))};
+    s.thickness = 2.5f;
+    times.push_back(s);
+  }
+  PlotSeries measured{"measured GPU", {}, {}, series_colour(4)};
+  measured.line = false;
+  for (const BenchPoint& p : st.bench.points) measured.x.push_back(p.seq), measured.y.push_back(p.forward_ms * 1e-3);
+  if (!measured.x.empty()) {
+    measured.name = "measured: " + st.bench.points[0].device;
+    times.push_back(measured);
+  }
+
+  // Roofline: the H100's measured ceilings, this scenario's modeled point, the measured points.
+  std::vector<PlotSeries> roof;
+  PlotSeries ceiling{"H100 roof (3.0 TB/s, 756 TF/s)", {}, {}, series_colour(5)};
+  ceiling.markers = false;
+  for (double i = 1; i <= 1e5; i *= 1.25) ceiling.x.push_back(i), ceiling.y.push_back(std::min(gpu.bf16_flops_per_s, gpu.hbm_bytes_per_s * i));
+  roof.push_back(ceiling);
+  for (std::size_t a = 0; a < sweep.algorithms.size() && a < sweep.points.size(); ++a) {
+    PlotSeries s{std::string(to_string(sweep.algorithms[a])) + " bound", {}, {}, series_colour(int(a))};
+    s.line = false;
+    for (const SweepPoint& p : sweep.points[a]) {
+      const double ai = p.flops / std::max(1.0, p.hbm_bytes);
+      s.x.push_back(ai), s.y.push_back(std::min(gpu.bf16_flops_per_s, gpu.hbm_bytes_per_s * ai));
+    }
+    roof.push_back(s);
+  }
+  PlotSeries meas{"measured", {}, {}, series_colour(4)};
+  meas.line = false;
+  for (std::size_t k = 0; k < st.bench.points.size() && k < st.bench_intensity.size(); ++k) {
+    const BenchPoint& p = st.bench.points[k];
+    if (st.bench_intensity[k] <= 0 || p.forward_ms <= 0) continue;
+    meas.x.push_back(st.bench_intensity[k]);
+    meas.y.push_back(p.tflops > 0 ? p.tflops * 1e12 : st.bench_flops[k] / (p.forward_ms * 1e-3));
+  }
+  if (!meas.x.empty()) roof.push_back(meas);
+
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  const ImVec2 cell(avail.x / 2 - 4, avail.y / 2 - 4);
+  PlotSpec a{"traffic", "HBM traffic (two-level model)", "N", "bytes", true, true, fmt_n, fmt_bytes};
+  plot(a, traffic, cell);
+  ImGui::SameLine();
+  PlotSpec b{"memory", "peak HBM memory (footprint)", "N", "bytes", true, true, fmt_n, fmt_bytes};
+  plot(b, memory, cell);
+  PlotSpec c{"time", "forward time", "N", "seconds", true, true, fmt_n, fmt_secs};
+  plot(c, times, cell);
+  ImGui::SameLine();
+  PlotSpec d{"roofline", "roofline", "FLOP/byte", "FLOP/s", true, true, fmt_intensity, fmt_flops};
+  plot(d, roof, cell);
+}
+
+}  // namespace flashlab::viz

@@ -1,0 +1,59 @@
+// Transport: play / pause, step forward and back, jump to either end, speed, and a scrubber over the
+// event stream. Keys (when no text field has focus): space plays or pauses, left/right step one event
+// (with shift: one percent), home/end jump.
+#include <imgui.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "app/panels.hpp"
+#include "logic/format.hpp"
+
+namespace flashlab::viz {
+
+namespace {
+constexpr double kMinSpeed = 1, kMaxSpeed = 1e6;  // events per second
+}
+
+void draw_transport(AppState& st) {
+  if (!st.replay) return;
+  const std::int64_t n = st.replay->size(), k = st.replay->step();
+  const std::int64_t big = std::max<std::int64_t>(1, n / 100);
+  const ImGuiIO& io = ImGui::GetIO();
+  if (!io.WantTextInput) {
+    if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Space))) {
+      if (!st.playing && k >= n) seek(st, 0);
+      st.playing = !st.playing;
+    }
+    if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_RightArrow))) seek(st, k + (io.KeyShift ? big : 1));
+    if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_LeftArrow))) seek(st, k - (io.KeyShift ? big : 1));
+    if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Home))) seek(st, 0);
+    if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_End))) seek(st, n);
+  }
+  if (ImGui::Button("|<")) seek(st, 0);
+  ImGui::SameLine();
+  if (ImGui::Button("<")) seek(st, st.replay->step() - 1);
+  ImGui::SameLine();
+  if (ImGui::Button(st.playing ? "pause" : "play", ImVec2(60, 0))) {
+    if (!st.playing && st.replay->step() >= n) seek(st, 0);
+    st.playing = !st.playing;
+  }
+  ImGui::SameLine();
+  if (ImGui::Button(">")) seek(st, st.replay->step() + 1);
+  ImGui::SameLine();
+  if (ImGui::Button(">|")) seek(st, n);
+  ImGui::SameLine();
+  ImGui::TextDisabled("space, arrows");
+
+  long long step = st.replay->step();
+  const long long lo = 0, hi = n;
+  ImGui::SetNextItemWidth(-1);
+  if (ImGui::SliderScalar("##step", ImGuiDataType_S64, &step, &lo, &hi, "step %lld")) seek(st, step);
+  float speed = float(st.speed);
+  ImGui::SetNextItemWidth(-80);
+  if (ImGui::SliderFloat("events/s", &speed, float(kMinSpeed), float(kMaxSpeed), "%.0f", ImGuiSliderFlags_Logarithmic))
+    st.speed = speed;
+  ImGui::Text("event %s of %s", format_count(double(st.replay->step())).c_str(), format_count(double(n)).c_str());
+}
+
+}  // namespace flashlab::viz

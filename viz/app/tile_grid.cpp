@@ -1,0 +1,180 @@
+#include "tile_grid.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "probe.hpp"
+
+namespace flashlab::viz {
+
+namespace {
+
+constexpr float kGap = 8.f;
+constexpr float kMaxCell = 44.f;
+constexpr float kHeatBarFraction = 0.28f;  // the bar keeps the tile's centre in its state colour
+constexpr ImU32 kLabel = IM_COL32(220, 222, 230, 255);
+
+// Heat: dark violet (read once) to pink to near white (read most).
+ImU32 heat_colour(float t) {
+  t = std::clamp(t, 0.f, 1.f);
+  const float r = 90 + 165 * std::min(1.f, t * 1.6f), g = 40 + 200 * std::max(0.f, t - 0.55f) / 0.45f,
+              b = 160 + 80 * t;
+  return IM_COL32(int(r), int(g), int(std::min(255.f, b)), 255);
+}
+
+// A group of tiles shows the most telling state: in SRAM, else pending, else done, else skipped.
+TileState merge(TileState a, TileState b) {
+  auto rank = [](TileState s) {
+    switch (s) {
+      case TileState::InSram: return 3;
+      case TileState::Pending: return 2;
+      case TileState::Done: return 1;
+      default: return 0;
+    }
+  };
+  return rank(a) >= rank(b) ? a : b;
+}
+
+struct Cell {
+  ImVec2 a, b;
+};
+
+void draw_cell(ImDrawList* dl, Cell c, TileState s, int reads, int max_reads, bool heat) {
+  const float w = c.b.x - c.a.x;
+  const float inset = w >= 6 ? 1.f : 0.f;
+  const ImVec2 a(c.a.x + inset, c.a.y + inset), b(c.b.x - inset, c.b.y - inset);
+  dl->AddRectFilled(a, b, state_colour(s));
+  if (heat && reads > 0 && max_reads > 0) {
+    const ImVec2 ha(a.x, b.y - (b.y - a.y) * kHeatBarFraction);
+    dl->AddRectFilled(ha, b, heat_colour(float(reads) / float(max_reads)));
+    if (w >= 30 && reads > 1) {
+      const std::string n = std::to_string(reads);
+      dl->AddText(nullptr, 0.f, ImVec2(b.x - ImGui::CalcTextSize(n.c_str()).x - 2, ha.y - 1), IM_COL32(20, 20, 20, 255),
+                  n.c_str());
+    }
+  }
+}
+
+}  // namespace
+
+ImU32 rgb(const palette::Rgb& c, unsigned char alpha) { return IM_COL32(c.r, c.g, c.b, alpha); }
+
+ImU32 state_colour(TileState s) {
+  switch (s) {
+    case TileState::Pending: return rgb(palette::kPending);
+    case TileState::InSram: return rgb(palette::kInSram);
+    case TileState::Done: return rgb(palette::kDone);
+    case TileState::Skipped: return rgb(palette::kSkipped);
+  }
+  return 0;
+}
+
+void tile_legend(bool heat) {
+  const TileState states[] = {TileState::Pending, TileState::InSram, TileState::Done, TileState::Skipped};
+  const char* names[] = {"pending", "in SRAM", "done", "skipped (causal)"};
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const float h = ImGui::GetTextLineHeight();
+  for (int k = 0; k < 4; ++k) {
+    const ImVec2 p = ImGui::GetCursorScreenPos();
+    dl->AddRectFilled(p, ImVec2(p.x + h, p.y + h), state_colour(states[k]));
+    dl->AddRect(p, ImVec2(p.x + h, p.y + h), IM_COL32(120, 120, 130, 255));
+    ImGui::Dummy(ImVec2(h, h));
+    ImGui::SameLine();
+    ImGui::TextUnformatted(names[k]);
+    ImGui::SameLine(0, 14);
+  }
+  if (heat) {
+    const ImVec2 p = ImGui::GetCursorScreenPos();
+    for (int k = 0; k < 24; ++k)
+      dl->AddRectFilled(ImVec2(p.x + float(k) * 2.5f, p.y + h * 0.35f), ImVec2(p.x + float(k + 1) * 2.5f, p.y + h),
+                        heat_colour(float(k) / 23.f));
+    ImGui::Dummy(ImVec2(60, h));
+    ImGui::SameLine();
+    ImGui::TextUnformatted("times read from HBM (bar)");
+  } else {
+    ImGui::NewLine();
+  }
+}
+
+void draw_tile_picture(ImDrawList* dl, const Replay& r, ImVec2 p0, ImVec2 size, bool heat, const char* probe_prefix) {
+  const Trace& t = r.trace();
+  const int gr = (t.Tr + kMaxCellsPerSide - 1) / kMaxCellsPerSide, gc = (t.Tc + kMaxCellsPerSide - 1) / kMaxCellsPerSide;
+  const int R = (t.Tr + gr - 1) / gr, C = (t.Tc + gc - 1) / gc;
+  const float label_w = ImGui::CalcTextSize("V").x + 6, label_h = ImGui::GetTextLineHeight() + 2;
+  const float cw = (size.x - label_w - 2 * kGap) / float(C + 2), ch = (size.y - label_h - 2 * kGap) / float(R + 2);
+  const float cs = std::max(1.f, std::min({cw, ch, kMaxCell}));
+  const bool exact = gr == 1 && gc == 1;
+  const bool record = probe_prefix && exact;
+  const std::string pre = probe_prefix ? probe_prefix : "";
+
+  const float qx = p0.x + label_w;                 // Q strip
+  const float gx = qx + cs + kGap;                 // score grid
+  const float ox = gx + cs * float(C) + kGap;      // O strip
+  const float ky = p0.y + label_h;                 // K strip
+  const float vy = ky + cs;                        // V strip
+  const float gy = vy + cs + kGap;                 // score grid
+
+  int max_reads = 1;
+  for (TensorId id : {TensorId::Q, TensorId::O})
+    for (int b = 0; b < t.Tr; ++b) max_reads = std::max(max_reads, r.reads(id, b));
+  for (TensorId id : {TensorId::K, TensorId::V})
+    for (int b = 0; b < t.Tc; ++b) max_reads = std::max(max_reads, r.reads(id, b));
+
+  auto strip = [&](TensorId id, bool vertical, ImVec2 origin, int groups, int g, int blocks) {
+    for (int c = 0; c < groups; ++c) {
+      TileState s = TileState::Skipped;
+      int reads = 0;
+      for (int b = c * g; b < std::min(blocks, (c + 1) * g); ++b) {
+        s = merge(s, r.tile(id, b));
+        reads = std::max(reads, r.reads(id, b));
+      }
+      const ImVec2 a = vertical ? ImVec2(origin.x, origin.y + cs * float(c)) : ImVec2(origin.x + cs * float(c), origin.y);
+      const Cell cell{a, ImVec2(a.x + cs, a.y + cs)};
+      draw_cell(dl, cell, s, reads, max_reads, heat);
+      if (record) probe::tile(pre + to_string(id) + "/" + std::to_string(c), cell.a.x, cell.a.y, cell.b.x, cell.b.y, s);
+    }
+  };
+  strip(TensorId::K, false, ImVec2(gx, ky), C, gc, t.Tc);
+  strip(TensorId::V, false, ImVec2(gx, vy), C, gc, t.Tc);
+  strip(TensorId::Q, true, ImVec2(qx, gy), R, gr, t.Tr);
+  strip(TensorId::O, true, ImVec2(ox, gy), R, gr, t.Tr);
+
+  int max_loads = 1;
+  for (int i = 0; i < t.Tr; ++i)
+    for (int j = 0; j < t.Tc; ++j) max_loads = std::max(max_loads, r.score_loads(i, j));
+  for (int ci = 0; ci < R; ++ci)
+    for (int cj = 0; cj < C; ++cj) {
+      TileState s = TileState::Skipped;
+      int loads = 0;
+      for (int i = ci * gr; i < std::min(t.Tr, (ci + 1) * gr); ++i)
+        for (int j = cj * gc; j < std::min(t.Tc, (cj + 1) * gc); ++j) {
+          s = merge(s, r.score(i, j));
+          loads = std::max(loads, r.score_loads(i, j));
+        }
+      const ImVec2 a(gx + cs * float(cj), gy + cs * float(ci));
+      const Cell cell{a, ImVec2(a.x + cs, a.y + cs)};
+      draw_cell(dl, cell, s, loads, max_loads, heat);
+      if (record)
+        probe::tile(pre + "score/" + std::to_string(ci) + "," + std::to_string(cj), cell.a.x, cell.a.y, cell.b.x,
+                    cell.b.y, s);
+    }
+
+  // Labels and the current (i, j) cross-hair.
+  dl->AddText(ImVec2(qx + cs / 2 - 4, gy - label_h), kLabel, "Q");
+  dl->AddText(ImVec2(ox + cs / 2 - 4, gy - label_h), kLabel, "O");
+  dl->AddText(ImVec2(p0.x, ky + cs / 2 - label_h / 2), kLabel, "K");
+  dl->AddText(ImVec2(p0.x, vy + cs / 2 - label_h / 2), kLabel, "V");
+  dl->AddText(ImVec2(gx, p0.y), kLabel, exact ? "S = Q K^T  (Tr x Tc tiles)" : "S = Q K^T  (cells group tiles)");
+  if (const TileEvent* e = r.current()) {
+    int i, j;
+    if (score_tile_of(*e, i, j)) {
+      const float x = gx + cs * (float(j / gc) + 0.5f), y = gy + cs * (float(i / gr) + 0.5f);
+      const ImU32 hair = IM_COL32(255, 255, 255, 150);
+      dl->AddLine(ImVec2(qx + cs, y), ImVec2(x - cs / 2, y), hair, 1.5f);
+      dl->AddLine(ImVec2(x, vy + cs), ImVec2(x, y - cs / 2), hair, 1.5f);
+      dl->AddRect(ImVec2(x - cs / 2, y - cs / 2), ImVec2(x + cs / 2, y + cs / 2), IM_COL32(255, 255, 255, 255), 0, 0, 2.f);
+    }
+  }
+}
+
+}  // namespace flashlab::viz

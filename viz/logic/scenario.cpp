@@ -1,0 +1,189 @@
+#include "scenario.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace flashlab::viz {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr int kMaxSeq = 1 << 20;        // the count-only loop nest handles this; the app shows one head
+constexpr int kMaxWindowSide = 8192;
+constexpr int kMinWindowSide = 320;
+
+const std::vector<std::string> kKeys = {"algorithm", "pass", "seq", "seq_q", "seq_k", "head_dim", "sram_bytes",
+                                        "br", "bc", "causal", "dtype", "step", "compare", "panels", "size",
+                                        "caption", "seed"};
+
+std::string key_list() {
+  std::string s;
+  for (const auto& k : kKeys) s += (s.empty() ? "" : ", ") + k;
+  return s;
+}
+
+// Reads an integer field, with a sentence naming the field when it has the wrong type.
+std::int64_t get_int(const json& j, const char* key, const std::string& where) {
+  const json& v = j.at(key);
+  if (!v.is_number_integer())
+    throw InputError(where + ": \"" + key + "\" must be an integer, got " + v.dump());
+  return v.get<std::int64_t>();
+}
+std::string get_string(const json& j, const char* key, const std::string& where) {
+  const json& v = j.at(key);
+  if (!v.is_string()) throw InputError(where + ": \"" + key + "\" must be a string, got " + v.dump());
+  return v.get<std::string>();
+}
+int to_int_in(std::int64_t v, std::int64_t lo, std::int64_t hi, const char* key, const std::string& where) {
+  if (v < lo || v > hi)
+    throw InputError(where + ": \"" + key + "\" must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                     "], got " + std::to_string(v));
+  return static_cast<int>(v);
+}
+
+Pass parse_pass(const std::string& s, const std::string& where) {
+  if (s == "forward") return Pass::Forward;
+  if (s == "backward") return Pass::Backward;
+  throw InputError(where + ": unknown pass '" + s + "': supported are forward and backward");
+}
+
+}  // namespace
+
+const GpuPreset& h100() {
+  static const GpuPreset preset;
+  return preset;
+}
+
+const std::vector<std::string>& panel_ids() {
+  static const std::vector<std::string> ids = {"controls", "transport", "export", "loop_nest", "tiles",
+                                               "memory", "softmax", "compare", "plots"};
+  return ids;
+}
+
+Scenario parse_scenario(const std::string& text, const std::string& where) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw InputError(where + " is not valid JSON (" + std::string(e.what()) + ")");
+  }
+  if (!j.is_object()) throw InputError(where + " must hold a JSON object such as {\"algorithm\": \"fa2\"}");
+  for (const auto& [key, value] : j.items()) {
+    (void)value;
+    if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end())
+      throw InputError(where + ": unknown key \"" + key + "\"; known keys are " + key_list());
+  }
+  Scenario s;
+  try {
+    if (j.contains("algorithm")) s.algorithm = parse_algorithm(get_string(j, "algorithm", where));
+    if (j.contains("pass")) s.pass = parse_pass(get_string(j, "pass", where), where);
+    if (j.contains("seq")) s.seq_q = s.seq_k = to_int_in(get_int(j, "seq", where), 1, kMaxSeq, "seq", where);
+    if (j.contains("seq_q")) s.seq_q = to_int_in(get_int(j, "seq_q", where), 1, kMaxSeq, "seq_q", where);
+    if (j.contains("seq_k")) s.seq_k = to_int_in(get_int(j, "seq_k", where), 1, kMaxSeq, "seq_k", where);
+    if (j.contains("head_dim")) s.head_dim = to_int_in(get_int(j, "head_dim", where), 1, 256, "head_dim", where);
+    if (j.contains("sram_bytes")) s.sram_bytes = get_int(j, "sram_bytes", where);
+    if (j.contains("br")) s.br = to_int_in(get_int(j, "br", where), 0, kMaxSeq, "br", where);
+    if (j.contains("bc")) s.bc = to_int_in(get_int(j, "bc", where), 0, kMaxSeq, "bc", where);
+    if (j.contains("causal")) {
+      const json& c = j.at("causal");
+      if (c.is_boolean()) s.causal = c.get<bool>() ? CausalAlign::TopLeft : CausalAlign::None;
+      else s.causal = parse_causal(get_string(j, "causal", where));
+    }
+    if (j.contains("dtype")) s.dtype = parse_dtype(get_string(j, "dtype", where));
+    if (j.contains("step")) s.step = get_int(j, "step", where);
+    if (j.contains("compare")) s.compare = parse_algorithm(get_string(j, "compare", where));
+    if (j.contains("panels")) {
+      const json& p = j.at("panels");
+      if (!p.is_array()) throw InputError(where + ": \"panels\" must be an array of panel ids");
+      for (const json& id : p) {
+        const auto& ids = panel_ids();
+        if (!id.is_string() || std::find(ids.begin(), ids.end(), id.get<std::string>()) == ids.end()) {
+          std::string known;
+          for (const auto& k : ids) known += (known.empty() ? "" : ", ") + k;
+          throw InputError(where + ": unknown panel " + id.dump() + "; known panels are " + known);
+        }
+        s.panels.push_back(id.get<std::string>());
+      }
+    }
+    if (j.contains("size")) {
+      const json& z = j.at("size");
+      if (!z.is_array() || z.size() != 2 || !z[0].is_number_integer() || !z[1].is_number_integer())
+        throw InputError(where + ": \"size\" must be [width, height] in pixels");
+      s.width = to_int_in(z[0].get<std::int64_t>(), kMinWindowSide, kMaxWindowSide, "size", where);
+      s.height = to_int_in(z[1].get<std::int64_t>(), kMinWindowSide, kMaxWindowSide, "size", where);
+    }
+    if (j.contains("caption")) s.caption = get_string(j, "caption", where);
+    if (j.contains("seed")) s.seed = static_cast<std::uint64_t>(get_int(j, "seed", where));
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    if (msg.rfind(where, 0) == 0) throw;
+    throw InputError(where + ": " + msg);  // core's parse_* sentences, prefixed with the file
+  }
+  try {
+    validate(s);
+  } catch (const InputError& e) {
+    throw InputError(where + ": " + e.what());
+  }
+  return s;
+}
+
+Scenario load_scenario_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError("cannot read scenario file '" + path + "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_scenario(text.str(), path);
+}
+
+std::string to_json(const Scenario& s) {
+  json j;
+  j["algorithm"] = to_string(s.algorithm);
+  j["pass"] = s.pass == Pass::Forward ? "forward" : "backward";
+  j["seq_q"] = s.seq_q;
+  j["seq_k"] = s.seq_k;
+  j["head_dim"] = s.head_dim;
+  j["sram_bytes"] = s.sram_bytes;
+  j["br"] = s.br;
+  j["bc"] = s.bc;
+  j["causal"] = to_string(s.causal);
+  j["dtype"] = to_string(s.dtype);
+  j["step"] = s.step;
+  if (s.compare) j["compare"] = to_string(*s.compare);
+  if (!s.panels.empty()) j["panels"] = s.panels;
+  j["size"] = {s.width, s.height};
+  if (!s.caption.empty()) j["caption"] = s.caption;
+  j["seed"] = s.seed;
+  return j.dump(2);
+}
+
+int bytes_per_element(const Scenario& s) { return dtype_bytes(s.dtype); }
+
+Problem to_problem(const Scenario& s) {
+  Problem p;
+  p.shape.seq_q = s.seq_q;
+  p.shape.seq_k = s.seq_k;
+  p.shape.head_dim = s.head_dim;
+  p.options.causal = s.causal;
+  validate(p);
+  return p;
+}
+
+Tiling resolve_tiling(const Scenario& s) {
+  if (s.sram_bytes <= 0)
+    throw InputError("SRAM size must be positive, got " + std::to_string(s.sram_bytes) + " bytes");
+  Tiling t = tiling_from_sram(s.sram_bytes, s.head_dim, bytes_per_element(s));
+  if (s.br > 0) t.Br = s.br;
+  if (s.bc > 0) t.Bc = s.bc;
+  return t;
+}
+
+void validate(const Scenario& s) {
+  to_problem(s);
+  resolve_tiling(s);
+  if (s.step < -1) throw InputError("step must be -1 (the end) or a count of events, got " + std::to_string(s.step));
+}
+
+}  // namespace flashlab::viz

@@ -1,0 +1,61 @@
+#pragma once
+// A scenario: everything the app needs to replay one loop nest (algorithm, shape, SRAM size, tiling,
+// causal alignment, dtype, step) plus what to show (panels, window size). Scenarios come from JSON
+// files (viz/scenarios/*.json), from command-line flags, or from the Controls panel; all three end in
+// the same struct and the same validation, so the app and the command line report the same errors.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cpu_reference/tiled.hpp"
+#include "cpu_reference/traffic.hpp"
+#include "core/problem.hpp"
+
+namespace flashlab::viz {
+
+// The H100 the project measured (shared/GPU.md, 2026-11-22): the app's one GPU preset.
+struct GpuPreset {
+  const char* name = "NVIDIA H100 80GB HBM3 (measured)";
+  double hbm_bytes_per_s = 3.0e12;        // device-to-device copy, bytes read + written
+  double bf16_flops_per_s = 756e12;       // bf16 matrix product (798 at best)
+  double bf16_flops_per_s_best = 798e12;
+  std::int64_t l2_bytes = 50'000'000;     // L2 absorbs K/V re-reads (Nsight: DRAM reads = compulsory)
+  std::int64_t smem_bytes_per_sm = 228 * 1024;
+  int sms = 132;
+};
+const GpuPreset& h100();
+
+struct Scenario {
+  Algorithm algorithm = Algorithm::FA2;
+  Pass pass = Pass::Forward;
+  int seq_q = 1024, seq_k = 1024, head_dim = 64;
+  std::int64_t sram_bytes = 228 * 1024;  // M in bytes; default: one H100 SM's shared memory
+  int br = 0, bc = 0;                    // 0: the paper's choice from M (tiling_from_sram)
+  CausalAlign causal = CausalAlign::None;
+  DType dtype = DType::BF16;             // sets the bytes per element that move
+  std::int64_t step = -1;                // events applied; -1: the end of the stream
+  std::optional<Algorithm> compare;      // second algorithm for the Compare panel
+  std::vector<std::string> panels;       // panel ids to show; empty: all
+  int width = 1600, height = 1000;       // window size for screenshots
+  std::string caption;                   // drawn in the Controls panel (figures)
+  std::uint64_t seed = 1;                // inputs of the Online softmax panel's real run
+};
+
+// Parses a scenario from JSON text. Throws InputError (one sentence) on malformed JSON, unknown keys,
+// wrong types or impossible values; `where` names the file in the message.
+Scenario parse_scenario(const std::string& json_text, const std::string& where = "scenario");
+Scenario load_scenario_file(const std::string& path);  // throws InputError when unreadable
+std::string to_json(const Scenario&);                  // the inverse, for "save scenario"
+
+// The problem (batch = heads = 1: the app shows one head) and the tiling the scenario implies.
+// Throws InputError when the parameters are impossible (e.g. M cannot hold a row each of Q, K, V, O).
+Problem to_problem(const Scenario&);
+Tiling resolve_tiling(const Scenario&);
+int bytes_per_element(const Scenario&);
+void validate(const Scenario&);
+
+// The known panel ids, in registry order (the app's registry must list exactly these).
+const std::vector<std::string>& panel_ids();
+
+}  // namespace flashlab::viz
