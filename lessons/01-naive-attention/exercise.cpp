@@ -48,14 +48,15 @@ std::vector<double> naive_attention(std::span<const double> Q, std::span<const d
 }
 
 StandardTraffic standard_attention_traffic(std::int64_t seq_q, std::int64_t seq_k, std::int64_t d,
-                                           int bytes_per_element) {
+                                           int Br, int bytes_per_element) {
   StandardTraffic t;
-  // TODO 5 (about 8 lines, one per field): the bytes each step of Algorithm 0 moves.
-  //   Q and O are (seq_q, d), K and V are (seq_k, d), S and P are (seq_q, seq_k);
-  //   every tensor a step loads or writes moves all of its elements once.
+  // TODO 5 (about 8 lines, one per field): the bytes each step of Algorithm 0 (lesson.hpp) moves.
+  //   Q and O are (seq_q, d), K and V are (seq_k, d), S and P are (seq_q, seq_k). Q, S, P and O
+  //   move once; K and V are loaded once per block of Br query rows, Tr = ceil(seq_q / Br) times.
   (void)seq_q;
   (void)seq_k;
   (void)d;
+  (void)Br;
   (void)bytes_per_element;
   return t;
 }

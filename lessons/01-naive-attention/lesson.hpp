@@ -23,10 +23,11 @@ std::vector<double> naive_attention(std::span<const double> Q, std::span<const d
                                     double scale);
 
 // Bytes that standard attention (the paper's Algorithm 0) moves between HBM and on-chip SRAM for
-// one head, per tensor, when every element is `bytes_per_element` bytes:
-//   1. load Q, K; compute S = Q K^T; write S
+// one head, per tensor, when every element is `bytes_per_element` bytes. Each step is its own kernel:
+//   1. for each block Q_i of Br query rows: load Q_i, then every block of K; write S_i = tau Q_i K^T
 //   2. read S; compute P = softmax(S); write P
-//   3. load P, V; compute O = P V; write O
+//   3. for each block of Br rows: load P_i and every block of V; write O_i = P_i V
+// so K and V are loaded once per query block, Tr = ceil(seq_q / Br) times.
 struct StandardTraffic {
   std::int64_t read_Q = 0, read_K = 0, read_V = 0, read_S = 0, read_P = 0;
   std::int64_t written_S = 0, written_P = 0, written_O = 0;
@@ -35,7 +36,7 @@ struct StandardTraffic {
   }
 };
 StandardTraffic standard_attention_traffic(std::int64_t seq_q, std::int64_t seq_k, std::int64_t d,
-                                           int bytes_per_element);
+                                           int Br, int bytes_per_element);
 
 // Bytes of memory standard attention needs beyond its inputs (Q, K, V) and output (O): S and P.
 std::int64_t standard_attention_extra_bytes(std::int64_t seq_q, std::int64_t seq_k,

@@ -47,19 +47,20 @@ std::vector<double> naive_attention(std::span<const double> Q, std::span<const d
 }
 
 StandardTraffic standard_attention_traffic(std::int64_t seq_q, std::int64_t seq_k, std::int64_t d,
-                                           int bytes_per_element) {
-  const std::int64_t q_bytes = seq_q * d * bytes_per_element;       // Q and O: (seq_q, d)
-  const std::int64_t kv_bytes = seq_k * d * bytes_per_element;      // K and V: (seq_k, d)
+                                           int Br, int bytes_per_element) {
+  const std::int64_t Tr = (seq_q + Br - 1) / Br;                    // query blocks
+  const std::int64_t q_bytes = seq_q * d * bytes_per_element;        // Q and O: (seq_q, d)
+  const std::int64_t kv_bytes = seq_k * d * bytes_per_element;       // K and V: (seq_k, d)
   const std::int64_t score_bytes = seq_q * seq_k * bytes_per_element;  // S and P: (seq_q, seq_k)
   StandardTraffic t;
-  t.read_Q = q_bytes;       // step 1
-  t.read_K = kv_bytes;      // step 1
-  t.written_S = score_bytes;  // step 1
-  t.read_S = score_bytes;   // step 2
-  t.written_P = score_bytes;  // step 2
-  t.read_P = score_bytes;   // step 3
-  t.read_V = kv_bytes;      // step 3
-  t.written_O = q_bytes;    // step 3
+  t.read_Q = q_bytes;          // step 1: each Q_i once
+  t.read_K = Tr * kv_bytes;    // step 1: all of K for every Q_i
+  t.written_S = score_bytes;   // step 1
+  t.read_S = score_bytes;      // step 2
+  t.written_P = score_bytes;   // step 2
+  t.read_P = score_bytes;      // step 3: each P_i once
+  t.read_V = Tr * kv_bytes;    // step 3: all of V for every P_i
+  t.written_O = q_bytes;       // step 3
   return t;
 }
 

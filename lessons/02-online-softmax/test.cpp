@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,9 @@ namespace lesson = flashlab::lesson02;
 
 namespace {
 
-// f64 against the double reference: the project's tolerance rule (rel <= 1e-12).
+using Blocks = std::vector<std::vector<double>>;  // a row's scores, cut into key blocks
+
+// f64 against the double reference: the project's tolerance rule (relative error <= 1e-12).
 const Bound kF64Bound = tolerance(DType::F64, Quantity::Forward, ErrorStats{}, nullptr);
 
 // One head (B = H = 1): the (B, S, H, D) tensors are then plain (S, D) row-major arrays.
@@ -32,7 +35,8 @@ Problem one_head(int seq_q, int seq_k, int d, double scale = 0.0) {
   return p;
 }
 
-// Relative error ||a - b|| / ||b|| in the project's metric; inf when the sizes differ.
+// ||a - b|| / ||b||, the project's metric (core/tolerance.hpp); inf when the sizes differ or a NaN
+// shows up.
 double rel_error(const std::vector<double>& a, const std::vector<double>& b) {
   HostTensor ta({static_cast<std::int64_t>(a.size())}), tb({static_cast<std::int64_t>(b.size())});
   ta.data = a;
@@ -51,8 +55,11 @@ bool all_zero(const std::vector<double>& x) {
   return true;
 }
 
+// Every diagnose_* function returns "" when your result is right, else plain words saying what is
+// wrong and where to look; the test cases CHECK that it is empty.
+
 // ---------------------------------------------------------------------------------------------
-// One row, scripted: scores chosen by hand, fed block by block.
+// One row, block by block.
 
 // The state after seeing `scores` (with V's rows), straight from the definitions, no blocks:
 // m = max s, l = sum exp(s - m), o = sum exp(s - m) V[c, :].
@@ -67,10 +74,9 @@ lesson::OnlineRow direct_state(const std::vector<double>& scores, const std::vec
   return st;
 }
 
-// The same, but as a learner who forgot to rescale the past would compute it: each block's terms
-// measured against the max known at the time and never corrected.
-lesson::OnlineRow unrescaled_state(const std::vector<std::vector<double>>& blocks,
-                                   const std::vector<double>& V, int d) {
+// The state as someone who forgot to rescale the past would have it: each block's terms measured
+// against the max known at the time, never corrected.
+lesson::OnlineRow unrescaled_state(const Blocks& blocks, const std::vector<double>& V, int d) {
   lesson::OnlineRow st(d);
   std::size_t key = 0;
   for (const auto& block : blocks) {
@@ -85,13 +91,14 @@ lesson::OnlineRow unrescaled_state(const std::vector<std::vector<double>>& block
   return st;
 }
 
-// Feeds `blocks` of scores one by one and, after each, compares the state with the direct one.
-// Returns false (after one plain-language failure) at the first wrong state.
-bool check_blocks(const std::vector<std::vector<double>>& blocks, const std::vector<double>& V, int d) {
+// Feeds the blocks to your online_softmax_update one by one, comparing the state after each with
+// the direct one; names the first mistake.
+std::string diagnose_updates(const Blocks& blocks, const std::vector<double>& V, int d) {
   lesson::OnlineRow row(d);
   std::vector<double> seen;
-  std::vector<std::vector<double>> fed;
+  Blocks fed;
   std::size_t key = 0;
+  std::ostringstream why;
   for (std::size_t b = 0; b < blocks.size(); ++b) {
     const double m_old = row.m;
     const std::vector<double>& s = blocks[b];
@@ -102,41 +109,44 @@ bool check_blocks(const std::vector<std::vector<double>>& blocks, const std::vec
     const lesson::OnlineRow want = direct_state(seen, V, d);
     const lesson::OnlineRow forgot = unrescaled_state(fed, V, d);
     const bool max_rose = b > 0 && want.m > m_old;
-    INFO("after block " << b + 1 << " of " << blocks.size() << " (the state starts at m = -inf, l = 0, o = 0)");
+    why << "after block " << b + 1 << " of " << blocks.size() << " (the state starts at m = -inf, l = 0, o = 0): ";
+    if (row.m == m_old && std::isinf(m_old) && row.l == 0.0) {
+      why << "your online_softmax_update left the state unchanged (TODOs 1 and 2)";
+      return why.str();
+    }
     if (!std::isfinite(row.m) || !std::isfinite(row.l)) {
-      FAIL_CHECK("your state has m = " << row.m << ", l = " << row.l << " after a block of finite scores: "
-                 << (b == 0 ? "on the first block m is -inf; use exp(m_old - m_new), which is exp(-inf) = 0, "
-                              "and never exp(s - m_old)"
-                            : "m must be the largest score seen and l a sum of exp() terms"));
-      return false;
+      why << "your state has m = " << row.m << ", l = " << row.l << " after a block of finite scores: "
+          << (b == 0 ? "on the first block m is -inf; use exp(m_old - m_new), which is exp(-inf) = 0, and "
+                       "never exp(s - m_old)"
+                     : "m must be the largest score seen and l a sum of exp() terms");
+      return why.str();
     }
     if (row.m != want.m) {
-      FAIL_CHECK("your m is " << row.m << " but the largest score so far is " << want.m << ": "
-                 << (max_rose ? "your row max is not updated when a later block has a larger score: "
-                                "m_new = max(m_old, the block's max)"
-                              : "m_new = max(m_old, the block's max), never smaller than before"));
-      return false;
+      why << "your m is " << row.m << " but the largest score so far is " << want.m << ": "
+          << (max_rose ? "your row max is not updated when a later block has a larger score: m_new = "
+                         "max(m_old, the block's max)"
+                       : "m_new = max(m_old, the block's max), never smaller than before");
+      return why.str();
     }
     if (!close(row.l, want.l)) {
-      const bool no_rescale = max_rose && close(row.l, forgot.l);
-      FAIL_CHECK("your l is " << row.l << ", expected " << want.l << ": "
-                 << (no_rescale ? "your row max is not carried into l when a later block has a larger "
-                                  "score: the rescale factor exp(m_old - m_new) must multiply l and O "
-                                  "before the new block's exp(s - m_new) are added"
-                                : "l = exp(m_old - m_new) * l_old + sum_c exp(s_c - m_new)"));
-      return false;
+      why << "your l is " << row.l << ", expected " << want.l << ": "
+          << (max_rose && close(row.l, forgot.l)
+                  ? "the larger max of this block was not carried into the past: the rescale factor "
+                    "exp(m_old - m_new) must multiply l and O before the block's exp(s - m_new) are added"
+                  : "l = exp(m_old - m_new) * l_old + sum_c exp(s_c - m_new)");
+      return why.str();
     }
     if (!close(row.o, want.o)) {
-      const bool no_rescale = max_rose && close(row.o, forgot.o);
-      FAIL_CHECK("your o differs from sum_c exp(s_c - m) V[c, :] (relative error "
-                 << rel_error(row.o, want.o) << "): "
-                 << (no_rescale ? "you rescaled l but not o: the rescale factor exp(m_old - m_new) must "
-                                  "multiply l and O"
-                                : "o = exp(m_old - m_new) * o_old + sum_c exp(s_c - m_new) * V_j[c, :]"));
-      return false;
+      why << "your o differs from sum_c exp(s_c - m) V[c, :] (relative error " << rel_error(row.o, want.o)
+          << "): "
+          << (max_rose && close(row.o, forgot.o)
+                  ? "you rescaled l but not o: the rescale factor exp(m_old - m_new) must multiply l and O"
+                  : "o = exp(m_old - m_new) * o_old + sum_c exp(s_c - m_new) * V_j[c, :]");
+      return why.str();
     }
+    why.str("");
   }
-  return true;
+  return "";
 }
 
 // The reference output of one row of scores: with K = I (n keys, d = n) and scale 1, S = Q, so
@@ -153,8 +163,8 @@ ForwardOut reference_row(const std::vector<double>& scores, const std::vector<do
 
 // Folds the blocks in with your update, finishes with your finish_row, and compares O_i and L_i
 // with the reference's O and LSE for the same row.
-void check_finished_row(const std::vector<std::vector<double>>& blocks, const std::vector<double>& V,
-                        int d, const ForwardOut& ref) {
+std::string diagnose_finished_row(const Blocks& blocks, const std::vector<double>& V, int d,
+                                  const ForwardOut& ref) {
   lesson::OnlineRow row(d);
   std::size_t key = 0;
   for (const auto& s : blocks) {
@@ -163,20 +173,24 @@ void check_finished_row(const std::vector<std::vector<double>>& blocks, const st
   }
   std::vector<double> O(static_cast<std::size_t>(d));
   const double L = lesson::finish_row(row, O);
-  CHECK_MESSAGE(close(O, ref.o.data), "your finish_row's O_i differs from the reference's softmax(s) V "
-                                      "(relative error " << rel_error(O, ref.o.data)
-                                                         << "): O_i = o / l, element by element");
-  CHECK_MESSAGE(close(L, ref.lse.data[0]), "your finish_row returned L_i = " << L << ", the reference "
-                                               << ref.lse.data[0] << ": L_i = m + log(l)");
+  std::ostringstream why;
+  if (!close(O, ref.o.data))
+    why << "your finish_row's O_i differs from the reference's softmax(s) V (relative error "
+        << rel_error(O, ref.o.data) << "): O_i = o / l, element by element";
+  else if (!close(L, ref.lse.data[0]))
+    why << "your finish_row returned L_i = " << L << ", the reference " << ref.lse.data[0]
+        << ": L_i = m + log(l)";
+  return why.str();
 }
 
-void check_scripted_row(const std::vector<std::vector<double>>& blocks, std::uint64_t seed) {
+// The whole story for one scripted row: each update, then the finish against the reference.
+std::string diagnose_scripted_row(const Blocks& blocks, std::uint64_t seed) {
   std::vector<double> scores;
   for (const auto& b : blocks) scores.insert(scores.end(), b.begin(), b.end());
   const int n = static_cast<int>(scores.size());  // d = n, see reference_row
   const std::vector<double> V = random_qkv(one_head(1, n, n).shape, DType::F64, seed).v.data;  // (n, n)
-  CAPTURE(seed);
-  if (check_blocks(blocks, V, n)) check_finished_row(blocks, V, n, reference_row(scores, V));
+  const std::string update = diagnose_updates(blocks, V, n);
+  return update.empty() ? diagnose_finished_row(blocks, V, n, reference_row(scores, V)) : update;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -194,144 +208,159 @@ void make_larger_max_arrive_last(const Problem& p, Qkv& in) {
   in.k.at(0, last, 0, 0) = 20.0 * std::sqrt(double(d));
 }
 
-void check_tiled(const Problem& p, const Qkv& in, int Br, int Bc, const char* what) {
+// Attention over the first `keys` keys only: what a loop that drops the ragged last key block
+// computes.
+std::vector<double> naive_over_first_keys(const Problem& p, const Qkv& in, int keys) {
+  Problem cut = p;
+  cut.shape.seq_k = keys;
+  cut.options.scale = p.softmax_scale();
+  Qkv in_cut = in;
+  const auto D = static_cast<std::size_t>(p.shape.head_dim);
+  in_cut.k.dims[1] = in_cut.v.dims[1] = keys;
+  in_cut.k.data.resize(static_cast<std::size_t>(keys) * D);
+  in_cut.v.data.resize(static_cast<std::size_t>(keys) * D);
+  return naive_forward<double>(cut, in_cut).o.data;
+}
+
+std::string diagnose_tiled(const Problem& p, const Qkv& in, int Br, int Bc) {
   const Shape& s = p.shape;
   const auto D = static_cast<std::size_t>(s.head_dim);
-  INFO(what << ": seq_q = " << s.seq_q << ", seq_k = " << s.seq_k << ", d = " << s.head_dim
-            << ", Br = " << Br << ", Bc = " << Bc);
   const lesson::TiledResult yours = lesson::tiled_attention(in.q.data, in.k.data, in.v.data, s.seq_q, s.seq_k,
                                                             s.head_dim, p.softmax_scale(), Br, Bc);
   const ForwardOut naive = naive_forward<double>(p, in);
   const ForwardOut tiled = tiled_forward<double>(LoopOrder::FA2, p, in, Tiling{Br, Bc});
-
+  std::ostringstream why;
   if (yours.O.size() != naive.o.data.size() || yours.lse.size() != naive.lse.data.size()) {
-    FAIL_CHECK("your tiled_attention returned O of " << yours.O.size() << " and lse of " << yours.lse.size()
-               << " numbers; they are (seq_q, d) = " << naive.o.data.size() << " and (seq_q) = "
-               << naive.lse.data.size());
-    return;
+    why << "your tiled_attention returned O of " << yours.O.size() << " and lse of " << yours.lse.size()
+        << " numbers; they are (seq_q, d) = " << naive.o.data.size() << " and (seq_q) = " << naive.lse.data.size();
+    return why.str();
   }
-  if (all_zero(yours.O)) {
-    FAIL_CHECK("your tiled_attention returned O = 0 everywhere: set Tr and Tc, each block's first row "
-               "and extent (TODO 4), then compute S_ij and fold its rows in (TODOs 5 and 6)");
-    return;
-  }
+  if (all_zero(yours.O))
+    return "your tiled_attention returned O = 0 everywhere: set Tr and Tc, each block's first row and "
+           "extent (TODO 4), then compute S_ij and fold its rows in (TODOs 5 and 6) and finish them (TODO 7)";
+  for (double x : yours.O)
+    if (!std::isfinite(x))
+      return "your O has inf or NaN: either some row's l stayed 0 because no key block reached it (round "
+             "Tc up: a block larger than the sequence is still one block), or an exp() overflowed (every "
+             "exp() must be of a score minus the running max m)";
   const double err_naive = rel_error(yours.O, naive.o.data);
   const double err_tiled = rel_error(yours.O, tiled.o.data);
   if (err_naive > kF64Bound.limit || err_tiled > kF64Bound.limit) {
-    // Which rows are wrong? Only those of a short last query block means Tr was rounded down.
+    why << "your O differs from the reference (relative error " << err_naive << " against naive_forward, "
+        << err_tiled << " against tiled_forward FA2; allowed: " << kF64Bound.rule << "). ";
     int first_bad = -1;
     for (int r = 0; r < s.seq_q && first_bad < 0; ++r) {
       const std::vector<double> mine(yours.O.begin() + r * D, yours.O.begin() + (r + 1) * D);
       const std::vector<double> ref(naive.o.data.begin() + r * D, naive.o.data.begin() + (r + 1) * D);
       if (!close(mine, ref)) first_bad = r;
     }
-    const int full_rows = (s.seq_q / Br) * Br;
-    std::string hint;
-    if (first_bad >= full_rows && full_rows < s.seq_q)
-      hint = "only the rows of the last, shorter query block are wrong: Tr = ceil(seq_q / Br), and that "
-             "block has rows = seq_q - i * Br";
-    else if (s.seq_k % Bc != 0 && s.seq_k > Bc) {
-      // Does it equal attention over the full key blocks only? Then the ragged key block was dropped.
-      Problem cut = p;
-      cut.shape.seq_k = (s.seq_k / Bc) * Bc;
-      cut.options.scale = p.softmax_scale();
-      Qkv in_cut = in;
-      in_cut.k.dims[1] = in_cut.v.dims[1] = cut.shape.seq_k;
-      in_cut.k.data.resize(static_cast<std::size_t>(cut.shape.seq_k) * D);
-      in_cut.v.data.resize(static_cast<std::size_t>(cut.shape.seq_k) * D);
-      if (close(yours.O, naive_forward<double>(cut, in_cut).o.data))
-        hint = "your O ignores the last, shorter key block: Tc = ceil(seq_k / Bc), and that block has "
-               "cols = seq_k - j * Bc";
-    }
-    if (hint.empty())
-      hint = "check S_ij = scale * Q_i K_j^T with the block offsets (Q row row0 + r, K row col0 + c), the "
-             "V_j rows of the same key block, and that every block's update rescales the past by "
-             "exp(m_old - m_new)";
-    FAIL_CHECK("your O differs from the reference (relative error " << err_naive << " against naive, "
-               << err_tiled << " against tiled_forward FA2; allowed " << kF64Bound.rule
-               << "); first wrong row: " << first_bad << ". " << hint);
-    return;
+    const int full_rows = (s.seq_q / Br) * Br, full_keys = (s.seq_k / Bc) * Bc;
+    if (full_rows > 0 && full_rows < s.seq_q && first_bad >= full_rows)
+      why << "Only the rows of the last, shorter query block (from row " << full_rows
+          << ") are wrong: Tr = ceil(seq_q / Br), and that block has rows = seq_q - i * Br.";
+    else if (full_keys > 0 && full_keys < s.seq_k && close(yours.O, naive_over_first_keys(p, in, full_keys)))
+      why << "Your O is attention over the first " << full_keys << " keys only: the last, shorter key block "
+          << "was dropped; Tc = ceil(seq_k / Bc), and that block has cols = seq_k - j * Bc.";
+    else
+      why << "First wrong row: " << first_bad << ". Check S_ij = scale * Q_i K_j^T with the block offsets "
+          << "(Q row row0 + r, K row col0 + c), the V_j rows of the same key block, and that each update "
+          << "rescales the past by exp(m_old - m_new).";
+    return why.str();
   }
-  CHECK_MESSAGE(close(yours.lse, naive.lse.data),
-                "your O is right but the LSE is not (relative error " << rel_error(yours.lse, naive.lse.data)
-                    << "): L_i = m_i + log(l_i), from the row's final m and l");
-  CHECK_MESSAGE(close(yours.lse, tiled.lse.data),
-                "your LSE differs from tiled_forward's (relative error " << rel_error(yours.lse, tiled.lse.data)
-                    << ")");
+  if (!close(yours.lse, naive.lse.data) || !close(yours.lse, tiled.lse.data)) {
+    why << "your O is right but the LSE is not (relative error " << rel_error(yours.lse, naive.lse.data)
+        << " against naive_forward, " << rel_error(yours.lse, tiled.lse.data)
+        << " against tiled_forward): L_i = m_i + log(l_i), from the row's final m and l";
+    return why.str();
+  }
+  return "";
 }
 
 struct TiledCase {
   int seq_q, seq_k, d, Br, Bc;
-  const char* what;
+  std::string what;
 };
 const TiledCase kTiledCases[] = {
     {13, 13, 8, 4, 4, "ragged last blocks in both directions (13 = 3 * 4 + 1)"},
     {13, 13, 8, 3, 5, "Br != Bc, both ragged"},
     {13, 13, 8, 1, 1, "1 x 1 blocks: the update sees one score at a time"},
-    {13, 13, 8, 13, 13, "one block: the tiled loop is plain softmax"},
+    {13, 13, 8, 13, 13, "one block: the tiled loop is a plain softmax"},
     {13, 13, 8, 16, 32, "blocks larger than the sequence"},
     {20, 37, 16, 8, 16, "seq_q < seq_k, ragged key block"},
     {37, 20, 4, 16, 8, "seq_q > seq_k, ragged query block"},
     {1, 1, 1, 1, 1, "one query, one key, d = 1"},
     {64, 64, 64, 16, 16, "exact multiples, d = 64"},
-    {5, 70, 2, 2, 64, "Bc = 64 over 70 keys: a last block of 6"},
+    {5, 70, 2, 2, 64, "Bc = 64 over 70 keys: a last key block of 6"},
 };
 
 }  // namespace
 
-TEST_CASE("lesson 02: the online softmax update, one row, scripted scores") {
-  SUBCASE("one block: the update is plain softmax") { check_scripted_row({{0.5, -1.0, 2.0}}, 1); }
-  SUBCASE("a later block has a larger max: the past must be rescaled") {
-    check_scripted_row({{0.0, 1.0}, {5.0, 2.0}}, 2);
-  }
-  SUBCASE("a later block has a smaller max: m stays, the new terms use the old max") {
-    check_scripted_row({{3.0, 1.0}, {-1.0, 0.0, 2.5}}, 3);
-  }
-  SUBCASE("the max rises in every block, by a lot") {
-    check_scripted_row({{-30.0}, {0.0, -5.0}, {40.0}, {41.0, 41.0}}, 4);
-  }
-  SUBCASE("scores near 1000: only the max-subtracted exp() survives") {
-    check_scripted_row({{1000.0, 998.0}, {1003.0}, {1001.0, 1002.5}}, 5);
+TEST_CASE("lesson 02: the online softmax update on one row, scripted scores") {
+  struct Case {
+    Blocks blocks;
+    std::string what;
+  };
+  const Case cases[] = {
+      {{{0.5, -1.0, 2.0}}, "one block: the update is a plain softmax"},
+      {{{0.0, 1.0}, {5.0, 2.0}}, "a later block has a larger max: the past must be rescaled"},
+      {{{3.0, 1.0}, {-1.0, 0.0, 2.5}}, "a later block has a smaller max: m stays"},
+      {{{-30.0}, {0.0, -5.0}, {40.0}, {41.0, 41.0}}, "the max rises in every block, by a lot"},
+      {{{1000.0, 998.0}, {1003.0}, {1001.0, 1002.5}}, "scores near 1000: only exp(s - m) survives"},
+  };
+  std::uint64_t seed = 1;
+  for (const Case& c : cases) {
+    const std::uint64_t case_seed = seed++;
+    INFO(c.what << " (V from seed " << case_seed << ")");
+    const std::string mistake = diagnose_scripted_row(c.blocks, case_seed);
+    CHECK_MESSAGE(mistake.empty(), mistake);
   }
 }
 
-TEST_CASE("lesson 02: the online softmax of a random row, split at every block size") {
-  // A query row against 23 keys; its scores come from the problem's own Q and K.
+TEST_CASE("lesson 02: the online softmax of a random row, cut at many block sizes") {
+  // One query row against 23 keys; its scores come from the problem's own Q and K (scale 1).
   constexpr int kKeys = 23;
   const Problem p = one_head(1, kKeys, kKeys, 1.0);
   const Qkv in = random_qkv(p.shape, DType::F64, 17);
-  std::vector<double> scores(kKeys);
+  const ForwardOut ref = naive_forward<double>(p, in);
+  std::vector<double> scores(kKeys, 0.0);
   for (int c = 0; c < kKeys; ++c)
     for (int k = 0; k < kKeys; ++k) scores[c] += in.q.at(0, 0, 0, k) * in.k.at(0, c, 0, k);
   for (int Bc : {1, 2, 5, 7, 22, 23, 40}) {
-    CAPTURE(Bc);
-    std::vector<std::vector<double>> blocks;
+    INFO("block size Bc = " << Bc << " over " << kKeys << " keys");
+    Blocks blocks;
     for (int c0 = 0; c0 < kKeys; c0 += Bc)
       blocks.emplace_back(scores.begin() + c0, scores.begin() + std::min(kKeys, c0 + Bc));
-    if (!check_blocks(blocks, in.v.data, kKeys)) break;
-    check_finished_row(blocks, in.v.data, kKeys, naive_forward<double>(p, in));
+    std::string mistake = diagnose_updates(blocks, in.v.data, kKeys);
+    if (mistake.empty()) mistake = diagnose_finished_row(blocks, in.v.data, kKeys, ref);
+    CHECK_MESSAGE(mistake.empty(), mistake);
   }
 }
 
 TEST_CASE("lesson 02: tiled_attention equals naive_forward and tiled_forward (FA2)") {
   std::uint64_t seed = 200;
   for (const TiledCase& c : kTiledCases) {
-    CAPTURE(seed);
+    const std::uint64_t case_seed = seed++;
+    INFO(c.what << ": seq_q = " << c.seq_q << ", seq_k = " << c.seq_k << ", d = " << c.d << ", Br = " << c.Br
+                << ", Bc = " << c.Bc << ", input seed " << case_seed);
     const Problem p = one_head(c.seq_q, c.seq_k, c.d);
-    check_tiled(p, random_qkv(p.shape, DType::F64, seed++), c.Br, c.Bc, c.what);
+    const std::string mistake = diagnose_tiled(p, random_qkv(p.shape, DType::F64, case_seed), c.Br, c.Bc);
+    CHECK_MESSAGE(mistake.empty(), mistake);
   }
 }
 
-TEST_CASE("lesson 02: tiled_attention when the larger max arrives in the last key block") {
+TEST_CASE("lesson 02: tiled_attention when a larger max arrives in the last key block") {
   std::uint64_t seed = 300;
   for (const TiledCase& c : kTiledCases) {
     if (c.seq_k <= c.Bc) continue;  // one key block: nothing arrives later
-    CAPTURE(seed);
+    const std::uint64_t case_seed = seed++;
+    INFO("every row's largest score is in the LAST key block, so each row's max rises there and all "
+         "earlier blocks must be rescaled by exp(m_old - m_new); "
+         << c.what << ": seq_q = " << c.seq_q << ", seq_k = " << c.seq_k << ", d = " << c.d << ", Br = " << c.Br
+         << ", Bc = " << c.Bc << ", input seed " << case_seed);
     const Problem p = one_head(c.seq_q, c.seq_k, c.d);
-    Qkv in = random_qkv(p.shape, DType::F64, seed++);
+    Qkv in = random_qkv(p.shape, DType::F64, case_seed);
     make_larger_max_arrive_last(p, in);
-    check_tiled(p, in, c.Br, c.Bc,
-                "every row's largest score is in the LAST key block, so each row's max rises there and "
-                "all earlier blocks must be rescaled by exp(m_old - m_new)");
+    const std::string mistake = diagnose_tiled(p, in, c.Br, c.Bc);
+    CHECK_MESSAGE(mistake.empty(), mistake);
   }
 }
