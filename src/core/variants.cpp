@@ -25,6 +25,18 @@ const std::vector<Variant>& variants() {
        "tiled, online softmax, Q loop outer (FA2)", Algorithm::FA2, cpu_fa2_forward, cpu_fa2_backward, nullptr},
 #ifdef FLASHLAB_HAVE_CUDA
       // CUDA rows: see src/cuda/cuda_variants.hpp.
+      {"cuda-naive", Device::Cuda, {F32}, {true, true, true, true}, {1, 256, {}},
+       "standard attention on the GPU: S and P in HBM, simple GEMM + softmax kernels", Algorithm::Standard,
+       cuda_naive_forward, cuda_naive_backward, cuda_naive_bench},
+      {"cuda-cublas", Device::Cuda, {F32}, {true, true, true, true}, {1, 256, {}},
+       "standard attention with cuBLAS SGEMMs: the fair unfused baseline", Algorithm::Standard,
+       cuda_cublas_forward, cuda_cublas_backward, cuda_cublas_bench},
+      {"cuda-fa1", Device::Cuda, {F32}, {true, true, true, true}, {1, kSimtMaxHeadDim, {}},
+       "FlashAttention-1 (Algorithms 2/4), fp32 CUDA cores, one block per (batch, head)", Algorithm::FA1,
+       cuda_fa1_forward, cuda_fa1_backward, cuda_fa1_bench},
+      {"cuda-fa2-simt", Device::Cuda, {F32}, {true, true, true, true}, {1, kSimtMaxHeadDim, {}},
+       "FlashAttention-2 loop order, fp32 CUDA cores, one block per (batch, head, Q block)", Algorithm::FA2,
+       cuda_fa2_simt_forward, cuda_fa2_simt_backward, cuda_fa2_simt_bench},
 #endif
   };
   return table;

@@ -31,3 +31,35 @@ Grads cuda_fa2_simt_backward(const Problem&, DType, const Qkv&, const ForwardOut
 BenchResult cuda_fa2_simt_bench(const Problem&, DType, const BenchSettings&);
 
 }  // namespace flashlab
+
+// Internal: the unfused pipeline that cuda-naive and cuda-cublas share (naive.cu), parameterized by
+// the GEMM that computes its matrix products.
+namespace flashlab::cuda {
+
+// Row-major strided-batched GEMM, for z < batch: C_z = alpha op(A_z) op(B_z) + beta C_z, where
+// op(X) = X^T when trans_x, X_z = X + z * stride_x, C_z is (m, n), the inner extent is k, and ld_x is
+// the distance between rows of X as stored. beta = 0 never reads C.
+struct GemmCall {
+  bool trans_a = false, trans_b = false;
+  int m = 0, n = 0, k = 0;
+  float alpha = 1.0f;
+  const float* a = nullptr;
+  long long lda = 0, stride_a = 0;
+  const float* b = nullptr;
+  long long ldb = 0, stride_b = 0;
+  float beta = 0.0f;
+  float* c = nullptr;
+  long long ldc = 0, stride_c = 0;
+  int batch = 1;
+};
+using GemmFn = void (*)(const GemmCall&);
+
+void simple_gemm(const GemmCall&);  // naive.cu: one thread per element of C, shared-memory tiles
+void cublas_gemm(const GemmCall&);  // cublas.cu: cublasSgemmStridedBatched
+
+ForwardOut unfused_forward(const char* variant, GemmFn, const Problem&, DType, const Qkv&);
+Grads unfused_backward(const char* variant, GemmFn, const Problem&, DType, const Qkv&, const ForwardOut&,
+                       const HostTensor& dO);
+BenchResult unfused_bench(const char* variant, GemmFn, const Problem&, DType, const BenchSettings&);
+
+}  // namespace flashlab::cuda

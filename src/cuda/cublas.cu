@@ -1,0 +1,66 @@
+// cuda-cublas: the unfused pipeline of cuda-naive (naive.cu) with its matrix products done by cuBLAS
+// (cublasSgemmStridedBatched, fp32 on CUDA cores), and our softmax kernels between them.
+//
+// What changed from cuda-naive, and what it buys: only the GEMM. cuBLAS's SGEMM runs near the card's
+// fp32 peak, so this is the fair non-fused baseline: S and P still go through HBM (memory O(S_q S_k)
+// per head, traffic Theta(N d + N^2)), but every product is as fast as NVIDIA can make it. Whatever
+// cuda-fa2-simt gains over this variant is what fusion buys, not what a better GEMM buys.
+//
+// cuBLAS is column-major and our tensors are row-major. A row-major (m, n) matrix C is the
+// column-major (n, m) matrix C^T, and C = op(A) op(B) is C^T = op(B)^T op(A)^T, so each call passes B
+// before A and swaps m and n; the transposes carry over unchanged.
+#include <cublas_v2.h>
+
+#include <string>
+
+#include "cuda_variants.hpp"
+#include "common.cuh"
+
+namespace flashlab {
+namespace cuda {
+namespace {
+
+void check_cublas(cublasStatus_t status, const char* what, const char* file, int line) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  throw std::runtime_error(std::string(file) + ":" + std::to_string(line) + ": " + what + " failed: " +
+                           cublasGetStatusName(status) + " (" + cublasGetStatusString(status) + ")");
+}
+#define CUBLAS_CHECK(call) check_cublas((call), #call, __FILE__, __LINE__)
+
+// One handle for the process, made on first use and never destroyed (destroying it at exit can race
+// the CUDA runtime's own teardown).
+cublasHandle_t handle() {
+  static const cublasHandle_t h = [] {
+    cublasHandle_t made = nullptr;
+    CUBLAS_CHECK(cublasCreate(&made));
+    // Plain fp32 FMA on CUDA cores, never TF32 tensor cores: the same arithmetic as our kernels.
+    CUBLAS_CHECK(cublasSetMathMode(made, CUBLAS_PEDANTIC_MATH));
+    return made;
+  }();
+  return h;
+}
+
+cublasOperation_t op(bool transposed) { return transposed ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+}  // namespace
+
+void cublas_gemm(const GemmCall& g) {
+  // Row-major C (m, n) = op(A) op(B)  <=>  column-major C^T (n, m) = op(B)^T op(A)^T.
+  CUBLAS_CHECK(cublasSgemmStridedBatched(handle(), op(g.trans_b), op(g.trans_a), g.n, g.m, g.k, &g.alpha, g.b,
+                                         static_cast<int>(g.ldb), g.stride_b, g.a, static_cast<int>(g.lda), g.stride_a,
+                                         &g.beta, g.c, static_cast<int>(g.ldc), g.stride_c, g.batch));
+}
+
+}  // namespace cuda
+
+ForwardOut cuda_cublas_forward(const Problem& p, DType t, const Qkv& in, TrafficObserver*) {
+  return cuda::unfused_forward("cuda-cublas", cuda::cublas_gemm, p, t, in);
+}
+Grads cuda_cublas_backward(const Problem& p, DType t, const Qkv& in, const ForwardOut& f, const HostTensor& dO) {
+  return cuda::unfused_backward("cuda-cublas", cuda::cublas_gemm, p, t, in, f, dO);
+}
+BenchResult cuda_cublas_bench(const Problem& p, DType t, const BenchSettings& s) {
+  return cuda::unfused_bench("cuda-cublas", cuda::cublas_gemm, p, t, s);
+}
+
+}  // namespace flashlab
