@@ -3,6 +3,7 @@
 #include "cli.hpp"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 
 #include "commands.hpp"
 
@@ -24,6 +25,14 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
   bench.add_to(*app.add_subcommand("bench", "time variants against sequence length: time, TFLOP/s, memory, HBM bytes"));
   for (int n = 0; n < argc; ++n) bench.command_line += (n ? " " : "") + std::string(argv[n]);
 
+  // CLI11 would say only "a subcommand is required" for a mistyped command name.
+  const std::string first = argc > 1 ? argv[1] : "";
+  std::vector<std::string> commands;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) commands.push_back(sub->get_name());
+  if (!first.empty() && first[0] != '-' && std::find(commands.begin(), commands.end(), first) == commands.end()) {
+    err << "flashlab: unknown command '" << first << "': the commands are " << join(commands, ", ") << "\n";
+    return kExitBadInput;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,367 @@
+// The `flashlab` command, run in-process through run_cli: each bad-input case gets exit code 2 and one
+// sentence naming the problem; `run` writes what calling the variant directly computes; `check` passes
+// and lists every CPU variant; `trace --json` reports what TrafficCounter counts.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+#include "core/npy.hpp"
+#include "core/variants.hpp"
+#include "cpu_reference/tiled.hpp"
+#include "cpu_reference/traffic.hpp"
+
+using namespace flashlab;
+
+namespace {
+
+struct CliResult {
+  int code = -1;
+  std::string out, err;
+};
+
+CliResult cli(const std::vector<std::string>& args) {
+  std::ostringstream out, err;
+  CliResult r;
+  r.code = run_cli(args, out, err);
+  r.out = out.str();
+  r.err = err.str();
+  return r;
+}
+
+// Asserts bad input: exit code 2, one line on stderr starting "flashlab: " and containing `what`.
+void expect_bad_input(const std::vector<std::string>& args, const std::string& what) {
+  const CliResult r = cli(args);
+  INFO("args: " << args.front() << " ...  stderr: " << r.err);
+  CHECK(r.code == 2);
+  CHECK(r.err.rfind("flashlab: ", 0) == 0);
+  CHECK(r.err.find(what) != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+}
+
+// A scratch folder, removed at the end of the test.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    path = std::filesystem::temp_directory_path() / ("flashlab_cli_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+int count_lines_with(const std::string& text, const std::string& needle) {
+  std::istringstream in(text);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) n += line.find(needle) != std::string::npos;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("check passes on a small problem and its table has every CPU variant") {
+  for (const char* causal : {"none", "top-left", "bottom-right"}) {
+    SUBCASE(causal) {
+      // seq_q > seq_k with bottom-right alignment leaves fully masked rows (LSE = -inf).
+      const CliResult r = cli({"check", "--batch", "2", "--heads", "4", "--heads-kv", "2", "--seq-q", "37", "--seq-k",
+                               "29", "--head-dim", "24", "--causal", causal, "--dropout", "0.1", "--seed", "4242",
+                               "--backward"});
+      INFO(r.out << r.err);
+      CHECK(r.code == 0);
+      CHECK(r.out.find("seed 4242") != std::string::npos);
+      int expected_pass = 0;
+      for (const Variant& v : variants()) {
+        if (v.device != Device::Cpu) continue;
+        CHECK(r.out.find(v.name) != std::string::npos);
+        expected_pass += int(v.dtypes.size()) * 5;  // O, LSE, dQ, dK, dV per dtype
+      }
+      CHECK(count_lines_with(r.out, " PASS") == expected_pass);
+      CHECK(count_lines_with(r.out, "FAIL") == 0);
+    }
+  }
+}
+
+TEST_CASE("check --list prints every variant of the table") {
+  const CliResult r = cli({"check", "--list"});
+  CHECK(r.code == 0);
+  for (const Variant& v : variants()) {
+    CHECK(r.out.find(v.name) != std::string::npos);
+    CHECK(r.out.find(v.summary) != std::string::npos);
+  }
+}
+
+TEST_CASE("check lists a variant that cannot run the problem as SKIP unless it was named") {
+  // f16 is not a CPU dtype: unnamed CPU variants are skipped with the reason; named ones are an error.
+  const CliResult r = cli({"check", "--seq-q", "8", "--head-dim", "8", "--dtype", "f16"});
+  if (!cuda_device_present()) {
+    CHECK(r.code == 2);  // nothing could run: that is not a pass
+    CHECK(count_lines_with(r.out, "SKIP: variant cpu-fa2 does not compute in f16") == 1);
+  }
+  expect_bad_input({"check", "--variants", "cpu-fa2", "--dtype", "f16"}, "does not compute in f16");
+}
+
+TEST_CASE("bad input: one sentence and exit code 2") {
+  TempDir dir;
+  const Shape s{1, 4, 2, 8, 6, 16};
+  const Qkv in = random_qkv(s, DType::F32, 3);
+  write_npy(dir.file("q.npy"), in.q, DType::F32);
+  write_npy(dir.file("k.npy"), in.k, DType::F32);
+  write_npy(dir.file("v.npy"), in.v, DType::F32);
+  const std::vector<std::string> qkv = {"--q", dir.file("q.npy"), "--k", dir.file("k.npy"), "--v", dir.file("v.npy")};
+  auto run_with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"run", "--variant", "cpu-fa2", "--out", dir.file("o.npy")};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  auto with_qkv = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = run_with(qkv);
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+
+  SUBCASE("mismatched shapes") {
+    write_npy(dir.file("v_bad.npy"), HostTensor({1, 6, 2, 15}), DType::F32);
+    expect_bad_input(run_with({"--q", dir.file("q.npy"), "--k", dir.file("k.npy"), "--v", dir.file("v_bad.npy")}),
+                     "v has shape (1, 6, 2, 15)");
+    write_npy(dir.file("k_batch.npy"), HostTensor({2, 6, 2, 16}), DType::F32);
+    expect_bad_input(run_with({"--q", dir.file("q.npy"), "--k", dir.file("k_batch.npy"), "--v", dir.file("v.npy")}),
+                     "k has shape (2, 6, 2, 16)");
+    write_npy(dir.file("do_bad.npy"), HostTensor({1, 8, 4, 8}), DType::F32);
+    expect_bad_input(with_qkv({"--dout", dir.file("do_bad.npy"), "--dq", dir.file("a"), "--dk", dir.file("b"), "--dv",
+                               dir.file("c")}),
+                     "dO has shape");
+    write_npy(dir.file("q3.npy"), HostTensor({8, 16}), DType::F32);
+    expect_bad_input(run_with({"--q", dir.file("q3.npy"), "--k", dir.file("k.npy"), "--v", dir.file("v.npy")}),
+                     "must be 4-d");
+  }
+  SUBCASE("heads_q not a multiple of heads_kv") {
+    expect_bad_input({"check", "--heads", "3", "--heads-kv", "2"}, "multiple of heads_kv");
+    write_npy(dir.file("k3.npy"), HostTensor({1, 6, 3, 16}), DType::F32);
+    write_npy(dir.file("v3.npy"), HostTensor({1, 6, 3, 16}), DType::F32);
+    expect_bad_input(run_with({"--q", dir.file("q.npy"), "--k", dir.file("k3.npy"), "--v", dir.file("v3.npy")}),
+                     "multiple of the key/value heads");
+  }
+  SUBCASE("unsupported head dim") {
+    expect_bad_input({"check", "--head-dim", "300"}, "head_dim 300 is not supported");
+    expect_bad_input({"bench", "--variants", "cpu-fa2", "--head-dim", "512", "--seq", "64"}, "head_dim 512");
+    // A variant that supports fewer head dims than the problem's (as the CUDA kernels do).
+    Variant narrow = variants().front();
+    narrow.head_dims = HeadDims{1, 256, {64, 128}};
+    Problem p;
+    p.shape.head_dim = 80;
+    CHECK_THROWS_WITH_AS(check_supported(narrow, p, DType::F32, false),
+                         doctest::Contains("does not support head_dim 80: it supports head dims 64, 128"), InputError);
+  }
+  SUBCASE("malformed or wrong-dtype .npy") {
+    std::ofstream(dir.file("garbage.npy")) << "this is not numpy";
+    expect_bad_input(run_with({"--q", dir.file("garbage.npy"), "--k", dir.file("k.npy"), "--v", dir.file("v.npy")}),
+                     "not a .npy file");
+    {
+      // A valid .npy of int32: NumPy's exact layout, dtype '<i4'.
+      std::string header = "{'descr': '<i4', 'fortran_order': False, 'shape': (1, 1, 1, 1), }";
+      while ((10 + header.size() + 1) % 64) header += ' ';
+      header += '\n';
+      std::string bytes = std::string("\x93NUMPY\x01\x00", 8) + char(header.size()) + char(0) + header + std::string(4, '\0');
+      std::ofstream(dir.file("int.npy"), std::ios::binary) << bytes;
+    }
+    expect_bad_input(run_with({"--q", dir.file("int.npy"), "--k", dir.file("k.npy"), "--v", dir.file("v.npy")}),
+                     "dtype '<i4'");
+    // f16 files are valid .npy, but no CPU variant computes in f16.
+    for (const char* name : {"q16.npy", "k16.npy", "v16.npy"}) write_npy(dir.file(name), HostTensor({1, 4, 1, 8}), DType::F16);
+    expect_bad_input(run_with({"--q", dir.file("q16.npy"), "--k", dir.file("k16.npy"), "--v", dir.file("v16.npy")}),
+                     "does not compute in f16");
+    // Mixed file dtypes without --dtype.
+    write_npy(dir.file("k64.npy"), in.k, DType::F64);
+    expect_bad_input(run_with({"--q", dir.file("q.npy"), "--k", dir.file("k64.npy"), "--v", dir.file("v.npy")}),
+                     "pass --dtype");
+    expect_bad_input(run_with({"--q", dir.file("missing.npy"), "--k", dir.file("k.npy"), "--v", dir.file("v.npy")}),
+                     "cannot be opened");
+  }
+  SUBCASE("SRAM too small for one tile") {
+    expect_bad_input({"trace", "--algorithm", "fa2", "--seq-q", "128", "--head-dim", "64", "--sram-bytes", "256"},
+                     "an SRAM of 256 bytes");
+  }
+  SUBCASE("a size that won't fit in memory") {
+    // naive attention's S and P for 3M x 3M keys: petabytes.
+    expect_bad_input({"check", "--variants", "cpu-naive", "--seq-q", "3000000", "--head-dim", "1"}, "memory is available");
+  }
+  SUBCASE("unknown variant, dtype, causal, algorithm, flag") {
+    expect_bad_input({"check", "--variants", "cpu-fa9"}, "unknown variant 'cpu-fa9': known variants are cpu-naive");
+    expect_bad_input(with_qkv({"--dtype", "int8"}), "unknown dtype 'int8'");
+    expect_bad_input({"check", "--dtype", "int8"}, "unknown dtype 'int8'");
+    expect_bad_input({"check", "--causal", "diagonal"}, "unknown causal alignment 'diagonal'");
+    expect_bad_input({"trace", "--algorithm", "fa9", "--sram-bytes", "65536"}, "unknown algorithm 'fa9'");
+    expect_bad_input({"bench", "--device", "tpu"}, "unknown device 'tpu'");
+    expect_bad_input({"check", "--frobnicate"}, "frobnicate");
+    expect_bad_input({"check", "--batch", "many"}, "many");
+    expect_bad_input({"frobnicate"}, "frobnicate");
+  }
+  SUBCASE("backward outputs without dO, and dO without outputs") {
+    expect_bad_input(with_qkv({"--dq", dir.file("dq.npy")}), "need --dout");
+    expect_bad_input(with_qkv({"--dout", dir.file("q.npy")}), "needs --dq, --dk and --dv");
+  }
+  SUBCASE("out-of-range problem values") {
+    expect_bad_input({"check", "--dropout", "1.5"}, "dropout probability must be in [0, 1)");
+    expect_bad_input({"check", "--seq-q", "0"}, "seq_q must be at least 1");
+    expect_bad_input({"bench", "--seq", "256,abc"}, "'abc' is not one");
+  }
+}
+
+TEST_CASE("run through .npy files writes what calling the variant directly computes") {
+  TempDir dir;
+  const Shape s{2, 4, 2, 19, 23, 16};
+  for (DType dtype : {DType::F32, DType::F64}) {
+    SUBCASE(to_string(dtype)) {
+      Problem p;
+      p.shape = s;
+      p.options.causal = CausalAlign::BottomRight;
+      p.options.dropout_p = 0.25;
+      p.options.seed = 99;
+      const Qkv in = random_qkv(s, dtype, 11);
+      const HostTensor dO = random_like_o(s, dtype, 12);
+      write_npy(dir.file("q.npy"), in.q, dtype);
+      write_npy(dir.file("k.npy"), in.k, dtype);
+      write_npy(dir.file("v.npy"), in.v, dtype);
+      write_npy(dir.file("do.npy"), dO, dtype);
+
+      const CliResult r = cli({"run", "--variant", "cpu-fa2", "--q", dir.file("q.npy"), "--k", dir.file("k.npy"), "--v",
+                               dir.file("v.npy"), "--out", dir.file("o.npy"), "--lse", dir.file("lse.npy"), "--dout",
+                               dir.file("do.npy"), "--dq", dir.file("dq.npy"), "--dk", dir.file("dk.npy"), "--dv",
+                               dir.file("dv.npy"), "--causal", "bottom-right", "--dropout", "0.25", "--seed", "99"});
+      INFO(r.out << r.err);
+      REQUIRE(r.code == 0);
+
+      const Variant& v = find_variant("cpu-fa2");
+      const ForwardOut fwd = v.forward(p, dtype, in, nullptr);
+      const Grads g = v.backward(p, dtype, in, fwd, dO);
+      auto expect_file = [&](const std::string& name, const HostTensor& want, DType file_dtype) {
+        const NpyArray a = read_npy(dir.file(name));
+        CHECK(a.dtype == file_dtype);
+        REQUIRE(a.tensor.dims == want.dims);
+        HostTensor rounded = want;
+        round_to(rounded, file_dtype);
+        int differ = 0;
+        for (std::size_t n = 0; n < want.data.size(); ++n)
+          differ += !(a.tensor.data[n] == rounded.data[n] || (std::isnan(a.tensor.data[n]) && std::isnan(rounded.data[n])));
+        CHECK_MESSAGE(differ == 0, name);
+      };
+      expect_file("o.npy", fwd.o, dtype);
+      expect_file("lse.npy", fwd.lse, DType::F32);
+      expect_file("dq.npy", g.dq, dtype);
+      expect_file("dk.npy", g.dk, dtype);
+      expect_file("dv.npy", g.dv, dtype);
+    }
+  }
+}
+
+TEST_CASE("trace --json totals equal TrafficCounter on the same loop nest") {
+  for (const char* alg : {"standard", "fa1", "fa2"}) {
+    for (bool backward : {false, true}) {
+      SUBCASE((std::string(alg) + (backward ? " backward" : " forward")).c_str()) {
+        std::vector<std::string> args = {"trace", "--algorithm", alg, "--seq-q", "100", "--seq-k", "70", "--head-dim",
+                                         "32", "--sram-bytes", "4096", "--causal", "top-left", "--json"};
+        if (backward) args.push_back("--backward");
+        const CliResult r = cli(args);
+        INFO(r.err);
+        REQUIRE(r.code == 0);
+        const auto j = nlohmann::json::parse(r.out);
+
+        Problem p;
+        p.shape = Shape{1, 1, 1, 100, 70, 32};
+        p.options.causal = CausalAlign::TopLeft;
+        const Tiling tiling = tiling_from_sram(4096, 32, 2);
+        TrafficCounter counter;
+        count_traffic(parse_algorithm(alg), backward ? Pass::Backward : Pass::Forward, p, tiling, 2, counter);
+        const TrafficTotals& t = counter.totals();
+        CHECK(t.total() > 0);
+        CHECK(j["total"].get<std::int64_t>() == t.total());
+        CHECK(j["total_read"].get<std::int64_t>() == t.total_read());
+        CHECK(j["total_written"].get<std::int64_t>() == t.total_written());
+        CHECK(j["events"].get<std::int64_t>() == t.events);
+        CHECK(j["peak_sram_bytes"].get<std::int64_t>() == t.peak_sram_bytes);
+        CHECK(j["tiling"]["Br"].get<int>() == tiling.Br);
+        CHECK(j["tiling"]["Bc"].get<int>() == tiling.Bc);
+        for (int n = 0; n < int(TensorId::Count); ++n) {
+          const char* name = to_string(TensorId(n));
+          if (t.read[n] || t.written[n]) {
+            REQUIRE(j["tensors"].contains(name));
+            CHECK(j["tensors"][name]["read"].get<std::int64_t>() == t.read[n]);
+            CHECK(j["tensors"][name]["written"].get<std::int64_t>() == t.written[n]);
+          } else {
+            CHECK_FALSE(j["tensors"].contains(name));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("trace prints the asymptotic formula labelled as such, and --events one CSV line per event") {
+  const CliResult text = cli({"trace", "--algorithm", "standard", "--seq-q", "64", "--head-dim", "16", "--sram-bytes", "2048"});
+  CHECK(text.code == 0);
+  CHECK(text.out.find("asymptotic formula") != std::string::npos);
+  CHECK(text.out.find("S ") != std::string::npos);  // standard attention moves S and P through HBM
+
+  const std::vector<std::string> args = {"trace", "--algorithm", "fa1", "--seq-q", "16", "--head-dim", "8", "--sram-bytes", "256"};
+  std::vector<std::string> json_args = args, event_args = args;
+  json_args.push_back("--json");
+  event_args.push_back("--events");
+  const auto j = nlohmann::json::parse(cli(json_args).out);
+  const CliResult events = cli(event_args);
+  CHECK(events.code == 0);
+  CHECK(std::count(events.out.begin(), events.out.end(), '\n') == j["events"].get<std::int64_t>() + 1);  // + header
+  expect_bad_input({"trace", "--algorithm", "fa2", "--seq-q", "65536", "--head-dim", "64", "--sram-bytes", "4096", "--events"},
+                   "--events would print");
+}
+
+TEST_CASE("bench writes a JSON row per variant and size, with time, memory and modeled traffic") {
+  TempDir dir;
+  const CliResult r = cli({"bench", "--device", "cpu", "--variants", "cpu-naive,cpu-fa2", "--seq", "32,64", "--head-dim",
+                           "8", "--warmup", "0", "--iters", "1", "--backward", "--json", dir.file("b.json"), "--csv",
+                           dir.file("b.csv")});
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  std::ifstream f(dir.file("b.json"));
+  const auto j = nlohmann::json::parse(f);
+  CHECK(!j["device"].get<std::string>().empty());
+  CHECK(j["command"].get<std::string>().find("bench --device cpu") != std::string::npos);
+  CHECK(!j["date"].get<std::string>().empty());
+  const auto& rows = j["rows"];
+  REQUIRE(rows.size() == 4);
+  for (const auto& row : rows) {
+    CHECK(row["status"] == "ok");
+    CHECK(row["forward_ms"].get<double>() > 0);
+    CHECK(row["backward_ms"].get<double>() > 0);
+    CHECK(row["forward_tflops"].get<double>() > 0);
+    CHECK(row["modeled_hbm_bytes_forward"].get<std::int64_t>() > 0);
+    CHECK(row["extra_bytes"].get<std::int64_t>() >= 0);
+  }
+  // The modeled traffic is the variant's own loop nest: naive moves S and P, FA2 does not.
+  CHECK(rows[1]["modeled_hbm_bytes_forward"].get<std::int64_t>() > rows[3]["modeled_hbm_bytes_forward"].get<std::int64_t>());
+  std::ifstream csv(dir.file("b.csv"));
+  const std::string csv_text((std::istreambuf_iterator<char>(csv)), std::istreambuf_iterator<char>());
+  CHECK(std::count(csv_text.begin(), csv_text.end(), '\n') == 5);  // header + 4 rows
+}
+
+TEST_CASE("bench reports a size that won't fit as a skipped row and goes on with the sweep") {
+  TempDir dir;
+  const CliResult r = cli({"bench", "--device", "cpu", "--variants", "cpu-naive", "--seq", "32,3000000,64", "--head-dim",
+                           "8", "--warmup", "0", "--iters", "1", "--json", dir.file("b.json")});
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  std::ifstream f(dir.file("b.json"));
+  const auto rows = nlohmann::json::parse(f)["rows"];
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[0]["status"] == "ok");
+  CHECK(rows[1]["status"] == "skipped");
+  CHECK(rows[1]["reason"].get<std::string>().find("memory is available") != std::string::npos);
+  CHECK(rows[2]["status"] == "ok");
+  CHECK(r.out.find("skipped: ") != std::string::npos);
+}
