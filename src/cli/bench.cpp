@@ -3,6 +3,7 @@
 // resident memory (ru_maxrss) belongs to that configuration alone; "extra" is that peak minus the
 // child's starting memory and the inputs and outputs, i.e. what the algorithm itself needs (S and P
 // for naive attention). CUDA variants time themselves (Variant::bench: CUDA events, device memory).
+#include <malloc.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -67,24 +68,43 @@ bool reset_peak_rss() {
 struct ChildReport {
   int ok = 0;
   double forward_ms = -1, backward_ms = -1;
-  std::int64_t start_rss = 0, peak_rss = 0;
+  std::int64_t peak_bytes = 0;   // peak RSS minus the RSS at the child's start
+  std::int64_t extra_bytes = 0;  // peak RSS during the timed runs minus (RSS before them + outputs)
   char error[400] = {};
 };
 
+std::int64_t output_host_bytes(const Shape& s, bool backward) {
+  const std::int64_t q = std::int64_t(s.batch) * s.seq_q * s.heads_q * s.head_dim;
+  const std::int64_t kv = std::int64_t(s.batch) * s.seq_k * s.heads_kv * s.head_dim;
+  const std::int64_t lse = std::int64_t(s.batch) * s.heads_q * s.seq_q;
+  return (q + lse + (backward ? q + 2 * kv : 0)) * std::int64_t(sizeof(double));  // o, lse (dq, dk, dv)
+}
+
+// Runs in the forked child. Memory is measured over the timed runs only: by then the inputs exist
+// and the warm-up has paged in the code, so what the peak adds on top is the outputs and the
+// algorithm's working set (S and P for naive attention). A fixed mmap threshold and malloc_trim make
+// freed buffers leave the RSS, so one run's leftovers do not hide the next one's peak.
 ChildReport time_cpu_in_this_process(const Variant& v, const Problem& p, DType dtype, bool backward, int warmup,
                                      int iters) {
   ChildReport r;
-  r.start_rss = current_rss_bytes();
-  const bool reset = reset_peak_rss();
+  constexpr int kMmapThreshold = 128 * 1024;
+  mallopt(M_MMAP_THRESHOLD, kMmapThreshold);
+  const std::int64_t rss_at_start = current_rss_bytes();
+  const bool reset_at_start = reset_peak_rss();
   const Qkv in = random_qkv(p.shape, dtype, p.options.seed);
   const HostTensor dO = backward ? random_like_o(p.shape, dtype, p.options.seed) : HostTensor();
   using Clock = std::chrono::steady_clock;
   std::vector<double> fwd_ms, bwd_ms;
-  ForwardOut out;
+  std::int64_t rss_before_timed = 0;
+  bool reset_before_timed = false;
   for (int it = 0; it < warmup + iters; ++it) {
-    out = ForwardOut{};  // free the previous outputs first: one set alive at a time
+    if (it == warmup) {
+      malloc_trim(0);
+      rss_before_timed = current_rss_bytes();
+      reset_before_timed = reset_peak_rss();
+    }
     const auto t0 = Clock::now();
-    out = v.forward(p, dtype, in, nullptr);
+    const ForwardOut out = v.forward(p, dtype, in, nullptr);
     const auto t1 = Clock::now();
     if (it >= warmup) fwd_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
     if (backward) {
@@ -96,8 +116,10 @@ ChildReport time_cpu_in_this_process(const Variant& v, const Problem& p, DType d
   }
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  r.peak_rss = std::int64_t(usage.ru_maxrss) * 1024;  // Linux reports KiB
-  if (!reset) r.start_rss = 0;  // the peak then includes what the child inherited: do not subtract less
+  const std::int64_t peak = std::int64_t(usage.ru_maxrss) * 1024;  // Linux reports KiB
+  // Without the reset (kernels before 4.0) the peak is the whole process's: report it unsubtracted.
+  r.peak_bytes = reset_at_start ? peak - rss_at_start : peak;
+  r.extra_bytes = reset_before_timed ? peak - rss_before_timed - output_host_bytes(p.shape, backward) : peak;
   r.forward_ms = median(fwd_ms);
   if (backward) r.backward_ms = median(bwd_ms);
   r.ok = 1;
@@ -234,6 +256,8 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
                      (cuda_device_name().empty() ? "none is available on this machine" : "it is not usable"));
   if (warmup < 0 || iters < 1) throw InputError("--warmup must be >= 0 and --iters >= 1");
   const std::vector<int> seqs = parse_int_list(seq, "--seq");
+  std::string load_average;  // the machine's load when the sweep began: timings on a busy host are noisy
+  std::getline(std::ifstream("/proc/loadavg"), load_average);
   const bool fixed_dtype = !dtype.empty();
   const DType only_dtype = fixed_dtype ? parse_dtype(dtype) : DType::F32;
 
@@ -313,8 +337,8 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
           r.forward_ms = c.forward_ms;
           r.backward_ms = c.backward_ms;
           r.io_bytes = io_host_bytes(p.shape, backward);
-          r.peak_bytes = c.peak_rss - c.start_rss;
-          r.extra_bytes = std::max<std::int64_t>(0, r.peak_bytes - r.io_bytes);
+          r.peak_bytes = c.peak_bytes;
+          r.extra_bytes = std::max<std::int64_t>(0, c.extra_bytes);
         }
       }
       rows.push_back(r);
@@ -367,10 +391,13 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
     j["settings"] = {{"batch", base.shape.batch}, {"heads", base.shape.heads_q}, {"head_dim", head_dim},
                      {"causal", to_string(base.options.causal)}, {"backward", backward}, {"warmup", warmup},
                      {"iters", iters}};
+    if (dev == Device::Cpu) j["load_average_at_start"] = load_average;
     j["notes"] = dev == Device::Cpu
-                     ? "times: host steady_clock, median; peak_bytes: ru_maxrss of a forked child minus its starting "
-                       "RSS; io_bytes: q, k, v, o, lse (and dO, dq, dk, dv) as double host tensors; extra_bytes = "
-                       "peak - io"
+                     ? "one forked process per row. times: host steady_clock, median of the timed runs. peak_bytes: "
+                       "ru_maxrss minus the RSS at the child's start (includes the inputs and code paged in). "
+                       "extra_bytes: ru_maxrss over the timed runs minus the RSS just before them (inputs resident, "
+                       "code paged in by the warm-up) minus the outputs: the algorithm's own working set. io_bytes: "
+                       "q, k, v, o, lse (and dO, dq, dk, dv) as double host tensors"
                      : "times and memory from Variant::bench (CUDA events, device memory)";
     nlohmann::ordered_json list = nlohmann::ordered_json::array();
     for (const Row& r : rows) {
