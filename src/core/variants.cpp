@@ -37,6 +37,9 @@ const std::vector<Variant>& variants() {
       {"cuda-fa2-simt", Device::Cuda, {F32}, {true, true, true, true}, {1, kSimtMaxHeadDim, {}},
        "FlashAttention-2 loop order, fp32 CUDA cores, one block per (batch, head, Q block)", Algorithm::FA2,
        cuda_fa2_simt_forward, cuda_fa2_simt_backward, cuda_fa2_simt_bench},
+      {"cuda-fa2", Device::Cuda, {F16, BF16}, {true, true, true, true}, cuda_fa2_head_dims(),
+       "FlashAttention-2 on tensor cores (mma.sync, ldmatrix, cp.async), fp32 accumulation", Algorithm::FA2,
+       cuda_fa2_forward, cuda_fa2_backward, cuda_fa2_bench},
 #endif
   };
   return table;

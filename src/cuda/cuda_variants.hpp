@@ -30,6 +30,12 @@ ForwardOut cuda_fa2_simt_forward(const Problem&, DType, const Qkv&, TrafficObser
 Grads cuda_fa2_simt_backward(const Problem&, DType, const Qkv&, const ForwardOut&, const HostTensor& dO);
 BenchResult cuda_fa2_simt_bench(const Problem&, DType, const BenchSettings&);
 
+// cuda-fa2: FlashAttention-2 on tensor cores (mma.sync, ldmatrix, cp.async), fp16/bf16, fp32 accumulation.
+ForwardOut cuda_fa2_forward(const Problem&, DType, const Qkv&, TrafficObserver*);
+Grads cuda_fa2_backward(const Problem&, DType, const Qkv&, const ForwardOut&, const HostTensor& dO);
+BenchResult cuda_fa2_bench(const Problem&, DType, const BenchSettings&);
+HeadDims cuda_fa2_head_dims();  // the head dims with a compiled kernel configuration
+
 }  // namespace flashlab
 
 // Internal: the unfused pipeline that cuda-naive and cuda-cublas share (naive.cu), parameterized by

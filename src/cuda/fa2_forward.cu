@@ -1,0 +1,291 @@
+// cuda-fa2 forward: FlashAttention-2 (Dao, 2023, Algorithm 1) on tensor cores, fp16/bf16 in, fp32
+// accumulation.
+//
+// What changed from fa2-simt (the readable CUDA-core FA2, same loop order: Q block outer, K/V inner,
+// O rescaled once at the end):
+//  * Both matmuls run on tensor cores (mma.sync m16n8k16) instead of FMA: ~16x the arithmetic rate.
+//  * Operands reach the tensor cores through ldmatrix (K plain, V transposed), from shared tiles
+//    padded so that no ldmatrix or cp.async store conflicts on a bank (fa2_tile.cuh).
+//  * K_{j+1}, V_{j+1} are copied with cp.async into a second stage while tile j computes, so the
+//    loads hide behind the math; one barrier per K/V tile.
+//  * S_ij never leaves the registers: its fp32 C fragments are exponentiated in place and re-packed
+//    as the A fragment of P_ij V_j (fa2_mma.cuh, pack_a_from_c).
+//  * The softmax scale is folded into exp2: exp(scale * s - m) = exp2(scale * log2e * s - m').
+//  * Causal: tiles that are fully masked are never visited, and only the tiles that straddle the
+//    diagonal (or the end of the keys) pay for the element mask (core/mask.hpp).
+//  * Each warp owns kMTiles * 16 query rows, so every K/V fragment loaded by ldmatrix feeds kMTiles
+//    mma's; with two m-tiles the shared-memory bytes per FLOP halve.
+//  * Blocks are launched heaviest first (causal: the last query blocks see the most keys).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "../core/mask.hpp"
+#include "../core/philox.hpp"
+#include "common.cuh"
+#include "fa2_launch.cuh"
+#include "fa2_mma.cuh"
+#include "fa2_tile.cuh"
+
+namespace flashlab::cuda::fa2 {
+namespace {
+
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Block shape per head dim: kWarps warps, each owning kMTiles * 16 query rows (Br = kWarps * kMTiles
+// * 16), Bc keys per K/V tile.
+template <int D>
+struct FwdConfig {
+  static constexpr int kWarps = 4;
+  static constexpr int kMTiles = D <= 128 ? 2 : 1;  // d=256: O alone takes 128 registers per m-tile
+  static constexpr int kBc = D <= 64 ? 64 : 32;  // S_ij and O_i must share 255 registers without spills
+  static constexpr int kBr = kWarps * kMTiles * 16;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kSmemBytes = (kBr + 2 * 2 * kBc) * kPitch<D> * 2;  // Q, 2 stages of K and V
+};
+
+template <class T, int D, bool kDropout>
+__global__ void __launch_bounds__(FwdConfig<D>::kThreads) forward_kernel(const Params p) {
+  using Cfg = FwdConfig<D>;
+  constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kM = Cfg::kMTiles, kThreads = Cfg::kThreads;
+  constexpr int kNT = kBc / 8;  // n-tiles of S per row block
+  constexpr int kDT = D / 8;    // n-tiles of O
+  extern __shared__ __align__(16) unsigned char smem_bytes[];
+  T* Qs = reinterpret_cast<T*>(smem_bytes);  // (Br, D)
+  T* Ks = Qs + kBr * kPitch<D>;              // (2, Bc, D)
+  T* Vs = Ks + 2 * kBc * kPitch<D>;          // (2, Bc, D)
+
+  const int m_block = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // heaviest first
+  const int b = static_cast<int>(blockIdx.y) / p.heads_q, h = static_cast<int>(blockIdx.y) % p.heads_q;
+  const int h_kv = h / (p.heads_q / p.heads_kv);
+  const int row0 = m_block * kBr;
+  const std::int64_t q_stride = std::int64_t(p.heads_q) * D, kv_stride = std::int64_t(p.heads_kv) * D;
+  const T* q = static_cast<const T*>(p.q) + (std::int64_t(b) * p.seq_q * p.heads_q + h) * D;
+  const T* k = static_cast<const T*>(p.k) + (std::int64_t(b) * p.seq_k * p.heads_kv + h_kv) * D;
+  const T* v = static_cast<const T*>(p.v) + (std::int64_t(b) * p.seq_k * p.heads_kv + h_kv) * D;
+  T* o = static_cast<T*>(p.o) + (std::int64_t(b) * p.seq_q * p.heads_q + h) * D;
+  float* lse = p.lse + (std::int64_t(b) * p.heads_q + h) * p.seq_q;
+
+  // Tc: K/V tiles this block must visit; under a causal mask the last row sees the most keys.
+  const int last_row = min(row0 + kBr, p.seq_q) - 1;
+  const int last_key = last_visible_key(p.align, last_row, p.seq_q, p.seq_k);
+  const int Tc = last_key < 0 ? 0 : last_key / kBc + 1;
+
+  load_tile_async<T, D, kBr, kThreads>(Qs, q + row0 * q_stride, q_stride, p.seq_q - row0);
+  if (Tc > 0) {
+    load_tile_async<T, D, kBc, kThreads>(Ks, k, kv_stride, p.seq_k);
+    load_tile_async<T, D, kBc, kThreads>(Vs, v, kv_stride, p.seq_k);
+  }
+  cp_async_commit();
+
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int g = lane / 4, t = lane % 4;  // fragment row group, thread in group
+  const int warp_row0 = warp * kM * 16;  // first row of this warp within the block
+
+  // Per row this thread holds (m-tile mi, half hf: rows g and g + 8): the running max m_i (in log2
+  // units, scale folded in) and this thread's part of the running sum l_i.
+  float m_i[kM][2], l_i[kM][2];
+  float acc_o[kM][kDT][4];  // O_i, unnormalized: (16 * kM, D) per warp
+#pragma unroll
+  for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      m_i[mi][hf] = -INFINITY;
+      l_i[mi][hf] = 0.f;
+    }
+#pragma unroll
+    for (int nt = 0; nt < kDT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_o[mi][nt][e] = 0.f;
+  }
+
+  for (int j = 0; j < Tc; ++j) {
+    // Tile j has landed, and every warp is done with the stage tile j + 1 will overwrite.
+    cp_async_wait<0>();
+    __syncthreads();
+    if (j + 1 < Tc) {
+      const int next_row = (j + 1) * kBc;
+      const int stage = (j + 1) & 1;
+      load_tile_async<T, D, kBc, kThreads>(Ks + stage * kBc * kPitch<D>, k + next_row * kv_stride, kv_stride,
+                                           p.seq_k - next_row);
+      load_tile_async<T, D, kBc, kThreads>(Vs + stage * kBc * kPitch<D>, v + next_row * kv_stride, kv_stride,
+                                           p.seq_k - next_row);
+    }
+    cp_async_commit();
+    const T* Kj = Ks + (j & 1) * kBc * kPitch<D>;  // (Bc, D)
+    const T* Vj = Vs + (j & 1) * kBc * kPitch<D>;  // (Bc, D)
+
+    // S_ij = Q_i K_j^T  // (16 * kM, Bc) per warp
+    float s[kM][kNT][4];
+#pragma unroll
+    for (int mi = 0; mi < kM; ++mi)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mi][nt][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      std::uint32_t a[kM][4];
+#pragma unroll
+      for (int mi = 0; mi < kM; ++mi)
+        ldmatrix_x4(a[mi], tile_addr<D>(Qs, warp_row0 + mi * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
+#pragma unroll
+      for (int np = 0; np < kNT / 2; ++np) {
+        std::uint32_t bk[4];
+        ldmatrix_x4(bk, tile_addr<D>(Kj, np * 16 + (lane & 7) + (lane >> 4) * 8, kk * 16 + ((lane >> 3) & 1) * 8));
+#pragma unroll
+        for (int mi = 0; mi < kM; ++mi) {
+          mma_16x8x16<T>(s[mi][2 * np], a[mi], bk[0], bk[1]);
+          mma_16x8x16<T>(s[mi][2 * np + 1], a[mi], bk[2], bk[3]);
+        }
+      }
+    }
+
+    // Scale into log2 units; mask only tiles that straddle the diagonal or the end of the keys.
+    const int col0 = j * kBc;
+    const bool needs_mask = tile_needs_mask(p.align, row0, col0 + kBc, p.seq_q, p.seq_k);
+#pragma unroll
+    for (int mi = 0; mi < kM; ++mi)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mi][nt][e] *= p.scale_log2;
+    if (needs_mask) {
+#pragma unroll
+      for (int mi = 0; mi < kM; ++mi)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          const int row = row0 + warp_row0 + mi * 16 + g + 8 * hf;
+          // Columns of this thread are col0 + 8 nt + 2t + e: compare against the tile-relative limit.
+          const int last = last_visible_key(p.align, row, p.seq_q, p.seq_k) - col0 - 2 * t;
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) {
+            s[mi][nt][2 * hf] = nt * 8 > last ? -INFINITY : s[mi][nt][2 * hf];
+            s[mi][nt][2 * hf + 1] = nt * 8 + 1 > last ? -INFINITY : s[mi][nt][2 * hf + 1];
+          }
+        }
+    }
+
+    // Online softmax: m_i^(j) = max(m_i^(j-1), rowmax(S_ij)); P_ij = exp2(S_ij - m_i^(j));
+    // l_i and O_i are rescaled by exp2(m_i^(j-1) - m_i^(j)).
+#pragma unroll
+    for (int mi = 0; mi < kM; ++mi)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        float row_max = m_i[mi][hf];
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) row_max = fmaxf(row_max, fmaxf(s[mi][nt][2 * hf], s[mi][nt][2 * hf + 1]));
+        row_max = quad_max(row_max);
+        // A row that has seen only masked keys keeps m = -inf; subtract 0 then so exp2 gives 0, not NaN.
+        const float m_use = row_max == -INFINITY ? 0.f : row_max;
+        const float correction = fast_exp2(m_i[mi][hf] - m_use);
+        m_i[mi][hf] = row_max;
+        float row_sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          s[mi][nt][2 * hf] = fast_exp2(s[mi][nt][2 * hf] - m_use);
+          s[mi][nt][2 * hf + 1] = fast_exp2(s[mi][nt][2 * hf + 1] - m_use);
+          row_sum += s[mi][nt][2 * hf] + s[mi][nt][2 * hf + 1];
+        }
+        l_i[mi][hf] = l_i[mi][hf] * correction + row_sum;  // this thread's columns; quad-summed at the end
+#pragma unroll
+        for (int nt = 0; nt < kDT; ++nt) {
+          acc_o[mi][nt][2 * hf] *= correction;
+          acc_o[mi][nt][2 * hf + 1] *= correction;
+        }
+      }
+
+    // Dropout acts on P after its row sum (l_i normalizes the undropped softmax): keep / (1 - p).
+    if constexpr (kDropout) {
+#pragma unroll
+      for (int mi = 0; mi < kM; ++mi)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          const int row = row0 + warp_row0 + mi * 16 + g + 8 * hf;
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) {
+            // Columns col, col + 1 (col even, col % 4 = 2 * (t % 2)) share one Philox call.
+            const int col = col0 + nt * 8 + 2 * t;
+            const Philox4 r = dropout_draws4(p.seed, b, h, row, col >> 2);
+            const std::uint32_t draw0 = (t & 1) ? r.x[2] : r.x[0], draw1 = (t & 1) ? r.x[3] : r.x[1];
+            s[mi][nt][2 * hf] *= draw0 >= p.drop_threshold ? p.drop_rescale : 0.f;
+            s[mi][nt][2 * hf + 1] *= draw1 >= p.drop_threshold ? p.drop_rescale : 0.f;
+          }
+        }
+    }
+
+    // O_i += P_ij V_j, P_ij straight from the registers.
+#pragma unroll
+    for (int kp = 0; kp < kBc / 16; ++kp) {
+      std::uint32_t a[kM][4];
+#pragma unroll
+      for (int mi = 0; mi < kM; ++mi) pack_a_from_c<T>(a[mi], s[mi][2 * kp], s[mi][2 * kp + 1]);
+#pragma unroll
+      for (int dp = 0; dp < kDT / 2; ++dp) {
+        std::uint32_t bv[4];
+        ldmatrix_x4_trans(bv, tile_addr<D>(Vj, kp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dp * 16 + (lane >> 4) * 8));
+#pragma unroll
+        for (int mi = 0; mi < kM; ++mi) {
+          mma_16x8x16<T>(acc_o[mi][2 * dp], a[mi], bv[0], bv[1]);
+          mma_16x8x16<T>(acc_o[mi][2 * dp + 1], a[mi], bv[2], bv[3]);
+        }
+      }
+    }
+  }
+
+  // O_i = diag(l_i)^-1 O_i; L_i = m_i + log(l_i). A row that saw no key: O = 0, L = -inf.
+#pragma unroll
+  for (int mi = 0; mi < kM; ++mi)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int row = row0 + warp_row0 + mi * 16 + g + 8 * hf;
+      const float l = quad_sum(l_i[mi][hf]);
+      if (row >= p.seq_q) continue;
+      const float inv_l = l > 0.f ? 1.f / l : 0.f;
+      std::uint32_t* o_row = reinterpret_cast<std::uint32_t*>(o + row * q_stride);
+#pragma unroll
+      for (int nt = 0; nt < kDT; ++nt)
+        o_row[nt * 4 + t] = MmaType<T>::pack(acc_o[mi][nt][2 * hf] * inv_l, acc_o[mi][nt][2 * hf + 1] * inv_l);
+      if (t == 0) lse[row] = l > 0.f ? (m_i[mi][hf] + log2f(l)) * kLn2 : -INFINITY;
+    }
+}
+
+template <class T, int D, bool kDropout>
+void launch(const Params& p) {
+  using Cfg = FwdConfig<D>;
+  auto kernel = forward_kernel<T, D, kDropout>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  const dim3 grid((p.seq_q + Cfg::kBr - 1) / Cfg::kBr, p.batch * p.heads_q);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void launch_for_dtype(const Params& p) {
+  auto pick = [&]<int D>() {
+    if (p.dropout) launch<T, D, true>(p);
+    else launch<T, D, false>(p);
+  };
+  switch (p.head_dim) {
+    case 32: return pick.template operator()<32>();
+    case 64: return pick.template operator()<64>();
+    case 96: return pick.template operator()<96>();
+    case 128: return pick.template operator()<128>();
+    case 256: return pick.template operator()<256>();
+    default: throw std::logic_error("cuda-fa2 forward: head_dim " + std::to_string(p.head_dim) + " has no kernel");
+  }
+}
+
+}  // namespace
+
+void launch_forward(DType dtype, const Params& p) {
+  if (p.seq_q == 0 || p.batch == 0) return;
+  if (dtype == DType::F16) return launch_for_dtype<__half>(p);
+  if (dtype == DType::BF16) return launch_for_dtype<__nv_bfloat16>(p);
+  throw std::logic_error("cuda-fa2 forward: dtype must be f16 or bf16");
+}
+
+}  // namespace flashlab::cuda::fa2

@@ -1,0 +1,44 @@
+#pragma once
+// What the host side of cuda-fa2 (fa2.cu) hands to the kernels (fa2_forward.cu, fa2_backward.cu):
+// raw device pointers in layout (B, S, H, D), the problem's extents and the derived constants.
+#include <cstdint>
+
+#include "../core/problem.hpp"
+
+namespace flashlab::cuda::fa2 {
+
+struct Params {
+  // Inputs and forward outputs; element type T (fp16 or bf16) unless marked float.
+  const void* q = nullptr;  // (B, S_q, H_q, D)
+  const void* k = nullptr;  // (B, S_k, H_kv, D)
+  const void* v = nullptr;  // (B, S_k, H_kv, D)
+  void* o = nullptr;        // (B, S_q, H_q, D)
+  float* lse = nullptr;     // (B, H_q, S_q), natural log
+  // Backward only.
+  const void* d_o = nullptr;   // (B, S_q, H_q, D)
+  float* d_sum = nullptr;      // (B, H_q, S_q): D = rowsum(dO o O)
+  float* dq_accum = nullptr;   // (B, S_q, H_q, D) fp32, zeroed, atomics
+  void* dq = nullptr;          // (B, S_q, H_q, D)
+  void* dk = nullptr;          // (B, S_k, H_kv, D)
+  void* dv = nullptr;          // (B, S_k, H_kv, D)
+
+  int batch = 0, heads_q = 0, heads_kv = 0, seq_q = 0, seq_k = 0, head_dim = 0;
+  CausalAlign align = CausalAlign::None;
+  float scale = 0;       // softmax scale
+  float scale_log2 = 0;  // scale * log2(e): exp(scale * s) = exp2(scale_log2 * s)
+  bool dropout = false;
+  std::uint32_t drop_threshold = 0;  // core/philox.hpp dropout_threshold(p)
+  float drop_rescale = 1;            // 1 / (1 - p)
+  std::uint64_t seed = 0;
+};
+
+// Head dims with a compiled configuration; anything else is rejected before launch (variant table).
+inline constexpr int kHeadDims[] = {32, 64, 96, 128, 256};
+
+// Launch on the default stream; `dtype` is F16 or BF16. Check launches, do not synchronize.
+void launch_forward(DType dtype, const Params&);
+// D = rowsum(dO o O), the K/V-outer main kernel (dK, dV; dQ into dq_accum), dQ conversion.
+// dq_accum must be zeroed by the caller.
+void launch_backward(DType dtype, const Params&);
+
+}  // namespace flashlab::cuda::fa2
