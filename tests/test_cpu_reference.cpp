@@ -103,12 +103,19 @@ TEST_CASE("tiled FA1 and FA2 equal naive for head dims 1, 3, 64 and 256") {
 }
 
 TEST_CASE("tiled equals naive under the causal mask in both alignments") {
-  for (const CausalAlign align : {CausalAlign::TopLeft, CausalAlign::BottomRight}) {
-    CAPTURE(to_string(align));
-    SUBCASE("square") { check_tiled_equals_naive(make_problem({1, 2, 2, 45, 45, 8}, align)); }
-    SUBCASE("seq_q > seq_k") { check_tiled_equals_naive(make_problem({1, 2, 2, 61, 26, 8}, align)); }
-    SUBCASE("seq_q < seq_k") { check_tiled_equals_naive(make_problem({1, 2, 2, 26, 61, 8}, align)); }
-    SUBCASE("with dropout") { check_tiled_equals_naive(make_problem({1, 2, 2, 30, 41, 8}, align, 0.25)); }
+  // The alignment loop sits inside each SUBCASE: doctest enters one subcase per run.
+  const CausalAlign aligns[] = {CausalAlign::TopLeft, CausalAlign::BottomRight};
+  SUBCASE("square") {
+    for (const CausalAlign align : aligns) check_tiled_equals_naive(make_problem({1, 2, 2, 45, 45, 8}, align));
+  }
+  SUBCASE("seq_q > seq_k") {
+    for (const CausalAlign align : aligns) check_tiled_equals_naive(make_problem({1, 2, 2, 61, 26, 8}, align));
+  }
+  SUBCASE("seq_q < seq_k") {
+    for (const CausalAlign align : aligns) check_tiled_equals_naive(make_problem({1, 2, 2, 26, 61, 8}, align));
+  }
+  SUBCASE("with dropout") {
+    for (const CausalAlign align : aligns) check_tiled_equals_naive(make_problem({1, 2, 2, 30, 41, 8}, align, 0.25));
   }
 }
 

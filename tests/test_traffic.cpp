@@ -334,3 +334,47 @@ TEST_CASE("tiling_from_sram follows the paper: Bc = ceil(M / 4d), Br = min(Bc, d
   CHECK_THROWS_AS(count_traffic(Algorithm::FA2, Pass::Forward, problem(8, 8, 8), Tiling{0, 8}, 2, counter),
                   InputError);
 }
+
+TEST_CASE("the L2 level: capacity 0 is the paper's two-level count, a large L2 leaves only compulsory traffic") {
+  const int N = 2048, d = 64;
+  const Tiling t = tiling_from_sram(100 * 1024, d, kBytes);
+  const Problem p = problem(N, N, d, CausalAlign::None, 1, 2);
+  const I64 BH = 2, Nd = BH * I64{N} * d * kBytes;
+  SUBCASE("no L2: DRAM traffic equals the TrafficCounter totals") {
+    for (const Algorithm a : {Algorithm::Standard, Algorithm::FA1, Algorithm::FA2})
+      for (const Pass pass : {Pass::Forward, Pass::Backward}) {
+        CAPTURE(to_string(a));
+        L2Model l2(0);
+        count_traffic(a, pass, p, t, kBytes, l2);
+        l2.flush();
+        const TrafficTotals want = count(a, pass, p, t);
+        CHECK(l2.dram().read == want.read);
+        CHECK(l2.dram().written == want.written);
+        CHECK(l2.hit_bytes() == 0);
+      }
+  }
+  SUBCASE("an H100-sized L2 absorbs FA2's re-reads of K and V: DRAM reads are Q, K, V once") {
+    L2Model l2(50 * 1000 * 1000);
+    count_traffic(Algorithm::FA2, Pass::Forward, p, t, kBytes, l2);
+    l2.flush();
+    CHECK(l2.dram().total_read() == 3 * Nd);
+    CHECK(l2.dram().total_written() == Nd + BH * N * kBytes);  // O and L once
+    CHECK(l2.hit_bytes() == count(Algorithm::FA2, Pass::Forward, p, t).total_read() - 3 * Nd);
+  }
+  SUBCASE("a large L2 turns FA1's round trips of O into one read and one write") {
+    L2Model l2(50 * 1000 * 1000);
+    count_traffic(Algorithm::FA1, Pass::Forward, p, t, kBytes, l2);
+    l2.flush();
+    CHECK(rd(l2.dram(), TensorId::O) == Nd);
+    CHECK(wr(l2.dram(), TensorId::O) == Nd);
+    CHECK(rd(l2.dram(), TensorId::Q) == Nd);
+  }
+  SUBCASE("an L2 smaller than one head's K and V thrashes: LRU misses on every cyclic re-read") {
+    L2Model l2(256 * 1024);  // K and V of one head: 2 * N * d * 2 bytes = 512 KB
+    count_traffic(Algorithm::FA2, Pass::Forward, p, t, kBytes, l2);
+    l2.flush();
+    const TrafficTotals two_level = count(Algorithm::FA2, Pass::Forward, p, t);
+    CHECK(rd(l2.dram(), TensorId::K) == rd(two_level, TensorId::K));
+    CHECK(rd(l2.dram(), TensorId::V) == rd(two_level, TensorId::V));
+  }
+}

@@ -22,8 +22,9 @@
 // the observer; the tests check that the two streams are identical.
 #include "tiled.hpp"
 
+#include <algorithm>
 #include <cmath>
-#include <optional>
+#include <limits>
 
 #include "attention_math.hpp"
 

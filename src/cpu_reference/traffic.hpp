@@ -4,6 +4,7 @@
 // consumers. Two levels, as in the paper: HBM and SRAM (on-chip shared memory / registers).
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "../core/problem.hpp"
@@ -22,6 +23,12 @@ enum class Direction {
   Free,     // leaves SRAM without being written back (no bytes move)
   Compute,  // arithmetic on tiles already in SRAM: marks a line of the pseudocode (bytes = 0)
 };
+// How the producer (tiled.cpp) uses them, so a consumer can replay SRAM occupancy:
+//  * Load adds the tile to SRAM; Store writes it back and it leaves SRAM; Free drops it unwritten.
+//  * Compute names the tile it produces or updates (tensor, tile, rows, cols). A tile born on chip
+//    (O_i initialized to 0, S_ij, dK_j, ...) enters SRAM with its first Compute event; sram_bytes
+//    says so. P_ij overwrites S_ij and dS_ij overwrites dP_ij in place, as on a GPU.
+//  * Causal attention emits nothing for a skipped tile.
 
 struct TileEvent {
   std::int64_t index = 0;  // position of this event in the stream, from 0
@@ -62,6 +69,35 @@ class TrafficCounter : public TrafficObserver {
 
  private:
   TrafficTotals totals_;
+};
+
+// A third level between HBM and SRAM: a last-level cache (DESIGN.md, "What the hardware really
+// does": an H100's 50 MB L2 absorbs FA2's re-reads of K and V). Replays the events through an LRU
+// cache of whole tiles with write-back and write-allocate, and counts the bytes that reach DRAM:
+// a Load of a tile still in L2 is a hit; a Store dirties the tile; a dirty tile is written to DRAM
+// when evicted or at flush(). Simplifications, said plainly: tiles are keyed by (bh, tensor, tile),
+// so query heads sharing a K/V head (GQA) do not share cached tiles; and the walk is the loop
+// nest's sequential order, while a GPU runs many (bh, i) blocks at once, which changes what is
+// resident when. Capacity 0 reproduces the two-level TrafficCounter totals exactly.
+class L2Model : public TrafficObserver {
+ public:
+  explicit L2Model(std::int64_t capacity_bytes);
+  ~L2Model() override;
+  L2Model(const L2Model&) = delete;
+  L2Model& operator=(const L2Model&) = delete;
+  void on_event(const TileEvent& e) override;
+  // Writes back what is still dirty; call once after the walk. The totals are final after it.
+  void flush();
+  // DRAM bytes per tensor (read: L2 misses; written: write-backs), events and peak SRAM.
+  const TrafficTotals& dram() const { return dram_; }
+  std::int64_t hit_bytes() const { return hit_bytes_; }  // loads served by L2
+
+ private:
+  struct Cache;
+  std::unique_ptr<Cache> cache_;
+  std::int64_t capacity_;
+  TrafficTotals dram_;
+  std::int64_t hit_bytes_ = 0;
 };
 
 }  // namespace flashlab
