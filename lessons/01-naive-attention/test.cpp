@@ -104,6 +104,11 @@ std::vector<double> reference_softmax(const std::vector<double>& scores) {
   return naive_forward<double>(p, in).o.data;
 }
 
+// A softmax row's entries are in (0, 1] and sum to 1: a few units of double rounding (2.2e-16) is all
+// a correct one can be off by, in each entry and in the sum.
+constexpr double kSoftmaxEntrySlack = 1e-14;
+constexpr double kSoftmaxSumSlack = 1e-12;
+
 std::string diagnose_softmax(const std::vector<double>& scores) {
   std::vector<double> row = scores;
   lesson::softmax_row(row);
@@ -115,13 +120,13 @@ std::string diagnose_softmax(const std::vector<double>& scores) {
   std::ostringstream why;
   double sum = 0;
   for (double p : row) sum += p;
-  if (std::abs(sum - 1.0) > 1e-12) {
+  if (std::abs(sum - 1.0) > kSoftmaxSumSlack) {
     why << "your softmax row sums to " << sum
         << ", not 1: divide every exp(s_j - m) by their sum l = sum_k exp(s_k - m)";
     return why.str();
   }
   for (std::size_t j = 0; j < row.size(); ++j)
-    if (std::abs(row[j] - ref[j]) > 1e-14) {
+    if (std::abs(row[j] - ref[j]) > kSoftmaxEntrySlack) {
       why << "your softmax gives p[" << j << "] = " << row[j] << ", the reference " << ref[j]
           << ": each p_j must be exp(s_j - m) / l with the SAME m and l for the whole row";
       return why.str();

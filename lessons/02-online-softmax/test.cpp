@@ -200,12 +200,12 @@ std::string diagnose_scripted_row(const Blocks& blocks, std::uint64_t seed) {
 // and the last key row points that way, strongly. The earlier blocks then all hold smaller scores,
 // and the last block raises every row's max.
 void make_larger_max_arrive_last(const Problem& p, Qkv& in) {
+  constexpr double kLastKeyScore = 20.0;  // per unit of Q[r][0]; the other scores are of order 1
   const int d = p.shape.head_dim, last = p.shape.seq_k - 1;
   for (int r = 0; r < p.shape.seq_q; ++r) in.q.at(0, r, 0, 0) = 1.0 + std::abs(in.q.at(0, r, 0, 0));
   for (int k = 0; k < d; ++k) in.k.at(0, last, 0, k) = 0.0;
-  // With the default scale 1/sqrt(d), the last key's score is 20 * Q[r][0] >= 20, while the others
-  // are of order 1.
-  in.k.at(0, last, 0, 0) = 20.0 * std::sqrt(double(d));
+  // With the default scale 1/sqrt(d), the last key's score is kLastKeyScore * Q[r][0] >= 20.
+  in.k.at(0, last, 0, 0) = kLastKeyScore * std::sqrt(double(d));
 }
 
 // Attention over the first `keys` keys only: what a loop that drops the ragged last key block
