@@ -208,6 +208,23 @@ void make_larger_max_arrive_last(const Problem& p, Qkv& in) {
   in.k.at(0, last, 0, 0) = kLastKeyScore * std::sqrt(double(d));
 }
 
+// Whether every query row's largest score lies in the last key block (the test's own setup check).
+bool max_in_last_block(const Problem& p, const Qkv& in, int Bc) {
+  const Shape& s = p.shape;
+  const int last_block_start = ((s.seq_k - 1) / Bc) * Bc;
+  for (int r = 0; r < s.seq_q; ++r) {
+    int argmax = 0;
+    double best = -INFINITY;
+    for (int c = 0; c < s.seq_k; ++c) {
+      double dot = 0.0;
+      for (int k = 0; k < s.head_dim; ++k) dot += in.q.at(0, r, 0, k) * in.k.at(0, c, 0, k);
+      if (dot > best) best = dot, argmax = c;
+    }
+    if (argmax < last_block_start) return false;
+  }
+  return true;
+}
+
 // Attention over the first `keys` keys only: what a loop that drops the ragged last key block
 // computes.
 std::vector<double> naive_over_first_keys(const Problem& p, const Qkv& in, int keys) {
@@ -360,6 +377,7 @@ TEST_CASE("lesson 02: tiled_attention when a larger max arrives in the last key 
     const Problem p = one_head(c.seq_q, c.seq_k, c.d);
     Qkv in = random_qkv(p.shape, DType::F64, case_seed);
     make_larger_max_arrive_last(p, in);
+    REQUIRE_MESSAGE(max_in_last_block(p, in, c.Bc), "test setup: some row's largest score is not in the last block");
     const std::string mistake = diagnose_tiled(p, in, c.Br, c.Bc);
     CHECK_MESSAGE(mistake.empty(), mistake);
   }
