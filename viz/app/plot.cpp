@@ -19,7 +19,7 @@ std::unordered_map<ImGuiID, View>& views() {
   return v;
 }
 
-constexpr float kMarginLeft = 64.f, kMarginRight = 10.f, kMarginTop = 22.f, kMarginBottom = 34.f;
+constexpr float kMarginLeft = 58.f, kMarginRight = 10.f, kMarginTop = 22.f, kMarginBottom = 34.f;
 constexpr float kHoverRadius = 12.f;
 constexpr float kZoomPerNotch = 0.85f;
 constexpr ImU32 kFrame = IM_COL32(30, 32, 38, 255);
@@ -148,11 +148,6 @@ void plot(const PlotSpec& spec, const std::vector<PlotSeries>& series, ImVec2 si
     const float w = ImGui::CalcTextSize(spec.x_label.c_str()).x;
     dl->AddText(ImVec2((a0.x + a1.x - w) / 2, a1.y + 17), kText, spec.x_label.c_str());
   }
-  if (!spec.y_label.empty()) {
-    const float w = ImGui::CalcTextSize(spec.y_label.c_str()).x;
-    dl->AddText(ImVec2(a1.x - w, p0.y + 2), kText, spec.y_label.c_str());
-  }
-
   // Series.
   dl->PushClipRect(a0, a1, true);
   const PlotSeries* near_series = nullptr;

@@ -39,4 +39,39 @@ std::string format_count(double n) {
 
 std::string format_ratio(double r) { return printf_string(r >= 10 ? "%.0f%s" : "%.1f%s", r, "x"); }
 
+namespace {
+// value / scale with up to three significant digits, then the unit: "1.5 GB".
+std::string si(double v, const char* const* units, int count, double step) {
+  int u = 0;
+  while (std::fabs(v) >= step && u < count - 1) {
+    v /= step;
+    ++u;
+  }
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.3g%s%s", v, units[u][0] ? " " : "", units[u]);
+  return buf;
+}
+}  // namespace
+
+std::string axis_bytes(double b) {
+  static const char* const units[] = {"B", "kB", "MB", "GB", "TB", "PB"};
+  return si(b, units, 6, 1000.0);
+}
+std::string axis_count(double n) {
+  static const char* const units[] = {"", "k", "M", "G"};
+  return si(n, units, 4, 1000.0);
+}
+std::string axis_flops(double f) {
+  static const char* const units[] = {"FLOP/s", "kF/s", "MF/s", "GF/s", "TF/s", "PF/s"};
+  return si(f, units, 6, 1000.0);
+}
+std::string axis_seconds(double s) {
+  char buf[32];
+  if (s >= 1.0) std::snprintf(buf, sizeof buf, "%.3g s", s);
+  else if (s >= 1e-3) std::snprintf(buf, sizeof buf, "%.3g ms", s * 1e3);
+  else if (s >= 1e-6) std::snprintf(buf, sizeof buf, "%.3g us", s * 1e6);
+  else std::snprintf(buf, sizeof buf, "%.3g ns", s * 1e9);
+  return buf;
+}
+
 }  // namespace flashlab::viz

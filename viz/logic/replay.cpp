@@ -119,8 +119,13 @@ void Replay::apply(const TileEvent& e) {
     if (e.direction == Direction::Load) ++score_loads_[std::size_t(e.tile_row) * trace_->Tc + e.tile_col];
     return;
   }
-  if (e.direction == Direction::Compute) return;
   const int s = slot(e.tensor, axis == Axis::Key ? e.tile_col : e.tile_row);
+  // A Compute that grows SRAM creates the tile on chip (FA2's O_i, m_i, l_i); others update it in place.
+  const std::int64_t before = step_ > 0 ? trace_->events[std::size_t(step_ - 1)].sram_bytes : 0;
+  if (e.direction == Direction::Compute) {
+    if (e.sram_bytes > before) tiles_[s] = TileState::InSram;
+    return;
+  }
   switch (e.direction) {
     case Direction::Load:
       tiles_[s] = TileState::InSram;
@@ -138,7 +143,7 @@ void Replay::apply(const TileEvent& e) {
 void Replay::seek(std::int64_t step) {
   step = std::clamp<std::int64_t>(step, 0, size());
   if (step < step_) reset();
-  while (step_ < step) apply(trace_->events[std::size_t(step_++)]);
+  for (; step_ < step; ++step_) apply(trace_->events[std::size_t(step_)]);  // apply sees step_ = its index
 }
 
 TileState Replay::tile(TensorId t, int block) const { return tiles_[slot(t, block)]; }
@@ -173,15 +178,15 @@ std::string describe(const TileEvent& e) {
     case Direction::Compute: verb = "compute"; break;
   }
   const Axis axis = axis_of(e.tensor);
-  std::string tile = to_string(e.tensor);
-  if (axis == Axis::Score) tile += "_" + std::to_string(e.tile_row) + "," + std::to_string(e.tile_col);
-  else tile += "_" + std::to_string(axis == Axis::Key ? e.tile_col : e.tile_row);
+  char tile[48];
+  if (axis == Axis::Score) std::snprintf(tile, sizeof tile, "%s_%d,%d", to_string(e.tensor), e.tile_row, e.tile_col);
+  else std::snprintf(tile, sizeof tile, "%s_%d", to_string(e.tensor), axis == Axis::Key ? e.tile_col : e.tile_row);
   char buf[192];
   if (e.direction == Direction::Compute)
-    std::snprintf(buf, sizeof buf, "%s %s (line %d); SRAM %s", verb, tile.c_str(), e.line,
+    std::snprintf(buf, sizeof buf, "%s %s (line %d); SRAM %s", verb, tile, e.line,
                   format_bytes(double(e.sram_bytes)).c_str());
   else
-    std::snprintf(buf, sizeof buf, "%s %s (%d x %d, %s); SRAM %s", verb, tile.c_str(), e.rows, e.cols,
+    std::snprintf(buf, sizeof buf, "%s %s (%d x %d, %s); SRAM %s", verb, tile, e.rows, e.cols,
                   format_bytes(double(e.bytes)).c_str(), format_bytes(double(e.sram_bytes)).c_str());
   return buf;
 }
@@ -200,15 +205,16 @@ std::vector<std::string> compare_totals(const Trace& a, const Trace& b) {
     const double bb = double(b.totals.read[t] + b.totals.written[t]);
     if (ba == bb) continue;
     const char* tensor = to_string(static_cast<TensorId>(t));
-    std::string line;
-    if (ba == 0 || bb == 0) {
-      line = upper(ba > 0 ? na : nb) + " moves " + format_bytes(std::max(ba, bb)) + " of " + tensor + "; " +
-             upper(ba > 0 ? nb : na) + " moves none";
-    } else {
-      const bool a_more = ba > bb;
-      line = upper(a_more ? na : nb) + " moved " + format_ratio(a_more ? ba / bb : bb / ba) + " more bytes for " +
-             tensor + " (" + format_bytes(a_more ? ba : bb) + " vs " + format_bytes(a_more ? bb : ba) + ")";
-    }
+    const bool a_more = ba > bb;
+    const std::string more = upper(a_more ? na : nb), less = upper(a_more ? nb : na);
+    const std::string big = format_bytes(std::max(ba, bb)), small = format_bytes(std::min(ba, bb));
+    char buf[256];
+    if (ba == 0 || bb == 0)
+      std::snprintf(buf, sizeof buf, "%s moves %s of %s; %s moves none", more.c_str(), big.c_str(), tensor, less.c_str());
+    else
+      std::snprintf(buf, sizeof buf, "%s moved %s more bytes for %s (%s vs %s)", more.c_str(),
+                    format_ratio(std::max(ba, bb) / std::min(ba, bb)).c_str(), tensor, big.c_str(), small.c_str());
+    const std::string line = buf;
     out.push_back(line);
   }
   return out;

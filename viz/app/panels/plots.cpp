@@ -20,19 +20,7 @@ ImU32 series_colour(int k) {
   const auto& c = palette::kSeries[k % 6];
   return IM_COL32(c.r, c.g, c.b, 255);
 }
-std::string fmt_n(double n) { return format_count(n); }
-std::string fmt_bytes(double b) { return format_bytes(b); }
-std::string fmt_secs(double s) { return format_seconds(s); }
-std::string fmt_flops(double f) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.3g TF/s", f / 1e12);
-  return b;
-}
-std::string fmt_intensity(double i) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%g", i);
-  return b;
-}
+std::string fmt_intensity(double i) { return axis_count(i); }
 
 }  // namespace
 
@@ -136,15 +124,15 @@ void draw_plots(AppState& st) {
 
   const ImVec2 avail = ImGui::GetContentRegionAvail();
   const ImVec2 cell(avail.x / 2 - 4, avail.y / 2 - 4);
-  PlotSpec a{"traffic", "HBM traffic (two-level model)", "N", "bytes", true, true, fmt_n, fmt_bytes};
+  PlotSpec a{"traffic", "HBM traffic vs N (bytes, two-level model)", "N", "bytes", true, true, axis_count, axis_bytes};
   plot(a, traffic, cell);
   ImGui::SameLine();
-  PlotSpec b{"memory", "peak HBM memory (footprint)", "N", "bytes", true, true, fmt_n, fmt_bytes};
+  PlotSpec b{"memory", "peak HBM memory vs N (footprint, bytes)", "N", "bytes", true, true, axis_count, axis_bytes};
   plot(b, memory, cell);
-  PlotSpec c{"time", "forward time", "N", "seconds", true, true, fmt_n, fmt_secs};
+  PlotSpec c{"time", "time vs N (seconds)", "N", "time", true, true, axis_count, axis_seconds};
   plot(c, times, cell);
   ImGui::SameLine();
-  PlotSpec d{"roofline", "roofline", "FLOP/byte", "FLOP/s", true, true, fmt_intensity, fmt_flops};
+  PlotSpec d{"roofline", "roofline (FLOP/s vs FLOP per HBM byte)", "FLOP/byte", "FLOP/s", true, true, fmt_intensity, axis_flops};
   plot(d, roof, cell);
 }
 
