@@ -27,17 +27,28 @@ void check_cublas(cublasStatus_t status, const char* what, const char* file, int
 }
 #define CUBLAS_CHECK(call) check_cublas((call), #call, __FILE__, __LINE__)
 
-// One handle for the process, made on first use and never destroyed (destroying it at exit can race
-// the CUDA runtime's own teardown).
-cublasHandle_t handle() {
-  static const cublasHandle_t h = [] {
-    cublasHandle_t made = nullptr;
-    CUBLAS_CHECK(cublasCreate(&made));
+// One handle for the process, made on first use. It is destroyed by a static destructor, which runs
+// before the CUDA runtime's own teardown (the runtime was initialized first), so compute-sanitizer's
+// leak check stays clean.
+class Handle {
+ public:
+  Handle() {
+    CUBLAS_CHECK(cublasCreate(&handle_));
     // Plain fp32 FMA on CUDA cores, never TF32 tensor cores: the same arithmetic as our kernels.
-    CUBLAS_CHECK(cublasSetMathMode(made, CUBLAS_PEDANTIC_MATH));
-    return made;
-  }();
-  return h;
+    CUBLAS_CHECK(cublasSetMathMode(handle_, CUBLAS_PEDANTIC_MATH));
+  }
+  ~Handle() { cublasDestroy(handle_); }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  cublasHandle_t get() const { return handle_; }
+
+ private:
+  cublasHandle_t handle_ = nullptr;
+};
+
+cublasHandle_t handle() {
+  static const Handle h;
+  return h.get();
 }
 
 cublasOperation_t op(bool transposed) { return transposed ? CUBLAS_OP_T : CUBLAS_OP_N; }
