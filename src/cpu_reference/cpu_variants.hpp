@@ -1,6 +1,8 @@
 #pragma once
 // The CPU rows of the variant table (core/variants.cpp): the naive and tiled implementations behind
 // the common forward/backward signatures, dispatching DType F64 -> double and F32 -> float.
+// An observer given to a forward sees elements of the dtype's size (8 bytes for f64, 4 for f32).
+// cpu-naive throws InputError, before allocating, when its S and P would not fit in MemAvailable.
 #include "../core/variants.hpp"
 #include "tiled.hpp"
 

@@ -9,6 +9,8 @@ namespace flashlab {
 
 class TrafficObserver;
 
+// With an observer, also reports standard attention's HBM traffic (count_traffic(Standard, ...)),
+// blocked like the CPU variants (cpu_variant_tiling) with sizeof(T) bytes per element.
 template <class T>
 ForwardOut naive_forward(const Problem&, const Qkv&, TrafficObserver* = nullptr);
 template <class T>
@@ -21,6 +23,7 @@ ForwardOut naive_forward_lowp(const Problem&, DType, const Qkv&);
 Grads naive_backward_lowp(const Problem&, DType, const Qkv&, const ForwardOut&, const HostTensor& dO);
 
 // Bytes naive attention needs beyond its inputs and outputs (S and P, and dP, dS for backward).
+// This implementation holds them for one (batch, head) at a time; saturates at INT64_MAX.
 std::int64_t naive_extra_bytes(const Shape&, int bytes_per_element, bool backward);
 
 }  // namespace flashlab
