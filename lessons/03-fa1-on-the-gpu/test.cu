@@ -1,0 +1,118 @@
+// Lesson 03's test: your FA1 kernel (exercise.cu) on the GPU against the project's reference
+// (naive_forward<double>), on one K/V block and on many, ragged last blocks, seq_q != seq_k. It also
+// counts how often the kernel reads a row of O from HBM: FA1 reads it once per K/V block, which is
+// the cost lesson 04 removes. A failure says in plain words what to look at.
+// Without a CUDA device the suite exits 77 and CTest reports it skipped.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/tensor.hpp"
+#include "core/tolerance.hpp"
+#include "cpu_reference/naive.hpp"
+#include "cuda/common.cuh"
+#include "lesson.hpp"
+
+using namespace flashlab;
+using namespace flashlab::cuda;
+namespace lesson = flashlab::lesson03;
+
+namespace {
+
+struct Fa1Run {
+  HostTensor O;    // (1, seq_q, 1, d)
+  HostTensor lse;  // (1, 1, seq_q): m + log l, as left in HBM
+  unsigned long long o_row_reads = 0;
+};
+
+// One head (B = H = 1): the (B, S, H, D) tensors are then plain (S, d) row-major arrays.
+Problem one_head(int seq_q, int seq_k, int d) {
+  Problem p;
+  p.shape = Shape{1, 1, 1, seq_q, seq_k, d};
+  return p;
+}
+
+Fa1Run run_your_kernel(const Problem& p, const Qkv& in) {
+  const Shape& s = p.shape;
+  auto q = upload<float>(in.q), k = upload<float>(in.k), v = upload<float>(in.v);
+  DeviceBuffer<float> O(q.size()), m(s.seq_q), l(s.seq_q);
+  DeviceBuffer<unsigned long long> reads(1);
+  poison(O);  // an element your kernel never writes stays NaN
+  poison(m);
+  poison(l);
+  zero(reads);
+  lesson::launch_fa1_forward(q.data(), k.data(), v.data(), O.data(), m.data(), l.data(), reads.data(), s.seq_q,
+                             s.seq_k, s.head_dim, static_cast<float>(p.softmax_scale()));
+  CUDA_CHECK(cudaDeviceSynchronize());
+  Fa1Run r{download(O, q_dims(s)), HostTensor(lse_dims(s)), 0};
+  const HostTensor mh = download(m, {s.seq_q}), lh = download(l, {s.seq_q});
+  for (int i = 0; i < s.seq_q; ++i) r.lse.data[i] = mh.data[i] + std::log(lh.data[i]);
+  CUDA_CHECK(cudaMemcpy(&r.o_row_reads, reads.data(), sizeof r.o_row_reads, cudaMemcpyDeviceToHost));
+  return r;
+}
+
+bool all_zero(const HostTensor& t) {
+  for (double x : t.data)
+    if (x != 0.0) return false;
+  return true;
+}
+
+// "" when O is right, else what is wrong and where to look.
+std::string diagnose_output(const Problem& p, const HostTensor& O, const HostTensor& ref) {
+  const ErrorStats e = compare(O, ref);
+  const Bound bound = tolerance(DType::F32, Quantity::Forward, e, nullptr);
+  if (bound.passes(e)) return "";
+  const int Tc = (p.shape.seq_k + lesson::kBc - 1) / lesson::kBc;
+  if (e.has_nan)
+    return "O contains NaN: are K_j and V_j copied into shared memory (TODO 1) before they are used, "
+           "and is l_new never 0?";
+  if (all_zero(O)) return "O is all zeros: TODO 2 must compute the new O_i (Algorithm 1, line 12) and keep it in o[]";
+  std::string msg = "O differs from the reference by relative error " + std::to_string(e.rel) + " (allowed " +
+                    bound.rule + ")";
+  if (Tc > 1)
+    msg += "; with " + std::to_string(Tc) + " K/V blocks every update matters: the old O_i must be scaled by "
+           "l_old * exp(m_old - m_new), the new P~_ij V_j by exp(m~ - m_new), and the sum divided by l_new";
+  else
+    msg += "; with a single K/V block, check the tile copy (TODO 1: key c of block j is row j * kBc + c of K)";
+  return msg;
+}
+
+void check_against_reference(int seq_q, int seq_k, int d) {
+  const Problem p = one_head(seq_q, seq_k, d);
+  const std::uint64_t seed = 0x5eed03 + seq_q * 131 + seq_k * 7 + d;
+  INFO("seq_q = " << seq_q << ", seq_k = " << seq_k << ", d = " << d << ", seed = " << seed);
+  const Qkv in = random_qkv(p.shape, DType::F32, seed);
+  const ForwardOut ref = naive_forward<double>(p, in);
+  const Fa1Run got = run_your_kernel(p, in);
+  const std::string problem = diagnose_output(p, got.O, ref.o);
+  CHECK_MESSAGE(problem.empty(), problem);
+  const ErrorStats e = compare(got.lse, ref.lse);
+  CHECK_MESSAGE(tolerance(DType::F32, Quantity::Forward, e, nullptr).passes(e),
+                "m and l left in HBM are not the row max and row sum: m + log(l) should be the log-sum-exp of "
+                "each row of S, relative error " << e.rel);
+}
+
+}  // namespace
+
+TEST_CASE("your FA1 kernel matches the reference with a single K/V block") { check_against_reference(20, 32, 16); }
+
+TEST_CASE("your FA1 kernel matches the reference over many K/V blocks and ragged tiles") {
+  check_against_reference(64, 64, 64);
+  check_against_reference(37, 100, 16);
+  check_against_reference(100, 37, 64);
+  check_against_reference(129, 250, 40);
+}
+
+TEST_CASE("FA1 reads every row of O from HBM once per K/V block") {
+  // Not something you write: it is what the loop order costs. With the K/V loop outer, row i of O
+  // is loaded, updated and stored again for every one of the Tc blocks. Lesson 04 turns the loops
+  // around so that O stays on chip and is written once.
+  const Problem p = one_head(96, 200, 32);
+  const Fa1Run got = run_your_kernel(p, random_qkv(p.shape, DType::F32, 3));
+  const unsigned long long Tc = (p.shape.seq_k + lesson::kBc - 1) / lesson::kBc;
+  CHECK_MESSAGE(got.o_row_reads == Tc * p.shape.seq_q,
+                "expected Tc x seq_q = " << Tc << " x " << p.shape.seq_q << " reads of a row of O, counted "
+                                         << got.o_row_reads);
+}

@@ -1,0 +1,88 @@
+// Lesson 04, reference solution: FlashAttention-2 forward for one head. Compared with lesson 03:
+//  * the Q block loop is gone from the kernel: each thread block owns one Q block i (blockIdx.x), and
+//    its threads keep m_i, l_i and the row of O in registers while every K_j, V_j streams past;
+//  * so O is written to HBM once, at the end, and never read;
+//  * scores are taken in base 2 (Q pre-scaled by scale * log2 e), one exp2 per element, and O is
+//    divided by l_i once instead of at every step.
+// The two TODO blocks of exercise.cu are filled in; everything else is identical.
+#include <cmath>
+
+#include "lesson.hpp"
+#include "cuda/common.cuh"
+
+namespace flashlab::lesson04 {
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+__global__ void fa2_forward_kernel(const float* Q, const float* K, const float* V, float* O, float* L,
+                                   unsigned long long* o_row_writes, int seq_q, int seq_k, int d, float scale) {
+  __shared__ float Kj[kBc][kMaxHeadDim];
+  __shared__ float Vj[kBc][kMaxHeadDim];
+  const int row = blockIdx.x * kBr + threadIdx.x;  // block i = blockIdx.x: sequence parallelism
+  const bool valid = row < seq_q;
+  const int Tc = (seq_k + kBc - 1) / kBc;
+
+  // Q_i (this thread's row), pre-scaled so that scores come out in base 2; m_i, l_i, O~_i on chip.
+  float q[kMaxHeadDim], o[kMaxHeadDim];
+  for (int k = 0; k < d; ++k) {
+    q[k] = valid ? Q[row * d + k] * scale * kLog2e : 0.0f;
+    o[k] = 0.0f;
+  }
+  float m_i = -INFINITY, l_i = 0.0f;
+
+  for (int j = 0; j < Tc; ++j) {  // K/V blocks: now the inner (and only) loop
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < kBc * d; idx += kBr) {
+      const int c = idx / d, k = idx % d, key = j * kBc + c;
+      Kj[c][k] = key < seq_k ? K[key * d + k] : 0.0f;
+      Vj[c][k] = key < seq_k ? V[key * d + k] : 0.0f;
+    }
+    __syncthreads();
+    if (!valid) continue;  // after the barriers: every thread helps load the tiles
+    const int cols = min(kBc, seq_k - j * kBc);
+    float s[kBc], m_tilde = -INFINITY;  // S_ij for this row (base 2) and its max
+    for (int c = 0; c < cols; ++c) {
+      float dot = 0.0f;
+      for (int k = 0; k < d; ++k) dot += q[k] * Kj[c][k];
+      s[c] = dot;
+      m_tilde = fmaxf(m_tilde, dot);
+    }
+    // ---- TODO 1 (about 6 lines): the FA2 online-softmax step, without dividing by l:
+    //   m_new = max(m_i, m~);  rescale = 2^(m_i - m_new)
+    //   l_i   = rescale * l_i + sum_c 2^(s_c - m_new)
+    //   O~_i  = rescale * O~_i + sum_c 2^(s_c - m_new) V_j[c, :]
+    //   m_i   = m_new
+    const float m_new = fmaxf(m_i, m_tilde);
+    const float rescale = exp2f(m_i - m_new);
+    l_i *= rescale;
+    for (int k = 0; k < d; ++k) o[k] *= rescale;
+    for (int c = 0; c < cols; ++c) {
+      const float p = exp2f(s[c] - m_new);
+      l_i += p;
+      for (int k = 0; k < d; ++k) o[k] += p * Vj[c][k];
+    }
+    m_i = m_new;
+    // ---- end TODO 1
+  }
+  if (!valid) return;
+  // ---- TODO 2 (about 3 lines): write O_i = O~_i / l_i (once!) and L_i = m_i + log l_i (natural
+  // log: m_i is in base 2, so L_i = m_i * ln 2 + log(l_i)).
+  for (int k = 0; k < d; ++k) O[row * d + k] = o[k] / l_i;
+  L[row] = m_i * kLn2 + logf(l_i);
+  // ---- end TODO 2
+  atomicAdd(o_row_writes, 1ull);
+}
+
+}  // namespace
+
+int fa2_blocks(int seq_q) { return (seq_q + kBr - 1) / kBr; }
+
+void launch_fa2_forward(const float* Q, const float* K, const float* V, float* O, float* L,
+                        unsigned long long* o_row_writes, int seq_q, int seq_k, int d, float scale) {
+  fa2_forward_kernel<<<fa2_blocks(seq_q), kBr>>>(Q, K, V, O, L, o_row_writes, seq_q, seq_k, d, scale);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace flashlab::lesson04
