@@ -76,11 +76,21 @@ TEST_CASE("check passes on a small problem and its table has every CPU variant")
       INFO(r.out << r.err);
       CHECK(r.code == 0);
       CHECK(r.out.find("seed 4242") != std::string::npos);
+      Problem p;
+      p.shape = Shape{2, 4, 2, 37, 29, 24};
+      p.options.causal = parse_causal(causal);
+      p.options.dropout_p = 0.1;
       int expected_pass = 0;
       for (const Variant& v : variants()) {
-        if (v.device != Device::Cpu) continue;
-        CHECK(r.out.find(v.name) != std::string::npos);
-        expected_pass += int(v.dtypes.size()) * 5;  // O, LSE, dQ, dK, dV per dtype
+        CHECK(r.out.find(v.name) != std::string::npos);  // run or SKIP, every row of the table shows
+        for (DType t : v.dtypes) {
+          try {
+            check_supported(v, p, t, true);
+            expected_pass += 5;  // O, LSE, dQ, dK, dV
+          } catch (const InputError&) {
+            CHECK(v.device != Device::Cpu);  // every CPU variant runs this problem
+          }
+        }
       }
       CHECK(count_lines_with(r.out, " PASS") == expected_pass);
       CHECK(count_lines_with(r.out, "FAIL") == 0);
@@ -158,6 +168,15 @@ TEST_CASE("bad input: one sentence and exit code 2") {
     p.shape.head_dim = 80;
     CHECK_THROWS_WITH_AS(check_supported(narrow, p, DType::F32, false),
                          doctest::Contains("does not support head_dim 80: it supports head dims 64, 128"), InputError);
+    // Through the command, for any variant of the table with a narrower head-dim set (the CUDA kernels).
+    for (const Variant& v : variants()) {
+      for (int d = 1; d <= 256; ++d) {
+        if (v.head_dims.contains(d)) continue;
+        expect_bad_input({"check", "--variants", v.name, "--head-dim", std::to_string(d), "--seq-q", "8"},
+                         "does not support head_dim " + std::to_string(d));
+        break;
+      }
+    }
   }
   SUBCASE("malformed or wrong-dtype .npy") {
     std::ofstream(dir.file("garbage.npy")) << "this is not numpy";
