@@ -130,7 +130,8 @@ TEST_CASE("traffic totals equal the closed forms of each loop nest (ragged block
     check_totals(count(Algorithm::Standard, Pass::Backward, p, t),
                  {{{TensorId::P, 2 * NN}, {TensorId::dO, Tc * Qd + Qd}, {TensorId::V, Tr * Kd}, {TensorId::dP, NN},
                    {TensorId::dS, 2 * NN}, {TensorId::K, Tr * Kd}, {TensorId::Q, Tc * Qd}},
-                  {{TensorId::dV, Kd}, {TensorId::dP, NN}, {TensorId::dS, NN}, {TensorId::dQ, Qd}, {TensorId::dK, Kd}}});
+                  {{TensorId::dV, Kd}, {TensorId::dP, NN}, {TensorId::dS, NN}, {TensorId::dQ, Qd},
+                   {TensorId::dK, Kd}}});
   }
 }
 
@@ -181,7 +182,8 @@ TEST_CASE("the arithmetic run and count-only emit the same event stream") {
       REQUIRE(run->events.size() == counted->events.size());
       REQUIRE(!run->events.empty());
       std::size_t mismatches = 0;
-      for (std::size_t n = 0; n < run->events.size(); ++n) mismatches += !same_event(run->events[n], counted->events[n]);
+      for (std::size_t n = 0; n < run->events.size(); ++n)
+        mismatches += !same_event(run->events[n], counted->events[n]);
       CHECK(mismatches == 0);
     }
   }
@@ -253,8 +255,8 @@ TEST_CASE("peak SRAM is Q_i, O_i, l_i, m_i, K_j, V_j and S_ij, and fits M with t
 
 TEST_CASE("standard attention's traffic grows as N^2") {
   const Tiling t = tiling_from_sram(100 * 1024, 64, kBytes);
-  const double small = static_cast<double>(count(Algorithm::Standard, Pass::Forward, problem(4096, 4096, 64), t).total());
-  const double large = static_cast<double>(count(Algorithm::Standard, Pass::Forward, problem(8192, 8192, 64), t).total());
+  auto total = [&](int N) { return double(count(Algorithm::Standard, Pass::Forward, problem(N, N, 64), t).total()); };
+  const double small = total(4096), large = total(8192);
   INFO("ratio ", large / small);
   CHECK(large / small == doctest::Approx(4.0).epsilon(0.02));
 }
