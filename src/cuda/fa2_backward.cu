@@ -47,9 +47,9 @@ struct BwdConfig {
   static constexpr int kPitchS = kBc + kPad;  // P and dS tiles (Br, Bc), padded like the others
   template <int D>
   static constexpr int smem_bytes() {
-    return (2 * kBc + 2 * kBr) * kPitch<D> * 2  // K_j, V_j, Q_i, dO_i
-           + 2 * kBr * kPitchS * 2              // P_ij, dS_ij
-           + 2 * kBr * 4;                       // L_i (log2 units), D_i
+    return (2 * kBc + 2 * 2 * kBr) * kPitch<D> * 2  // K_j, V_j; two stages of Q_i, dO_i
+           + 2 * kBr * kPitchS * 2                  // P_ij, dS_ij
+           + 2 * 2 * kBr * 4;                       // two stages of L_i (log2 units), D_i
   }
 };
 
@@ -89,12 +89,12 @@ __global__ void __launch_bounds__(BwdConfig::kThreads) backward_kernel(const Par
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   T* Ks = reinterpret_cast<T*>(smem_bytes);  // (Bc, D)
   T* Vs = Ks + kBc * kPitch<D>;              // (Bc, D)
-  T* Qs = Vs + kBc * kPitch<D>;              // (Br, D)
-  T* dOs = Qs + kBr * kPitch<D>;             // (Br, D)
-  T* Ps = dOs + kBr * kPitch<D>;             // (Br, Bc): P_ij after dropout
+  T* Qs0 = Vs + kBc * kPitch<D>;             // (2, Br, D): stage s at Qs0 + s * Br * pitch
+  T* dOs0 = Qs0 + 2 * kBr * kPitch<D>;       // (2, Br, D)
+  T* Ps = dOs0 + 2 * kBr * kPitch<D>;        // (Br, Bc): P_ij after dropout
   T* dSs = Ps + kBr * kPS;                   // (Br, Bc)
-  float* Ls = reinterpret_cast<float*>(dSs + kBr * kPS);  // (Br): L_i * log2(e), +inf for empty rows
-  float* Ds = Ls + kBr;                                   // (Br)
+  float* Ls0 = reinterpret_cast<float*>(dSs + kBr * kPS);  // (2, Br): L_i * log2(e), +inf for empty rows
+  float* Ds0 = Ls0 + 2 * kBr;                              // (2, Br)
 
   const int n_block = static_cast<int>(blockIdx.x);
   const int b = static_cast<int>(blockIdx.y) / p.heads_kv, h_kv = static_cast<int>(blockIdx.y) % p.heads_kv;
@@ -126,25 +126,53 @@ __global__ void __launch_bounds__(BwdConfig::kThreads) backward_kernel(const Par
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc_dk[nt][e] = acc_dv[nt][e] = 0.f;
 
-  for (int h = h_kv * group; h < (h_kv + 1) * group; ++h) {
-    const std::int64_t q_offset = (std::int64_t(b) * p.seq_q * p.heads_q + h) * D;
-    const std::int64_t row_offset = (std::int64_t(b) * p.heads_q + h) * p.seq_q;  // into L and D
-    for (int i = i_begin; i < Tr; ++i) {
-      const int row0 = i * kBr;
-      load_tile_async<T, D, kBr, kThreads>(Qs, static_cast<const T*>(p.q) + q_offset + row0 * q_stride, q_stride,
-                                           p.seq_q - row0);
-      load_tile_async<T, D, kBr, kThreads>(dOs, static_cast<const T*>(p.d_o) + q_offset + row0 * q_stride,
-                                           q_stride, p.seq_q - row0);
-      cp_async_commit();
-      if (threadIdx.x < kBr) {
-        const int row = row0 + static_cast<int>(threadIdx.x);
-        const float L = row < p.seq_q ? p.lse[row_offset + row] : -INFINITY;
-        // exp2(S - (+inf)) = 0: rows past the end and rows that saw no key contribute nothing.
-        Ls[threadIdx.x] = L == -INFINITY ? INFINITY : L * kLog2e;
-        Ds[threadIdx.x] = row < p.seq_q ? p.d_sum[row_offset + row] : 0.f;
-      }
+  // The block's work items: every (query head h of the group, Q block i >= i_begin), heads outer. The
+  // next item's Q_i, dO_i are copied (cp.async) into the other stage while this one computes, and its
+  // L_i, D_i are read into registers and parked in shared memory at the end of the step.
+  const int n_i = Tr - i_begin;
+  const int n_items = n_i > 0 ? group * n_i : 0;
+  const auto item_head = [&](int item) { return h_kv * group + item / n_i; };
+  const auto item_row0 = [&](int item) { return (i_begin + item % n_i) * kBr; };
+  const auto prefetch_tiles = [&](int item, int stage) {
+    const int row0 = item_row0(item);
+    const std::int64_t offset = (std::int64_t(b) * p.seq_q * p.heads_q + item_head(item)) * D + row0 * q_stride;
+    load_tile_async<T, D, kBr, kThreads>(Qs0 + stage * kBr * kPitch<D>, static_cast<const T*>(p.q) + offset,
+                                         q_stride, p.seq_q - row0);
+    load_tile_async<T, D, kBr, kThreads>(dOs0 + stage * kBr * kPitch<D>, static_cast<const T*>(p.d_o) + offset,
+                                         q_stride, p.seq_q - row0);
+    cp_async_commit();
+  };
+  // Row threadIdx.x (< Br) of an item: L in log2 units, and D. exp2(S - (+inf)) = 0, so rows past the
+  // end and rows that saw no key (L = -inf) contribute nothing.
+  const auto read_row_stats = [&](int item, float& L2, float& Dr) {
+    const int row = item_row0(item) + static_cast<int>(threadIdx.x);
+    const std::int64_t at = (std::int64_t(b) * p.heads_q + item_head(item)) * p.seq_q + row;
+    const float L = row < p.seq_q ? p.lse[at] : -INFINITY;
+    L2 = L == -INFINITY ? INFINITY : L * kLog2e;
+    Dr = row < p.seq_q ? p.d_sum[at] : 0.f;
+  };
+  if (n_items > 0) {
+    prefetch_tiles(0, 0);
+    if (threadIdx.x < kBr) read_row_stats(0, Ls0[threadIdx.x], Ds0[threadIdx.x]);
+  }
+
+  for (int item = 0; item < n_items; ++item) {
+    {
+      const int stage = item & 1;
+      const int h = item_head(item), row0 = item_row0(item);
+      const std::int64_t q_offset = (std::int64_t(b) * p.seq_q * p.heads_q + h) * D;
+      const T* Qs = Qs0 + stage * kBr * kPitch<D>;    // (Br, D)
+      const T* dOs = dOs0 + stage * kBr * kPitch<D>;  // (Br, D)
+      const float* Ls = Ls0 + stage * kBr;
+      const float* Ds = Ds0 + stage * kBr;
+      // Item `item` has landed, and every warp is done with the other stage and with P, dS.
       cp_async_wait<0>();
       __syncthreads();
+      float next_L2 = 0.f, next_D = 0.f;
+      if (item + 1 < n_items) {
+        prefetch_tiles(item + 1, stage ^ 1);
+        if (threadIdx.x < kBr) read_row_stats(item + 1, next_L2, next_D);
+      }
 
       // S_ij = Q_i K_j^T and dP_ij = dO_i V_j^T: rows 16 wr.., key columns (Bc/2) wc.. per warp.
       float s[kSNT][4], dp[kSNT][4];
@@ -179,21 +207,19 @@ __global__ void __launch_bounds__(BwdConfig::kThreads) backward_kernel(const Par
         const int row = row0 + r;
         const float L = Ls[r], Dr = Ds[r];
         const int last = needs_mask ? last_visible_key(p.align, row, p.seq_q, p.seq_k) : p.seq_k;
+        std::uint32_t keep = 0;
+        if constexpr (kDropout) keep = dropout_keep_bits<kSNT>(p, b, h, row, col0 + wc * (kBc / 2) + 2 * t, t);
 #pragma unroll
         for (int nt = 0; nt < kSNT; ++nt) {
           const int c = wc * (kBc / 2) + nt * 8 + 2 * t;  // column within the block (even)
           float pr[2], ds[2];
-          Philox4 draws{};
-          if constexpr (kDropout) draws = dropout_draws4(p.seed, b, h, row, (col0 + c) >> 2);
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const float prob = col0 + c + e > last ? 0.f : fast_exp2(s[nt][2 * hf + e] * p.scale_log2 - L);
             float dprob = dp[nt][2 * hf + e];
             float kept = prob;
             if constexpr (kDropout) {
-              // (col0 + c) % 4 = 2 (t % 2): this pair's draws are x[2(t%2)], x[2(t%2) + 1].
-              const std::uint32_t draw = (t & 1) ? (e ? draws.x[3] : draws.x[2]) : (e ? draws.x[1] : draws.x[0]);
-              const float z = draw >= p.drop_threshold ? p.drop_rescale : 0.f;
+              const float z = (keep >> (2 * nt + e)) & 1u ? p.drop_rescale : 0.f;
               kept *= z;   // P after dropout, what O used
               dprob *= z;  // dP w.r.t. the undropped P
             }
@@ -230,7 +256,7 @@ __global__ void __launch_bounds__(BwdConfig::kThreads) backward_kernel(const Par
       // dQ_i += dS_ij K_j (scaled in convert_dq_kernel): query rows 16 wr.., head-dim half wc, 16
       // columns at a time to keep the registers for dK and dV.
       float* dq_rows = p.dq_accum + q_offset + row0 * q_stride;
-#pragma unroll
+#pragma unroll 1  // rolled: keeps the compiler from hoisting every chunk's loads into registers
       for (int dn = 0; dn < kHalfDT / 2; ++dn) {
         float acc[2][4] = {};
 #pragma unroll
@@ -254,9 +280,14 @@ __global__ void __launch_bounds__(BwdConfig::kThreads) backward_kernel(const Par
           }
         }
       }
-      __syncthreads();  // Q_i, dO_i, P_ij, dS_ij are overwritten next
+      if (item + 1 < n_items && threadIdx.x < kBr) {
+        Ls0[(stage ^ 1) * kBr + threadIdx.x] = next_L2;
+        Ds0[(stage ^ 1) * kBr + threadIdx.x] = next_D;
+      }
     }
   }
+
+  cp_async_wait<0>();  // a block with no work never waited for K_j, V_j
 
   // dK_j = scale * sum_i dS_ij^T Q_i; dV_j as accumulated. Rows past the end of the keys are dropped.
   T* dk = static_cast<T*>(p.dk) + kv_offset + col0 * kv_stride;

@@ -191,10 +191,13 @@ __global__ void __launch_bounds__(FwdConfig<D>::kThreads) forward_kernel(const P
           row_sum += s[mi][nt][2 * hf] + s[mi][nt][2 * hf + 1];
         }
         l_i[mi][hf] = l_i[mi][hf] * correction + row_sum;  // this thread's columns; quad-summed at the end
+        // Once the running max settles (most tiles), no row of the warp moves: skip the D/4 multiplies.
+        if (__any_sync(0xffffffffu, correction != 1.f)) {
 #pragma unroll
-        for (int nt = 0; nt < kDT; ++nt) {
-          acc_o[mi][nt][2 * hf] *= correction;
-          acc_o[mi][nt][2 * hf + 1] *= correction;
+          for (int nt = 0; nt < kDT; ++nt) {
+            acc_o[mi][nt][2 * hf] *= correction;
+            acc_o[mi][nt][2 * hf + 1] *= correction;
+          }
         }
       }
 
@@ -205,14 +208,11 @@ __global__ void __launch_bounds__(FwdConfig<D>::kThreads) forward_kernel(const P
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
           const int row = row0 + warp_row0 + mi * 16 + g + 8 * hf;
+          const std::uint32_t keep = dropout_keep_bits<kNT>(p, b, h, row, col0 + 2 * t, t);
 #pragma unroll
           for (int nt = 0; nt < kNT; ++nt) {
-            // Columns col, col + 1 (col even, col % 4 = 2 * (t % 2)) share one Philox call.
-            const int col = col0 + nt * 8 + 2 * t;
-            const Philox4 r = dropout_draws4(p.seed, b, h, row, col >> 2);
-            const std::uint32_t draw0 = (t & 1) ? r.x[2] : r.x[0], draw1 = (t & 1) ? r.x[3] : r.x[1];
-            s[mi][nt][2 * hf] *= draw0 >= p.drop_threshold ? p.drop_rescale : 0.f;
-            s[mi][nt][2 * hf + 1] *= draw1 >= p.drop_threshold ? p.drop_rescale : 0.f;
+            s[mi][nt][2 * hf] *= (keep >> (2 * nt)) & 1u ? p.drop_rescale : 0.f;
+            s[mi][nt][2 * hf + 1] *= (keep >> (2 * nt + 1)) & 1u ? p.drop_rescale : 0.f;
           }
         }
     }

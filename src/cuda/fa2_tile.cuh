@@ -8,6 +8,8 @@
 // conflicts, for ldmatrix and for the 16-byte cp.async stores alike, without an XOR swizzle.
 #include <cstdint>
 
+#include "../core/philox.hpp"
+#include "fa2_launch.cuh"
 #include "fa2_mma.cuh"
 
 namespace flashlab::cuda::fa2 {
@@ -50,6 +52,24 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+
+// Dropout keep bits of one row for the columns a thread holds in a C fragment: col_base + 8 nt + e
+// (col_base = first column of the tile + 2t, e = 0, 1) for nt < kNT, as bit 2 nt + e. One Philox
+// call covers 4 neighbouring columns (core/philox.hpp); this thread's pair is x[2 (t % 2)], x[.. + 1].
+// The loop stays rolled: ten Philox rounds per n-tile, unrolled, would crowd out the accumulators.
+template <int kNT>
+__device__ __forceinline__ std::uint32_t dropout_keep_bits(const Params& p, int b, int h, int row, int col_base,
+                                                           int t) {
+  static_assert(2 * kNT <= 32, "one bit per column must fit in 32 bits");
+  std::uint32_t bits = 0;
+#pragma unroll 1
+  for (int nt = 0; nt < kNT; ++nt) {
+    const Philox4 r = dropout_draws4(p.seed, b, h, row, (col_base + nt * 8) >> 2);
+    const std::uint32_t draw0 = (t & 1) ? r.x[2] : r.x[0], draw1 = (t & 1) ? r.x[3] : r.x[1];
+    bits |= (std::uint32_t(draw0 >= p.drop_threshold) | (std::uint32_t(draw1 >= p.drop_threshold) << 1)) << (2 * nt);
+  }
+  return bits;
 }
 
 }  // namespace flashlab::cuda::fa2
