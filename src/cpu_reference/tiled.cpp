@@ -151,7 +151,9 @@ const std::vector<std::string> listing = {
 };
 }  // namespace fa2_fwd
 
-namespace fa2_bwd {  // FlashAttention-2 paper, Algorithm 2
+// FlashAttention-2 paper, Algorithm 2. Its inner-loop load line also lists O_i (never used once D
+// is known) and dQ_i (loaded again by the dQ line); here each is loaded only where it is used.
+namespace fa2_bwd {
 enum Line : int {
   kRequire = 1, kDivideQKV, kDivideOL, kInitDQ, kComputeD, kForJ, kLoadKV, kInitDKV, kForI, kLoadRow,
   kScores, kProbabilities, kDV, kDP, kDS, kDQ, kDK, kEndI, kWriteDKV, kEndJ, kReturn
