@@ -70,9 +70,9 @@ TEST_CASE("check passes on a small problem and its table has every CPU variant")
   for (const char* causal : {"none", "top-left", "bottom-right"}) {
     SUBCASE(causal) {
       // seq_q > seq_k with bottom-right alignment leaves fully masked rows (LSE = -inf).
-      const CliResult r = cli({"check", "--batch", "2", "--heads", "4", "--heads-kv", "2", "--seq-q", "37", "--seq-k",
-                               "29", "--head-dim", "24", "--causal", causal, "--dropout", "0.1", "--seed", "4242",
-                               "--backward"});
+      const CliResult r =
+          cli({"check", "--batch",    "2",  "--heads",  "4",    "--heads-kv", "2",   "--seq-q", "37",   "--seq-k",
+               "29",    "--head-dim", "24", "--causal", causal, "--dropout",  "0.1", "--seed",  "4242", "--backward"});
       INFO(r.out << r.err);
       CHECK(r.code == 0);
       CHECK(r.out.find("seed 4242") != std::string::npos);
@@ -187,13 +187,15 @@ TEST_CASE("bad input: one sentence and exit code 2") {
       std::string header = "{'descr': '<i4', 'fortran_order': False, 'shape': (1, 1, 1, 1), }";
       while ((10 + header.size() + 1) % 64) header += ' ';
       header += '\n';
-      std::string bytes = std::string("\x93NUMPY\x01\x00", 8) + char(header.size()) + char(0) + header + std::string(4, '\0');
+      std::string bytes =
+          std::string("\x93NUMPY\x01\x00", 8) + char(header.size()) + char(0) + header + std::string(4, '\0');
       std::ofstream(dir.file("int.npy"), std::ios::binary) << bytes;
     }
     expect_bad_input(run_with({"--q", dir.file("int.npy"), "--k", dir.file("k.npy"), "--v", dir.file("v.npy")}),
                      "dtype '<i4'");
     // f16 files are valid .npy, but no CPU variant computes in f16.
-    for (const char* name : {"q16.npy", "k16.npy", "v16.npy"}) write_npy(dir.file(name), HostTensor({1, 4, 1, 8}), DType::F16);
+    for (const char* name : {"q16.npy", "k16.npy", "v16.npy"})
+      write_npy(dir.file(name), HostTensor({1, 4, 1, 8}), DType::F16);
     expect_bad_input(run_with({"--q", dir.file("q16.npy"), "--k", dir.file("k16.npy"), "--v", dir.file("v16.npy")}),
                      "does not compute in f16");
     // Mixed file dtypes without --dtype.
@@ -209,7 +211,8 @@ TEST_CASE("bad input: one sentence and exit code 2") {
   }
   SUBCASE("a size that won't fit in memory") {
     // naive attention's S and P for 3M x 3M keys: petabytes.
-    expect_bad_input({"check", "--variants", "cpu-naive", "--seq-q", "3000000", "--head-dim", "1"}, "memory is available");
+    expect_bad_input({"check", "--variants", "cpu-naive", "--seq-q", "3000000", "--head-dim", "1"},
+                     "memory is available");
   }
   SUBCASE("unknown variant, dtype, causal, algorithm, flag") {
     expect_bad_input({"check", "--variants", "cpu-fa9"}, "unknown variant 'cpu-fa9': known variants are cpu-naive");
@@ -250,10 +253,33 @@ TEST_CASE("run through .npy files writes what calling the variant directly compu
       write_npy(dir.file("v.npy"), in.v, dtype);
       write_npy(dir.file("do.npy"), dO, dtype);
 
-      const CliResult r = cli({"run", "--variant", "cpu-fa2", "--q", dir.file("q.npy"), "--k", dir.file("k.npy"), "--v",
-                               dir.file("v.npy"), "--out", dir.file("o.npy"), "--lse", dir.file("lse.npy"), "--dout",
-                               dir.file("do.npy"), "--dq", dir.file("dq.npy"), "--dk", dir.file("dk.npy"), "--dv",
-                               dir.file("dv.npy"), "--causal", "bottom-right", "--dropout", "0.25", "--seed", "99"});
+      const CliResult r = cli({"run",
+                               "--variant",
+                               "cpu-fa2",
+                               "--q",
+                               dir.file("q.npy"),
+                               "--k",
+                               dir.file("k.npy"),
+                               "--v",
+                               dir.file("v.npy"),
+                               "--out",
+                               dir.file("o.npy"),
+                               "--lse",
+                               dir.file("lse.npy"),
+                               "--dout",
+                               dir.file("do.npy"),
+                               "--dq",
+                               dir.file("dq.npy"),
+                               "--dk",
+                               dir.file("dk.npy"),
+                               "--dv",
+                               dir.file("dv.npy"),
+                               "--causal",
+                               "bottom-right",
+                               "--dropout",
+                               "0.25",
+                               "--seed",
+                               "99"});
       INFO(r.out << r.err);
       REQUIRE(r.code == 0);
 
@@ -268,7 +294,8 @@ TEST_CASE("run through .npy files writes what calling the variant directly compu
         round_to(rounded, file_dtype);
         int differ = 0;
         for (std::size_t n = 0; n < want.data.size(); ++n)
-          differ += !(a.tensor.data[n] == rounded.data[n] || (std::isnan(a.tensor.data[n]) && std::isnan(rounded.data[n])));
+          differ +=
+              !(a.tensor.data[n] == rounded.data[n] || (std::isnan(a.tensor.data[n]) && std::isnan(rounded.data[n])));
         CHECK_MESSAGE(differ == 0, name);
       };
       expect_file("o.npy", fwd.o, dtype);
@@ -284,8 +311,9 @@ TEST_CASE("trace --json totals equal TrafficCounter on the same loop nest") {
   for (const char* alg : {"standard", "fa1", "fa2"}) {
     for (bool backward : {false, true}) {
       SUBCASE((std::string(alg) + (backward ? " backward" : " forward")).c_str()) {
-        std::vector<std::string> args = {"trace", "--algorithm", alg, "--seq-q", "100", "--seq-k", "70", "--head-dim",
-                                         "32", "--sram-bytes", "4096", "--causal", "top-left", "--json"};
+        std::vector<std::string> args = {"trace",   "--algorithm", alg,          "--seq-q", "100",
+                                         "--seq-k", "70",          "--head-dim", "32",      "--sram-bytes",
+                                         "4096",    "--causal",    "top-left",   "--json"};
         if (backward) args.push_back("--backward");
         const CliResult r = cli(args);
         INFO(r.err);
@@ -323,12 +351,14 @@ TEST_CASE("trace --json totals equal TrafficCounter on the same loop nest") {
 }
 
 TEST_CASE("trace prints the asymptotic formula labelled as such, and --events one CSV line per event") {
-  const CliResult text = cli({"trace", "--algorithm", "standard", "--seq-q", "64", "--head-dim", "16", "--sram-bytes", "2048"});
+  const CliResult text =
+      cli({"trace", "--algorithm", "standard", "--seq-q", "64", "--head-dim", "16", "--sram-bytes", "2048"});
   CHECK(text.code == 0);
   CHECK(text.out.find("asymptotic formula") != std::string::npos);
   CHECK(text.out.find("S ") != std::string::npos);  // standard attention moves S and P through HBM
 
-  const std::vector<std::string> args = {"trace", "--algorithm", "fa1", "--seq-q", "16", "--head-dim", "8", "--sram-bytes", "256"};
+  const std::vector<std::string> args = {"trace",      "--algorithm", "fa1",          "--seq-q", "16",
+                                         "--head-dim", "8",           "--sram-bytes", "256"};
   std::vector<std::string> json_args = args, event_args = args;
   json_args.push_back("--json");
   event_args.push_back("--events");
@@ -336,15 +366,16 @@ TEST_CASE("trace prints the asymptotic formula labelled as such, and --events on
   const CliResult events = cli(event_args);
   CHECK(events.code == 0);
   CHECK(std::count(events.out.begin(), events.out.end(), '\n') == j["events"].get<std::int64_t>() + 1);  // + header
-  expect_bad_input({"trace", "--algorithm", "fa2", "--seq-q", "65536", "--head-dim", "64", "--sram-bytes", "4096", "--events"},
-                   "--events would print");
+  expect_bad_input(
+      {"trace", "--algorithm", "fa2", "--seq-q", "65536", "--head-dim", "64", "--sram-bytes", "4096", "--events"},
+      "--events would print");
 }
 
 TEST_CASE("bench writes a JSON row per variant and size, with time, memory and modeled traffic") {
   TempDir dir;
-  const CliResult r = cli({"bench", "--device", "cpu", "--variants", "cpu-naive,cpu-fa2", "--seq", "32,64", "--head-dim",
-                           "8", "--warmup", "0", "--iters", "1", "--backward", "--json", dir.file("b.json"), "--csv",
-                           dir.file("b.csv")});
+  const CliResult r =
+      cli({"bench", "--device", "cpu", "--variants", "cpu-naive,cpu-fa2", "--seq", "32,64", "--head-dim", "8",
+           "--warmup", "0", "--iters", "1", "--backward", "--json", dir.file("b.json"), "--csv", dir.file("b.csv")});
   INFO(r.out << r.err);
   REQUIRE(r.code == 0);
   std::ifstream f(dir.file("b.json"));
@@ -363,7 +394,8 @@ TEST_CASE("bench writes a JSON row per variant and size, with time, memory and m
     CHECK(row["extra_bytes"].get<std::int64_t>() >= 0);
   }
   // The modeled traffic is the variant's own loop nest: naive moves S and P, FA2 does not.
-  CHECK(rows[1]["modeled_hbm_bytes_forward"].get<std::int64_t>() > rows[3]["modeled_hbm_bytes_forward"].get<std::int64_t>());
+  CHECK(rows[1]["modeled_hbm_bytes_forward"].get<std::int64_t>() >
+        rows[3]["modeled_hbm_bytes_forward"].get<std::int64_t>());
   std::ifstream csv(dir.file("b.csv"));
   const std::string csv_text((std::istreambuf_iterator<char>(csv)), std::istreambuf_iterator<char>());
   CHECK(std::count(csv_text.begin(), csv_text.end(), '\n') == 5);  // header + 4 rows
@@ -371,8 +403,8 @@ TEST_CASE("bench writes a JSON row per variant and size, with time, memory and m
 
 TEST_CASE("bench reports a size that won't fit as a skipped row and goes on with the sweep") {
   TempDir dir;
-  const CliResult r = cli({"bench", "--device", "cpu", "--variants", "cpu-naive", "--seq", "32,3000000,64", "--head-dim",
-                           "8", "--warmup", "0", "--iters", "1", "--json", dir.file("b.json")});
+  const CliResult r = cli({"bench", "--device", "cpu", "--variants", "cpu-naive", "--seq", "32,3000000,64",
+                           "--head-dim", "8", "--warmup", "0", "--iters", "1", "--json", dir.file("b.json")});
   INFO(r.out << r.err);
   REQUIRE(r.code == 0);
   std::ifstream f(dir.file("b.json"));

@@ -1,6 +1,7 @@
 // src/core: .npy I/O, fp16/bf16 rounding, Philox dropout draws, the causal mask, the tolerance rule
 // and problem validation. Everything here is exact: known answers, not "close enough".
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -9,8 +10,6 @@
 #include <limits>
 #include <random>
 #include <string>
-
-#include <unistd.h>
 
 #include "core/half.hpp"
 #include "core/mask.hpp"
@@ -28,8 +27,8 @@ namespace {
 struct TempFile {
   std::string path;
   explicit TempFile(const std::string& name) {
-    path = (std::filesystem::temp_directory_path() /
-            ("flashlab_core_" + std::to_string(::getpid()) + "_" + name)).string();
+    path = (std::filesystem::temp_directory_path() / ("flashlab_core_" + std::to_string(::getpid()) + "_" + name))
+               .string();
   }
   ~TempFile() { std::remove(path.c_str()); }
   void write(const std::string& bytes) const {
@@ -144,9 +143,7 @@ TEST_CASE("npy reads format versions 2.0 and 3.0 and free header spacing") {
 TEST_CASE("npy rejects malformed and unsupported files with a sentence naming the file") {
   const std::string good_dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }";
   TempFile f("bad.npy");
-  SUBCASE("missing file") {
-    check_rejected(f, "cannot be opened");
-  }
+  SUBCASE("missing file") { check_rejected(f, "cannot be opened"); }
   SUBCASE("bad magic") {
     f.write("\x93NUMPZ" + npy_bytes(1, good_dict, f32_bytes({1, 2})).substr(6));
     check_rejected(f, "not a .npy file");
@@ -217,14 +214,14 @@ TEST_CASE("f16 conversions: exact values, ties to even, subnormals, inf and NaN"
   CHECK(float_to_f16_bits(std::ldexp(1.0f, -24)) == 0x0001);     // smallest subnormal
   CHECK(float_to_f16_bits(std::ldexp(1023.0f, -24)) == 0x03ff);  // largest subnormal
   // Ties go to the even neighbour.
-  CHECK(float_to_f16_bits(1.0f + std::ldexp(1.0f, -11)) == 0x3c00);         // 1 | 1+2^-10: even is 1
-  CHECK(float_to_f16_bits(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3c02);     // 1+2^-10 | 1+2^-9: even is 0x3c02
+  CHECK(float_to_f16_bits(1.0f + std::ldexp(1.0f, -11)) == 0x3c00);      // 1 | 1+2^-10: even is 1
+  CHECK(float_to_f16_bits(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3c02);  // 1+2^-10 | 1+2^-9: even is 0x3c02
   CHECK(float_to_f16_bits(1.0f + std::ldexp(1.0f, -11) + std::ldexp(1.0f, -23)) == 0x3c01);  // past a tie: up
-  CHECK(float_to_f16_bits(std::ldexp(1.0f, -25)) == 0x0000);                // 0 | 2^-24: even is 0
-  CHECK(float_to_f16_bits(std::ldexp(3.0f, -25)) == 0x0002);                // 2^-24 | 2^-23
-  CHECK(float_to_f16_bits(std::ldexp(2047.0f, -25)) == 0x0400);             // subnormal carries into normal
-  CHECK(float_to_f16_bits(65519.0f) == 0x7bff);                             // below the tie with 65536
-  CHECK(float_to_f16_bits(65520.0f) == 0x7c00);                             // the tie rounds to inf (even)
+  CHECK(float_to_f16_bits(std::ldexp(1.0f, -25)) == 0x0000);                                 // 0 | 2^-24: even is 0
+  CHECK(float_to_f16_bits(std::ldexp(3.0f, -25)) == 0x0002);                                 // 2^-24 | 2^-23
+  CHECK(float_to_f16_bits(std::ldexp(2047.0f, -25)) == 0x0400);  // subnormal carries into normal
+  CHECK(float_to_f16_bits(65519.0f) == 0x7bff);                  // below the tie with 65536
+  CHECK(float_to_f16_bits(65520.0f) == 0x7c00);                  // the tie rounds to inf (even)
   CHECK(float_to_f16_bits(INFINITY) == 0x7c00);
   CHECK(float_to_f16_bits(-INFINITY) == 0xfc00);
   const std::uint16_t nan = float_to_f16_bits(NAN);
@@ -250,9 +247,9 @@ TEST_CASE("f16 conversions: exact values, ties to even, subnormals, inf and NaN"
 TEST_CASE("bf16 conversions: exact values, ties to even, subnormals, inf and NaN") {
   CHECK(float_to_bf16_bits(1.0f) == 0x3f80);
   CHECK(float_to_bf16_bits(-0.0f) == 0x8000);
-  CHECK(float_to_bf16_bits(1.0f + std::ldexp(1.0f, -8)) == 0x3f80);      // tie: even is 1
-  CHECK(float_to_bf16_bits(1.0f + 3 * std::ldexp(1.0f, -8)) == 0x3f82);  // tie: even is 0x3f82
-  CHECK(float_to_bf16_bits(std::ldexp(1.0f, -133)) == 0x0001);           // smallest bf16 subnormal
+  CHECK(float_to_bf16_bits(1.0f + std::ldexp(1.0f, -8)) == 0x3f80);        // tie: even is 1
+  CHECK(float_to_bf16_bits(1.0f + 3 * std::ldexp(1.0f, -8)) == 0x3f82);    // tie: even is 0x3f82
+  CHECK(float_to_bf16_bits(std::ldexp(1.0f, -133)) == 0x0001);             // smallest bf16 subnormal
   CHECK(float_to_bf16_bits(std::numeric_limits<float>::max()) == 0x7f80);  // rounds past the largest finite
   CHECK(float_to_bf16_bits(INFINITY) == 0x7f80);
   CHECK(float_to_bf16_bits(-INFINITY) == 0xff80);

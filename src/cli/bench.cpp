@@ -262,8 +262,12 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
   const DType only_dtype = fixed_dtype ? parse_dtype(dtype) : DType::F32;
 
   Problem base;
-  base.shape = Shape{batch, heads > 0 ? heads : (dev == Device::Cpu ? kDefaultCpuHeads : kDefaultCudaHeads),
-                     0, seqs.front(), seqs.front(), head_dim};
+  base.shape = Shape{batch,
+                     heads > 0 ? heads : (dev == Device::Cpu ? kDefaultCpuHeads : kDefaultCudaHeads),
+                     0,
+                     seqs.front(),
+                     seqs.front(),
+                     head_dim};
   base.shape.heads_kv = base.shape.heads_q;
   base.options.causal = parse_causal(causal);
   base.options.seed = 1;
@@ -305,8 +309,9 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
         check_supported(*v, p, r.dtype, backward);
         if (v->device == Device::Cpu)
           require_memory(host_bytes_for_run(*v, p.shape, r.dtype, backward), "N = " + std::to_string(n));
-        r.tiling = v->device == Device::Cpu ? cpu_variant_tiling(p.shape.head_dim)
-                                            : tiling_from_sram(kModelSramBytesCuda, p.shape.head_dim, dtype_bytes(r.dtype));
+        r.tiling = v->device == Device::Cpu
+                       ? cpu_variant_tiling(p.shape.head_dim)
+                       : tiling_from_sram(kModelSramBytesCuda, p.shape.head_dim, dtype_bytes(r.dtype));
         r.hbm_forward = modeled_hbm_bytes(*v, Pass::Forward, p, r.tiling, r.dtype);
         if (backward) r.hbm_backward = modeled_hbm_bytes(*v, Pass::Backward, p, r.tiling, r.dtype);
       } catch (const InputError& e) {
@@ -353,7 +358,8 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
   out << "bench on " << device_name << ": batch " << base.shape.batch << ", heads " << base.shape.heads_q
       << ", head_dim " << head_dim << ", causal " << to_string(base.options.causal) << ", median of " << iters
       << " after " << warmup << " warm-up\n";
-  out << "extra memory = peak - inputs/outputs (" << (dev == Device::Cpu ? "host RSS, one forked process per row" : "device memory")
+  out << "extra memory = peak - inputs/outputs ("
+      << (dev == Device::Cpu ? "host RSS, one forked process per row" : "device memory")
       << "); HBM bytes: the variant's loop nest, counted (flashlab trace)\n\n";
   std::vector<std::string> header = {"variant", "dtype", "N", "fwd ms", "fwd TFLOP/s"};
   if (backward) header.insert(header.end(), {"bwd ms", "bwd TFLOP/s"});
@@ -388,8 +394,12 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
     if (dev == Device::Cpu) j["cpu_threads"] = sysconf(_SC_NPROCESSORS_ONLN);
     j["command"] = command_line;
     j["date"] = utc_now();
-    j["settings"] = {{"batch", base.shape.batch}, {"heads", base.shape.heads_q}, {"head_dim", head_dim},
-                     {"causal", to_string(base.options.causal)}, {"backward", backward}, {"warmup", warmup},
+    j["settings"] = {{"batch", base.shape.batch},
+                     {"heads", base.shape.heads_q},
+                     {"head_dim", head_dim},
+                     {"causal", to_string(base.options.causal)},
+                     {"backward", backward},
+                     {"warmup", warmup},
                      {"iters", iters}};
     if (dev == Device::Cpu) j["load_average_at_start"] = load_average;
     j["notes"] = dev == Device::Cpu
@@ -424,8 +434,8 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
       f << r.variant->name << ',' << to_string(r.variant->device) << ',' << to_string(r.dtype) << ',' << r.shape.batch
         << ',' << r.shape.heads_q << ',' << r.shape.seq_q << ',' << r.shape.head_dim << ','
         << to_string(base.options.causal) << ',' << r.status << ',' << r.forward_ms << ',' << r.backward_ms << ','
-        << tflops(forward_flops(r.shape, base.options.causal), r.forward_ms) << ',' << r.peak_bytes << ','
-        << r.io_bytes << ',' << r.extra_bytes << ',' << r.hbm_forward << ",\"" << reason << "\"\n";
+        << tflops(forward_flops(r.shape, base.options.causal), r.forward_ms) << ',' << r.peak_bytes << ',' << r.io_bytes
+        << ',' << r.extra_bytes << ',' << r.hbm_forward << ",\"" << reason << "\"\n";
     }
     if (!f) throw InputError("cannot write the CSV results to '" + csv_path + "'");
     out << "wrote " << csv_path << "\n";

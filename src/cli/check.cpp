@@ -7,8 +7,8 @@
 #include <optional>
 
 #include "commands.hpp"
-#include "cpu_reference/naive.hpp"
 #include "core/tolerance.hpp"
+#include "cpu_reference/naive.hpp"
 
 namespace flashlab::cli {
 namespace {
@@ -204,7 +204,8 @@ int CheckCommand::run(std::ostream& out, std::ostream& /*err*/) const {
   // Memory, before anything is allocated: the references' S and P dominate.
   std::int64_t working_set = naive_extra_bytes(p.shape, sizeof(double), backward);
   for (const Job& job : jobs)
-    if (job.skip.empty()) working_set = std::max(working_set, host_bytes_for_run(*job.variant, p.shape, job.dtype, backward));
+    if (job.skip.empty())
+      working_set = std::max(working_set, host_bytes_for_run(*job.variant, p.shape, job.dtype, backward));
   require_memory(3 * io_host_bytes(p.shape, backward) + working_set,
                  "this check (the double-precision reference materializes S and P)");
 
@@ -229,8 +230,7 @@ int CheckCommand::run(std::ostream& out, std::ostream& /*err*/) const {
     run_job(job, p, it->second, backward, table);
   }
   table.print(out);
-  if (table.ran() == 0)
-    throw InputError("no variant available here can run this problem (see the SKIP reasons above)");
+  if (table.ran() == 0) throw InputError("no variant available here can run this problem (see the SKIP reasons above)");
   return table.failed() ? kExitCheckFailed : kExitOk;
 }
 

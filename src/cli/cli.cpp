@@ -18,9 +18,11 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
   RunCommand run;
   TraceCommand trace;
   BenchCommand bench;
-  check.add_to(*app.add_subcommand("check", "run every variant on the same random inputs against naive attention in double"));
+  check.add_to(
+      *app.add_subcommand("check", "run every variant on the same random inputs against naive attention in double"));
   run.add_to(*app.add_subcommand(
-      "run", "run one variant on .npy inputs (B, S, H, D) and write .npy outputs (bf16 results are written as float32)"));
+      "run",
+      "run one variant on .npy inputs (B, S, H, D) and write .npy outputs (bf16 results are written as float32)"));
   trace.add_to(*app.add_subcommand("trace", "count an algorithm's HBM <-> SRAM traffic per tensor"));
   bench.add_to(*app.add_subcommand("bench", "time variants against sequence length: time, TFLOP/s, memory, HBM bytes"));
   for (int n = 0; n < argc; ++n) bench.command_line += (n ? " " : "") + std::string(argv[n]);

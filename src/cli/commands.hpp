@@ -1,10 +1,9 @@
 #pragma once
 // The four subcommands. Each registers its flags on a CLI11 subcommand and runs from them; each
 // returns an exit code and throws InputError for bad input (cli.cpp turns it into one line on stderr).
+#include <CLI/CLI.hpp>
 #include <ostream>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "common.hpp"
 

@@ -34,7 +34,8 @@ Shape ShapeFlags::shape() const {
 }
 
 void OptionFlags::add_to(CLI::App& app, const std::string& seed_help) {
-  app.add_option("--causal", causal, "causal mask: none, top-left (PyTorch is_causal) or bottom-right (FlashAttention >= 2.1)")
+  app.add_option("--causal", causal,
+                 "causal mask: none, top-left (PyTorch is_causal) or bottom-right (FlashAttention >= 2.1)")
       ->capture_default_str();
   app.add_option("--scale", scale, "softmax scale (default: 1/sqrt(head_dim))");
   app.add_option("--dropout", dropout, "dropout probability p in [0, 1)")->capture_default_str();
@@ -159,8 +160,8 @@ std::string join(const std::vector<std::string>& items, const std::string& sep) 
 
 std::string describe(const Shape& s) {
   std::ostringstream os;
-  os << "batch " << s.batch << ", heads " << s.heads_q << " (kv " << s.heads_kv << "), seq_q " << s.seq_q
-     << ", seq_k " << s.seq_k << ", head_dim " << s.head_dim;
+  os << "batch " << s.batch << ", heads " << s.heads_q << " (kv " << s.heads_kv << "), seq_q " << s.seq_q << ", seq_k "
+     << s.seq_k << ", head_dim " << s.head_dim;
   return os.str();
 }
 

@@ -1,11 +1,10 @@
 #pragma once
 // What the subcommands share: the problem flags, a plain-text table, memory checks and formatting.
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <ostream>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "core/problem.hpp"
 #include "core/variants.hpp"
@@ -61,7 +60,7 @@ std::int64_t io_host_bytes(const Shape&, bool backward);
 std::string format_bytes(double bytes);  // "1.50 MiB"
 std::string format_sci(double x);        // "3.41e-07", "0", "nan", "inf"
 std::string join(const std::vector<std::string>& items, const std::string& sep);
-std::string describe(const Shape&);      // "batch 1, heads 2 (kv 2), seq_q 128, seq_k 128, head_dim 64"
+std::string describe(const Shape&);  // "batch 1, heads 2 (kv 2), seq_q 128, seq_k 128, head_dim 64"
 
 // Left-aligned columns, two spaces apart, a header row and a rule under it.
 class Table {

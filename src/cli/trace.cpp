@@ -91,7 +91,8 @@ int TraceCommand::run(std::ostream& out, std::ostream& /*err*/) const {
   if (events) {
     if (t.events > kMaxPrintedEvents)
       throw InputError("--events would print " + std::to_string(t.events) + " events, more than the " +
-                       std::to_string(kMaxPrintedEvents) + " it prints: use a shorter --seq-q/--seq-k or a larger --sram-bytes");
+                       std::to_string(kMaxPrintedEvents) +
+                       " it prints: use a shorter --seq-q/--seq-k or a larger --sram-bytes");
     CsvEvents csv(out);
     count_traffic(alg, pass, p, tiling, bytes_per_element, csv);
     return kExitOk;
@@ -106,8 +107,8 @@ int TraceCommand::run(std::ostream& out, std::ostream& /*err*/) const {
     nlohmann::ordered_json j;
     j["algorithm"] = flashlab::to_string(alg);
     j["pass"] = backward ? "backward" : "forward";
-    j["shape"] = {{"batch", batch}, {"heads", heads}, {"seq_q", p.shape.seq_q}, {"seq_k", p.shape.seq_k},
-                  {"head_dim", head_dim}};
+    j["shape"] = {
+        {"batch", batch}, {"heads", heads}, {"seq_q", p.shape.seq_q}, {"seq_k", p.shape.seq_k}, {"head_dim", head_dim}};
     j["causal"] = flashlab::to_string(p.options.causal);
     j["sram_bytes"] = sram_bytes;
     j["bytes_per_element"] = bytes_per_element;
@@ -123,7 +124,8 @@ int TraceCommand::run(std::ostream& out, std::ostream& /*err*/) const {
     j["events"] = t.events;
     j["peak_sram_bytes"] = t.peak_sram_bytes;
     j["sram_over"] = over;
-    j["asymptotic_formula"] = {{"formula", formula_name}, {"bytes", formula},
+    j["asymptotic_formula"] = {{"formula", formula_name},
+                               {"bytes", formula},
                                {"note", "the paper's asymptotic formula with constants dropped, for comparison only"}};
     out << j.dump(2) << "\n";
     return kExitOk;
@@ -146,8 +148,8 @@ int TraceCommand::run(std::ostream& out, std::ostream& /*err*/) const {
       << " events)\n";
   out << "peak SRAM: " << format_bytes(double(t.peak_sram_bytes)) << " of M = " << format_bytes(double(sram_bytes))
       << (over ? "  OVER M: these tiles do not fit the SRAM given" : "") << "\n";
-  out << "paper's asymptotic formula " << formula_name << ", constants dropped (for comparison, not a count): "
-      << format_bytes(formula) << "\n";
+  out << "paper's asymptotic formula " << formula_name
+      << ", constants dropped (for comparison, not a count): " << format_bytes(formula) << "\n";
   return kExitOk;
 }
 

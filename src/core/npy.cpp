@@ -23,9 +23,7 @@ constexpr std::size_t kPreludeV2 = kMagicBytes + 2 + 4;  // magic, version, uint
 // NumPy pads the header so the data starts on a 64-byte boundary (aligned loads when memory-mapped).
 constexpr std::size_t kHeaderAlign = 64;
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw InputError("'" + path + "' " + what);
-}
+[[noreturn]] void fail(const std::string& path, const std::string& what) { throw InputError("'" + path + "' " + what); }
 
 std::uint32_t read_le(const unsigned char* p, int bytes) {
   std::uint32_t v = 0;
@@ -40,8 +38,7 @@ class HeaderParser {
   HeaderParser(const std::string& text, const std::string& path) : s_(text), path_(path) {}
 
   void skip_space() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r'))
-      ++pos_;
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r')) ++pos_;
   }
   bool accept(char c) {
     skip_space();
@@ -96,8 +93,8 @@ class HeaderParser {
     return dims;
   }
   [[noreturn]] void bad(const std::string& what) const {
-    fail(path_, "has a malformed .npy header (" + what + " at character " + std::to_string(pos_) + " of \"" +
-                    s_ + "\")");
+    fail(path_,
+         "has a malformed .npy header (" + what + " at character " + std::to_string(pos_) + " of \"" + s_ + "\")");
   }
 
  private:
@@ -211,8 +208,7 @@ NpyArray read_npy(const std::string& path) {
   if (bytes.size() < prelude) fail(path, "is truncated inside its .npy header");
   const std::size_t header_len = read_le(u + kMagicBytes + 2, major == 1 ? 2 : 4);
   if (bytes.size() - prelude < header_len)
-    fail(path, "is truncated inside its .npy header (it declares " + std::to_string(header_len) +
-                   " header bytes)");
+    fail(path, "is truncated inside its .npy header (it declares " + std::to_string(header_len) + " header bytes)");
   const Header h = parse_header(bytes.substr(prelude, header_len), path);
 
   NpyArray out;
