@@ -96,6 +96,11 @@ void load_bench(AppState& st, const std::string& directory) {
   for (std::size_t k = 0; k < st.bench.points.size(); ++k) {
     const BenchPoint& p = st.bench.points[k];
     if (p.seq <= 0 || p.head_dim <= 0) continue;
+    if (p.modeled_bytes > 0 && p.tflops > 0) {  // the bench modeled its own bytes: FLOPs = rate * time
+      st.bench_flops[k] = p.tflops * 1e12 * p.forward_ms * 1e-3;
+      st.bench_intensity[k] = st.bench_flops[k] / p.modeled_bytes;
+      continue;
+    }
     Scenario s = st.scenario;
     s.head_dim = p.head_dim;
     s.causal = p.causal ? CausalAlign::TopLeft : CausalAlign::None;

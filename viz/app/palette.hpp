@@ -18,9 +18,12 @@ constexpr Rgb kDone{46, 160, 110};      // green: finished, back in HBM
 constexpr Rgb kSkipped{28, 28, 32};     // near black: skipped by the causal mask
 constexpr Rgb kOver{220, 50, 47};       // red: SRAM over capacity
 
-// Series colours for plots (standard, FA1, FA2, extra).
-constexpr Rgb kSeries[] = {{230, 97, 80}, {90, 160, 240}, {120, 210, 110}, {200, 140, 230}, {240, 200, 90},
-                           {150, 150, 150}};
+// Series colours for plots: 0-2 standard, FA1, FA2; 3 the L2 curve; 5 hardware limits (grey);
+// 6 on: measured variants.
+constexpr Rgb kSeries[] = {{230, 97, 80},   {90, 160, 240},  {120, 210, 110}, {200, 140, 230},
+                           {240, 200, 90},  {150, 150, 150}, {250, 200, 60},  {80, 210, 210},
+                           {250, 130, 40},  {240, 110, 190}, {170, 200, 90},  {210, 210, 240}};
+constexpr int kSeriesCount = sizeof(kSeries) / sizeof(kSeries[0]);
 
 inline std::optional<Rgb> state_colour(const char* name) {
   if (!std::strcmp(name, "pending")) return kPending;

@@ -14,15 +14,15 @@ constexpr float kSidebarWidth = 360.f;
 const std::vector<Panel>& panels() {
   // Order: as in scenario::panel_ids(); the grid fills row by row in this order.
   static const std::vector<Panel> registry = {
-      {"controls", "Controls", true, 0.f, draw_controls},
-      {"transport", "Transport", true, 150.f, draw_transport},
-      {"export", "Export", true, 118.f, draw_export},
-      {"loop_nest", "Loop nest", false, 0.f, draw_loop_nest},
-      {"tiles", "Tiles", false, 0.f, draw_tiles},
-      {"memory", "Memory chart", false, 0.f, draw_memory_chart},
-      {"softmax", "Online softmax", false, 0.f, draw_online_softmax},
-      {"compare", "Compare", false, 0.f, draw_compare},
-      {"plots", "Plots vs N", false, 0.f, draw_plots},
+      {"controls", "Controls", true, 0.f, 1.f, draw_controls},
+      {"transport", "Transport", true, 150.f, 1.f, draw_transport},
+      {"export", "Export", true, 118.f, 1.f, draw_export},
+      {"loop_nest", "Loop nest", false, 0.f, 0.9f, draw_loop_nest},
+      {"tiles", "Tiles", false, 0.f, 1.0f, draw_tiles},
+      {"memory", "Memory chart", false, 0.f, 1.1f, draw_memory_chart},
+      {"softmax", "Online softmax", false, 0.f, 1.1f, draw_online_softmax},
+      {"compare", "Compare", false, 0.f, 1.1f, draw_compare},
+      {"plots", "Plots vs N", false, 0.f, 1.6f, draw_plots},
   };
   return registry;
 }
@@ -57,11 +57,16 @@ void draw_panels(AppState& st) {
     const int cols = n <= 1 ? 1 : n <= 4 ? 2 : 3;
     const int rows = (n + cols - 1) / cols;
     const float x0 = side_w, w = screen.x - side_w, h = screen.y / float(rows);
-    for (int k = 0; k < n; ++k) {
-      const int r = k / cols, c = k % cols;
-      const int in_row = r == rows - 1 ? n - r * cols : cols;
-      const float cw = w / float(in_row);
-      rects.push_back({main[k], ImVec4(x0 + cw * float(c), h * float(r), cw, h)});
+    for (int r = 0; r < rows; ++r) {
+      const int first = r * cols, last = std::min(n, first + cols);
+      float total = 0;
+      for (int k = first; k < last; ++k) total += reg[main[std::size_t(k)]].weight;
+      float x = x0;
+      for (int k = first; k < last; ++k) {
+        const float cw = w * reg[main[std::size_t(k)]].weight / total;
+        rects.push_back({main[std::size_t(k)], ImVec4(x, h * float(r), cw, h)});
+        x += cw;
+      }
     }
   }
 

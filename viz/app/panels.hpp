@@ -12,6 +12,7 @@ struct Panel {
   const char* title;  // window title
   bool sidebar;       // stacked in the left column (controls, transport, export)
   float sidebar_height;  // its height in the column; 0: what the others leave
+  float weight;          // its share of a grid row's width, against the others in that row
   void (*draw)(AppState&);
 };
 

@@ -130,19 +130,25 @@ void plot(const PlotSpec& spec, const std::vector<PlotSeries>& series, ImVec2 si
   }
 
   // Grid, ticks, labels.
+  float label_end = -1e9f;  // labels that would overlap the previous one are left out
   for (double t : ticks(v.x0, v.x1, spec.log_x)) {
     const float x = sx(t);
     dl->AddLine(ImVec2(x, a0.y), ImVec2(x, a1.y), kGrid);
     const std::string label = fx(from_axis(t, spec.log_x));
     const float w = ImGui::CalcTextSize(label.c_str()).x;
+    if (x - w / 2 < label_end + 6) continue;
     dl->AddText(ImVec2(x - w / 2, a1.y + 2), kText, label.c_str());
+    label_end = x + w / 2;
   }
+  float label_top = 1e9f;
   for (double t : ticks(v.y0, v.y1, spec.log_y)) {
     const float y = sy(t);
     dl->AddLine(ImVec2(a0.x, y), ImVec2(a1.x, y), kGrid);
     const std::string label = fy(from_axis(t, spec.log_y));
     const ImVec2 ts = ImGui::CalcTextSize(label.c_str());
+    if (y + ts.y / 2 > label_top - 2) continue;
     dl->AddText(ImVec2(a0.x - ts.x - 4, y - ts.y / 2), kText, label.c_str());
+    label_top = y - ts.y / 2;
   }
   if (!spec.x_label.empty()) {
     const float w = ImGui::CalcTextSize(spec.x_label.c_str()).x;
@@ -171,20 +177,36 @@ void plot(const PlotSpec& spec, const std::vector<PlotSeries>& series, ImVec2 si
   }
   dl->PopClipRect();
 
-  // Legend, top left inside the plot area.
-  float ly = a0.y + 4, lw = 0;
-  for (const PlotSeries& s : series) lw = std::max(lw, ImGui::CalcTextSize(s.name.c_str()).x);
+  // Legend inside the plot area, in the corner that hides the fewest points.
+  float lw = 0;
   int named = 0;
-  for (const PlotSeries& s : series) named += !s.name.empty();
+  for (const PlotSeries& s : series)
+    if (!s.name.empty()) lw = std::max(lw, ImGui::CalcTextSize(s.name.c_str()).x), ++named;
   if (named) {
     const float lh = ImGui::GetTextLineHeight();
-    dl->AddRectFilled(ImVec2(a0.x + 4, ly - 2), ImVec2(a0.x + 30 + lw, ly + lh * float(named) + 2), IM_COL32(20, 22, 26, 210));
+    const ImVec2 box(lw + 30, lh * float(named) + 4);
+    const ImVec2 corners[] = {ImVec2(a0.x + 4, a0.y + 4), ImVec2(a1.x - box.x - 4, a0.y + 4),
+                              ImVec2(a1.x - box.x - 4, a1.y - box.y - 4), ImVec2(a0.x + 4, a1.y - box.y - 4)};
+    int best = 0, best_hidden = -1;
+    for (int c = 0; c < 4; ++c) {
+      int hidden = 0;
+      for (const PlotSeries& s : series)
+        for (std::size_t k = 0; k < s.x.size() && k < s.y.size(); ++k) {
+          if (!usable(s.x[k], spec.log_x) || !usable(s.y[k], spec.log_y)) continue;
+          const float px = sx(to_axis(s.x[k], spec.log_x)), py = sy(to_axis(s.y[k], spec.log_y));
+          hidden += px >= corners[c].x && px <= corners[c].x + box.x && py >= corners[c].y && py <= corners[c].y + box.y;
+        }
+      if (best_hidden < 0 || hidden < best_hidden) best = c, best_hidden = hidden;
+    }
+    const ImVec2 o = corners[best];
+    dl->AddRectFilled(o, ImVec2(o.x + box.x, o.y + box.y), IM_COL32(20, 22, 26, 220));
+    float ly = o.y + 2;
     for (const PlotSeries& s : series) {
       if (s.name.empty()) continue;
       const float cy = ly + lh / 2;
-      if (s.line) dl->AddLine(ImVec2(a0.x + 8, cy), ImVec2(a0.x + 22, cy), s.colour, 2.f);
-      else dl->AddCircle(ImVec2(a0.x + 15, cy), 4.f, s.colour, 0, 2.f);
-      dl->AddText(ImVec2(a0.x + 26, ly), kText, s.name.c_str());
+      if (s.line) dl->AddLine(ImVec2(o.x + 4, cy), ImVec2(o.x + 18, cy), s.colour, 2.f);
+      else dl->AddCircle(ImVec2(o.x + 11, cy), 4.f, s.colour, 0, 2.f);
+      dl->AddText(ImVec2(o.x + 24, ly), kText, s.name.c_str());
       ly += lh;
     }
   }

@@ -4,8 +4,12 @@
 
 namespace flashlab::viz {
 
-// Reads the back buffer (call after rendering, before swapping). Throws InputError when the file
+// Reads the back buffer (call after rendering, before swapping) and writes it with `comment` in a
+// tEXt chunk (keyword "Comment": the command that made the image). Throws InputError when the file
 // cannot be written.
-void save_framebuffer_png(const std::string& path, int width, int height);
+// palette: write an 8-bit indexed PNG of the 256 most frequent colours (each other pixel takes its
+// nearest), several times smaller for committed figures; the big flat areas keep their exact colour.
+void save_framebuffer_png(const std::string& path, int width, int height, const std::string& comment,
+                          bool palette = false);
 
 }  // namespace flashlab::viz

@@ -45,8 +45,9 @@ void draw_cell(ImDrawList* dl, Cell c, TileState s, int reads, int max_reads, bo
   const ImVec2 a(c.a.x + inset, c.a.y + inset), b(c.b.x - inset, c.b.y - inset);
   dl->AddRectFilled(a, b, state_colour(s));
   if (heat && reads > 0 && max_reads > 0) {
+    // Read once is the floor (dark); the most-read tile is the hottest.
     const ImVec2 ha(a.x, b.y - (b.y - a.y) * kHeatBarFraction);
-    dl->AddRectFilled(ha, b, heat_colour(float(reads) / float(max_reads)));
+    dl->AddRectFilled(ha, b, heat_colour(max_reads > 1 ? float(reads - 1) / float(max_reads - 1) : 0.f));
     if (w >= 30 && reads > 1) {
       const std::string n = std::to_string(reads);
       dl->AddText(nullptr, 0.f, ImVec2(b.x - ImGui::CalcTextSize(n.c_str()).x - 2, ha.y - 1), IM_COL32(20, 20, 20, 255),
@@ -159,7 +160,7 @@ void draw_tile_picture(ImDrawList* dl, const Replay& r, ImVec2 p0, ImVec2 size, 
                     cell.b.y, s);
     }
 
-  // Labels and the current (i, j) cross-hair.
+  // Labels and the current (i, j): an outline and ticks.
   dl->AddText(ImVec2(qx + cs / 2 - 4, gy - label_h), kLabel, "Q");
   dl->AddText(ImVec2(ox + cs / 2 - 4, gy - label_h), kLabel, "O");
   dl->AddText(ImVec2(p0.x, ky + cs / 2 - label_h / 2), kLabel, "K");
@@ -169,9 +170,10 @@ void draw_tile_picture(ImDrawList* dl, const Replay& r, ImVec2 p0, ImVec2 size, 
     int i, j;
     if (score_tile_of(*e, i, j)) {
       const float x = gx + cs * (float(j / gc) + 0.5f), y = gy + cs * (float(i / gr) + 0.5f);
-      const ImU32 hair = IM_COL32(255, 255, 255, 150);
-      dl->AddLine(ImVec2(qx + cs, y), ImVec2(x - cs / 2, y), hair, 1.5f);
-      dl->AddLine(ImVec2(x, vy + cs), ImVec2(x, y - cs / 2), hair, 1.5f);
+      // Ticks in the gaps point at row i and column j without covering other tiles.
+      const ImU32 hair = IM_COL32(255, 255, 255, 200);
+      dl->AddLine(ImVec2(qx + cs + 1, y), ImVec2(gx - 1, y), hair, 2.f);
+      dl->AddLine(ImVec2(x, vy + cs + 1), ImVec2(x, gy - 1), hair, 2.f);
       dl->AddRect(ImVec2(x - cs / 2, y - cs / 2), ImVec2(x + cs / 2, y + cs / 2), IM_COL32(255, 255, 255, 255), 0, 0, 2.f);
     }
   }

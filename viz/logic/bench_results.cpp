@@ -1,5 +1,6 @@
 #include "bench_results.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -23,7 +24,13 @@ void walk(const json& node, const std::string& file, std::string device, BenchRe
     return;
   }
   if (!node.is_object()) return;
-  if (const json* d = first_of(node, {"device", "gpu", "device_name"}); d && d->is_string()) device = d->get<std::string>();
+  // The device's name; rows may also say only its kind ("cuda"), which names nothing.
+  if (const json* d = first_of(node, {"device_name", "gpu", "device"}); d && d->is_string()) {
+    const std::string name = d->get<std::string>();
+    if (name != "cuda" && name != "cpu") device = name;
+  }
+  if (const json* status = first_of(node, {"status"}); status && status->is_string() && status->get<std::string>() != "ok")
+    return;  // out of memory, unsupported, ...: no time to plot
   const json* seq = first_of(node, {"seq", "seq_q", "seq_len", "N", "n"});
   const json* ms = first_of(node, {"forward_ms", "fwd_ms", "ms", "time_ms"});
   if (seq && ms && seq->is_number() && ms->is_number()) {
@@ -36,6 +43,9 @@ void walk(const json& node, const std::string& file, std::string device, BenchRe
       p.variant = v->get<std::string>();
     if (const json* v = first_of(node, {"dtype"}); v && v->is_string()) p.dtype = v->get<std::string>();
     if (const json* v = first_of(node, {"head_dim", "d"}); v && v->is_number()) p.head_dim = v->get<int>();
+    if (const json* v = first_of(node, {"batch"}); v && v->is_number()) p.batch = std::max(1, v->get<int>());
+    if (const json* v = first_of(node, {"heads_q", "heads"}); v && v->is_number()) p.heads = std::max(1, v->get<int>());
+    if (const json* v = first_of(node, {"modeled_hbm_bytes_forward"}); v && v->is_number()) p.modeled_bytes = v->get<double>();
     if (const json* v = first_of(node, {"causal"})) p.causal = v->is_boolean() ? v->get<bool>() : (v->is_string() && v->get<std::string>() != "none");
     if (const json* v = first_of(node, {"tflops", "forward_tflops", "tflops_fwd"}); v && v->is_number())
       p.tflops = v->get<double>();

@@ -10,6 +10,8 @@ namespace flashlab::viz {
 struct BenchPoint {
   std::string file, device, variant, dtype;
   int seq = 0, head_dim = 0;
+  int batch = 1, heads = 1;     // the measured time covers batch * heads heads
+  double modeled_bytes = 0;     // the bench's own modeled HBM bytes (forward), or 0
   bool causal = false;
   double forward_ms = 0;
   double tflops = 0;  // as recorded, or 0

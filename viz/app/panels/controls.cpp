@@ -85,7 +85,7 @@ void draw_controls(AppState& st) {
   ImGui::TextUnformatted("GPU preset (measured, shared/GPU.md):");
   ImGui::TextWrapped("%s: %.1f TB/s copy, %.0f-%.0f TFLOP/s bf16, %s L2, %s smem/SM, %d SMs", g.name,
                      g.hbm_bytes_per_s / 1e12, g.bf16_flops_per_s / 1e12, g.bf16_flops_per_s_best / 1e12,
-                     format_bytes(double(g.l2_bytes)).c_str(), format_bytes(double(g.smem_bytes_per_sm)).c_str(), g.sms);
+                     axis_bytes(double(g.l2_bytes)).c_str(), format_bytes(double(g.smem_bytes_per_sm)).c_str(), g.sms);
   if (ImGui::SmallButton("M = one SM's shared memory")) {
     Scenario h = st.scenario;
     h.sram_bytes = g.smem_bytes_per_sm;

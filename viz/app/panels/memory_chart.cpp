@@ -62,6 +62,8 @@ void draw_memory_chart(AppState& st) {
   const float lh = ImGui::GetTextLineHeight();
   dl->AddText(ImVec2(hbm0.x + 6, hbm0.y + 4), kText, "HBM");
   dl->AddText(ImVec2(hbm0.x + 6, hbm0.y + 4 + lh), IM_COL32(160, 165, 175, 255), "3.0 TB/s");
+  dl->AddText(ImVec2(hbm0.x + 6, hbm0.y + 4 + 3 * lh), IM_COL32(160, 165, 175, 255), "footprint");
+  dl->AddText(ImVec2(hbm0.x + 6, hbm0.y + 4 + 4 * lh), kText, format_bytes(double(st.trace_footprint_bytes)).c_str());
   dl->AddText(ImVec2(sram0.x + 6, sram0.y + 4), kText, "SRAM");
   dl->AddText(ImVec2(sram0.x + 6, sram0.y + 4 + lh), IM_COL32(160, 165, 175, 255),
               ("M = " + format_bytes(double(t.sram_capacity))).c_str());
@@ -83,35 +85,32 @@ void draw_memory_chart(AppState& st) {
 
   // Links: one row per tensor; reads above (HBM -> SRAM), writes below (SRAM -> HBM).
   const TileEvent* cur = r.current();
-  const float row_h = std::min(56.f, (h - 2 * lh) / float(std::max<std::size_t>(1, tensors.size())));
+  // Row heights: two lines (label + arrow) per direction the tensor moves in.
+  float need = 0;
+  for (int k : tensors) need += float((t.totals.read[k] > 0) + (t.totals.written[k] > 0));
+  const float line_h = std::min(28.f, std::max(lh + 4, (h - 2 * lh - 8) / std::max(1.f, need)));
   const float lx0 = hbm1.x + 8, lx1 = sram0.x - 8;
-  float y = p0.y + lh + 6;
+  float y = p0.y + 2 * lh + 8;
   for (int k : tensors) {
     const double rd = double(now.read[k]), wr = double(now.written[k]);
     const bool live = cur && static_cast<int>(cur->tensor) == k &&
                       (cur->direction == Direction::Load || cur->direction == Direction::Store);
-    const float ry = y + row_h * 0.32f, wy = y + row_h * 0.72f;
     const std::string name = to_string(static_cast<TensorId>(k));
     if (t.totals.read[k] > 0) {
+      y += line_h;
       const bool on = live && cur->direction == Direction::Load;
-      arrow(dl, ImVec2(lx0, ry), ImVec2(lx1, ry), rd > 0 ? kRead : kIdle, 1.f + 5.f * float(rd / max_bytes));
-      dl->AddText(ImVec2(lx0 + 4, ry - lh - 1), kText, (name + " read " + format_bytes(rd)).c_str());
-      if (on) {
-        const float x = lx0 + (lx1 - lx0) * float(st.playing ? st.phase : 0.5);
-        dl->AddCircleFilled(ImVec2(x, ry), 6.f, rgb(palette::kInSram));
-      }
+      arrow(dl, ImVec2(lx0, y - 3), ImVec2(lx1, y - 3), rd > 0 ? kRead : kIdle, 1.f + 4.f * float(rd / max_bytes));
+      dl->AddText(ImVec2(lx0 + 4, y - 5 - lh), kText, (name + " read " + format_bytes(rd)).c_str());
+      if (on) dl->AddCircleFilled(ImVec2(lx0 + (lx1 - lx0) * float(st.playing ? st.phase : 0.5), y - 3), 6.f, rgb(palette::kInSram));
     }
     if (t.totals.written[k] > 0) {
+      y += line_h;
       const bool on = live && cur->direction == Direction::Store;
-      arrow(dl, ImVec2(lx1, wy), ImVec2(lx0, wy), wr > 0 ? kWrite : kIdle, 1.f + 5.f * float(wr / max_bytes));
+      arrow(dl, ImVec2(lx1, y - 3), ImVec2(lx0, y - 3), wr > 0 ? kWrite : kIdle, 1.f + 4.f * float(wr / max_bytes));
       const std::string label = name + " written " + format_bytes(wr);
-      dl->AddText(ImVec2(lx1 - ImGui::CalcTextSize(label.c_str()).x - 4, wy + 2), kText, label.c_str());
-      if (on) {
-        const float x = lx1 - (lx1 - lx0) * float(st.playing ? st.phase : 0.5);
-        dl->AddCircleFilled(ImVec2(x, wy), 6.f, rgb(palette::kInSram));
-      }
+      dl->AddText(ImVec2(lx1 - ImGui::CalcTextSize(label.c_str()).x - 4, y - 5 - lh), kText, label.c_str());
+      if (on) dl->AddCircleFilled(ImVec2(lx1 - (lx1 - lx0) * float(st.playing ? st.phase : 0.5), y - 3), 6.f, rgb(palette::kInSram));
     }
-    y += row_h;
   }
 
   // SRAM occupancy against M.
@@ -137,7 +136,7 @@ void draw_memory_chart(AppState& st) {
   ImGui::Text("at %.1f TB/s these bytes take %s (whole run %s)", gpu.hbm_bytes_per_s / 1e12, format_seconds(secs).c_str(),
               format_seconds(double(t.totals.total()) / gpu.hbm_bytes_per_s).c_str());
   if (st.trace_footprint_bytes <= gpu.l2_bytes)
-    ImGui::TextWrapped("with the 50 MB L2 absorbing re-reads, DRAM counters would show about %s (compulsory; the paper's "
+    ImGui::TextWrapped("with the 50 MB L2 absorbing the re-reads, DRAM counters would show about %s (compulsory; the paper's "
                        "two-level count is %s)",
                        format_bytes(double(st.trace_compulsory_bytes)).c_str(), format_bytes(double(t.totals.total())).c_str());
   else

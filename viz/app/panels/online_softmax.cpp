@@ -12,7 +12,7 @@
 namespace flashlab::viz {
 
 namespace {
-constexpr int kRowsShown = 12;
+constexpr int kRowsShown = 8;
 }
 
 void draw_online_softmax(AppState& st) {
@@ -71,13 +71,20 @@ void draw_online_softmax(AppState& st) {
     l.x.push_back(x), l.y.push_back(row.l);
     a.x.push_back(x), a.y.push_back(row.rescale);
   }
-  PlotSpec spec;
-  spec.id = "softmax_row";
-  spec.title = "row " + std::to_string(st.softmax_row) + " after each key block";
-  spec.x_label = "key blocks seen";
-  spec.y_label = "value";
-  spec.log_x = spec.log_y = false;
-  plot(spec, {m, l, a}, ImVec2(0, 0));
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  const ImVec2 half(avail.x / 2 - 4, std::max(150.f, avail.y));
+  PlotSpec left;
+  left.id = "softmax_m";
+  left.title = "row " + std::to_string(st.softmax_row) + ": m_i and the rescale factor";
+  left.x_label = "key blocks seen";
+  left.y_label = "value";
+  left.log_x = left.log_y = false;
+  plot(left, {m, a}, half);
+  ImGui::SameLine();
+  PlotSpec right = left;
+  right.id = "softmax_l";
+  right.title = "row " + std::to_string(st.softmax_row) + ": l_i (running sum)";
+  plot(right, {l}, half);
 }
 
 }  // namespace flashlab::viz

@@ -17,7 +17,7 @@ namespace flashlab::viz {
 namespace {
 
 ImU32 series_colour(int k) {
-  const auto& c = palette::kSeries[k % 6];
+  const auto& c = palette::kSeries[k % palette::kSeriesCount];
   return IM_COL32(c.r, c.g, c.b, 255);
 }
 std::string fmt_intensity(double i) { return axis_count(i); }
@@ -51,7 +51,8 @@ void draw_plots(AppState& st) {
     start_cpu_timing(st);
   }
   std::string gpu_note = st.bench.points.empty() ? "no GPU results in bench/results yet" : "";
-  if (!st.bench.points.empty()) gpu_note = std::to_string(st.bench.points.size()) + " GPU points: " + st.bench.points[0].device;
+  if (!st.bench.points.empty())
+    gpu_note = std::to_string(st.bench.points.size()) + " measured points (bench/results): " + st.bench.points[0].device;
   ImGui::SameLine();
   ImGui::TextDisabled("%s", gpu_note.c_str());
 
@@ -60,7 +61,7 @@ void draw_plots(AppState& st) {
   for (std::size_t a = 0; a < sweep.algorithms.size() && a < sweep.points.size(); ++a) {
     const std::string name = to_string(sweep.algorithms[a]);
     PlotSeries t{name, {}, {}, series_colour(int(a))}, m{name, {}, {}, series_colour(int(a))};
-    PlotSeries tm{name + " (H100 model)", {}, {}, series_colour(int(a))};
+    PlotSeries tm{name, {}, {}, series_colour(int(a))};
     tm.thickness = 1.f;
     for (const SweepPoint& p : sweep.points[a]) {
       t.x.push_back(p.n), t.y.push_back(p.hbm_bytes);
@@ -89,22 +90,27 @@ void draw_plots(AppState& st) {
     s.thickness = 2.5f;
     times.push_back(s);
   }
-  PlotSeries measured{"measured GPU", {}, {}, series_colour(4)};
-  measured.line = false;
-  for (const BenchPoint& p : st.bench.points) measured.x.push_back(p.seq), measured.y.push_back(p.forward_ms * 1e-3);
-  if (!measured.x.empty()) {
-    measured.name = "measured: " + st.bench.points[0].device;
-    times.push_back(measured);
+  // Measured GPU points, one series per variant, per head (the bench runs batch * heads of them).
+  std::vector<std::string> variants;
+  for (const BenchPoint& p : st.bench.points)
+    if (std::find(variants.begin(), variants.end(), p.variant) == variants.end()) variants.push_back(p.variant);
+  std::vector<PlotSeries> measured_series;
+  for (std::size_t v = 0; v < variants.size(); ++v) {
+    PlotSeries m{variants[v], {}, {}, series_colour(int(v) + 6)};
+    m.line = false;
+    for (const BenchPoint& p : st.bench.points)
+      if (p.variant == variants[v]) m.x.push_back(p.seq), m.y.push_back(p.forward_ms * 1e-3 / (p.batch * p.heads));
+    times.push_back(m);
   }
 
   // Roofline: the H100's measured ceilings, this scenario's modeled point, the measured points.
   std::vector<PlotSeries> roof;
-  PlotSeries ceiling{"H100 roof (3.0 TB/s, 756 TF/s)", {}, {}, series_colour(5)};
+  PlotSeries ceiling{"H100 roof", {}, {}, series_colour(5)};
   ceiling.markers = false;
-  for (double i = 1; i <= 1e5; i *= 1.25) ceiling.x.push_back(i), ceiling.y.push_back(std::min(gpu.bf16_flops_per_s, gpu.hbm_bytes_per_s * i));
+  for (double i = 1; i <= 1e4; i *= 1.25) ceiling.x.push_back(i), ceiling.y.push_back(std::min(gpu.bf16_flops_per_s, gpu.hbm_bytes_per_s * i));
   roof.push_back(ceiling);
   for (std::size_t a = 0; a < sweep.algorithms.size() && a < sweep.points.size(); ++a) {
-    PlotSeries s{std::string(to_string(sweep.algorithms[a])) + " bound", {}, {}, series_colour(int(a))};
+    PlotSeries s{to_string(sweep.algorithms[a]), {}, {}, series_colour(int(a))};
     s.line = false;
     for (const SweepPoint& p : sweep.points[a]) {
       const double ai = p.flops / std::max(1.0, p.hbm_bytes);
@@ -112,27 +118,29 @@ void draw_plots(AppState& st) {
     }
     roof.push_back(s);
   }
-  PlotSeries meas{"measured", {}, {}, series_colour(4)};
-  meas.line = false;
-  for (std::size_t k = 0; k < st.bench.points.size() && k < st.bench_intensity.size(); ++k) {
-    const BenchPoint& p = st.bench.points[k];
-    if (st.bench_intensity[k] <= 0 || p.forward_ms <= 0) continue;
-    meas.x.push_back(st.bench_intensity[k]);
-    meas.y.push_back(p.tflops > 0 ? p.tflops * 1e12 : st.bench_flops[k] / (p.forward_ms * 1e-3));
+  for (std::size_t v = 0; v < variants.size(); ++v) {
+    PlotSeries m{variants[v], {}, {}, series_colour(int(v) + 6)};
+    m.line = false;
+    for (std::size_t k = 0; k < st.bench.points.size() && k < st.bench_intensity.size(); ++k) {
+      const BenchPoint& p = st.bench.points[k];
+      if (p.variant != variants[v] || st.bench_intensity[k] <= 0 || p.forward_ms <= 0) continue;
+      m.x.push_back(st.bench_intensity[k]);
+      m.y.push_back(p.tflops > 0 ? p.tflops * 1e12 : st.bench_flops[k] / (p.forward_ms * 1e-3));
+    }
+    if (!m.x.empty()) roof.push_back(m);
   }
-  if (!meas.x.empty()) roof.push_back(meas);
 
   const ImVec2 avail = ImGui::GetContentRegionAvail();
   const ImVec2 cell(avail.x / 2 - 4, avail.y / 2 - 4);
-  PlotSpec a{"traffic", "HBM traffic vs N (bytes, two-level model)", "N", "bytes", true, true, axis_count, axis_bytes};
+  PlotSpec a{"traffic", "HBM traffic vs N (two-level model)", "N", "bytes", true, true, axis_count, axis_bytes};
   plot(a, traffic, cell);
   ImGui::SameLine();
-  PlotSpec b{"memory", "peak HBM memory vs N (footprint, bytes)", "N", "bytes", true, true, axis_count, axis_bytes};
+  PlotSpec b{"memory", "peak HBM memory vs N (footprint)", "N", "bytes", true, true, axis_count, axis_bytes};
   plot(b, memory, cell);
-  PlotSpec c{"time", "time vs N (seconds)", "N", "time", true, true, axis_count, axis_seconds};
+  PlotSpec c{"time", "time vs N: lines H100 model, rings measured per head", "N", "time", true, true, axis_count, axis_seconds};
   plot(c, times, cell);
   ImGui::SameLine();
-  PlotSpec d{"roofline", "roofline (FLOP/s vs FLOP per HBM byte)", "FLOP/byte", "FLOP/s", true, true, fmt_intensity, axis_flops};
+  PlotSpec d{"roofline", "roofline: H100 3.0 TB/s, 756 TF/s; dots modeled, rings measured", "FLOP/byte", "FLOP/s", true, true, fmt_intensity, axis_flops};
   plot(d, roof, cell);
 }
 

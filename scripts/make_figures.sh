@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Makes the README and lesson figures with the app's headless mode (needs a display or xvfb-run).
+# Each figure is written with the exact command that made it, into docs/img/FIGURE.png.txt beside it.
+# Usage: scripts/make_figures.sh [build-dir]   (default: build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+viz="$build/bin/flashlab-viz"
+[ -x "$viz" ] || { echo "make_figures: $viz is missing: build with FLASHLAB_VIZ on first" >&2; exit 1; }
+run=()
+if [ -z "${DISPLAY:-}" ]; then
+  command -v xvfb-run >/dev/null || { echo "make_figures: no display and no xvfb-run" >&2; exit 1; }
+  run=(xvfb-run -a -s "-screen 0 1920x1200x24")
+fi
+mkdir -p docs/img
+for name in readme-overview lesson01-standard-traffic lesson02-online-softmax lesson03-fa1-tiles lesson04-fa1-vs-fa2; do
+  cmd="flashlab-viz --scenario viz/scenarios/$name.json --png-palette --screenshot docs/img/$name.png"
+  "${run[@]}" "$viz" --scenario "viz/scenarios/$name.json" --png-palette --screenshot "docs/img/$name.png" >/dev/null
+  printf '%-40s %6d KB   %s\n' "docs/img/$name.png" $(( $(stat -c %s "docs/img/$name.png") / 1024 )) "$cmd"
+done
