@@ -192,11 +192,14 @@ std::string utc_now() {
 
 double tflops(double flops, double ms) { return ms > 0 ? flops / (ms * 1e-3) / 1e12 : -1; }
 
+// One line, redrawn with \r; the label is padded so a shorter one fully covers a longer one.
 void progress(std::ostream& err, int done, int total, const std::string& what) {
-  constexpr int kWidth = 30;
+  constexpr int kWidth = 30, kLabelWidth = 32;
   const int filled = total ? done * kWidth / total : kWidth;
+  std::string label = what;
+  if (label.size() < kLabelWidth) label.append(kLabelWidth - label.size(), ' ');
   err << "\rbench [" << std::string(filled, '#') << std::string(kWidth - filled, '.') << "] " << done << "/" << total
-      << " " << what << "\033[K" << std::flush;
+      << " " << label << std::flush;
 }
 
 nlohmann::ordered_json to_json(const Row& r, bool backward) {
@@ -358,9 +361,10 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
   out << "bench on " << device_name << ": batch " << base.shape.batch << ", heads " << base.shape.heads_q
       << ", head_dim " << head_dim << ", causal " << to_string(base.options.causal) << ", median of " << iters
       << " after " << warmup << " warm-up\n";
-  out << "extra memory = peak - inputs/outputs ("
-      << (dev == Device::Cpu ? "host RSS, one forked process per row" : "device memory")
-      << "); HBM bytes: the variant's loop nest, counted (flashlab trace)\n\n";
+  out << (dev == Device::Cpu ? "extra memory: peak RSS of the timed runs above the inputs and outputs (one forked "
+                               "process per row)"
+                             : "extra memory: peak device memory minus inputs and outputs (Variant::bench)")
+      << "\nmodeled HBM: bytes moved by the variant's loop nest, counted as `flashlab trace` does\n\n";
   std::vector<std::string> header = {"variant", "dtype", "N", "fwd ms", "fwd TFLOP/s"};
   if (backward) header.insert(header.end(), {"bwd ms", "bwd TFLOP/s"});
   header.insert(header.end(), {"extra memory", "modeled HBM fwd"});
