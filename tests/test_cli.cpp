@@ -416,3 +416,24 @@ TEST_CASE("bench reports a size that won't fit as a skipped row and goes on with
   CHECK(rows[2]["status"] == "ok");
   CHECK(r.out.find("skipped: ") != std::string::npos);
 }
+
+TEST_CASE("run --dtype chooses the precision: f16 files computed and written in f32") {
+  TempDir dir;
+  const Shape s{1, 2, 2, 9, 13, 8};
+  const Qkv in = random_qkv(s, DType::F16, 5);  // values representable in f16
+  write_npy(dir.file("q.npy"), in.q, DType::F16);
+  write_npy(dir.file("k.npy"), in.k, DType::F16);
+  write_npy(dir.file("v.npy"), in.v, DType::F16);
+  const CliResult r = cli({"run", "--variant", "cpu-fa1", "--q", dir.file("q.npy"), "--k", dir.file("k.npy"), "--v",
+                           dir.file("v.npy"), "--out", dir.file("o.npy"), "--dtype", "f32", "--causal", "top-left"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  Problem p;
+  p.shape = s;
+  p.options.causal = CausalAlign::TopLeft;
+  const ForwardOut want = find_variant("cpu-fa1").forward(p, DType::F32, in, nullptr);
+  const NpyArray o = read_npy(dir.file("o.npy"));
+  CHECK(o.dtype == DType::F32);
+  REQUIRE(o.tensor.dims == want.o.dims);
+  for (std::size_t n = 0; n < want.o.data.size(); ++n) CHECK(o.tensor.data[n] == static_cast<float>(want.o.data[n]));
+}
