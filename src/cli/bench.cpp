@@ -259,6 +259,7 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
                      (cuda_device_name().empty() ? "none is available on this machine" : "it is not usable"));
   if (warmup < 0 || iters < 1) throw InputError("--warmup must be >= 0 and --iters >= 1");
   const std::vector<int> seqs = parse_int_list(seq, "--seq");
+  const std::string started = utc_now();
   std::string load_average;  // the machine's load when the sweep began: timings on a busy host are noisy
   std::getline(std::ifstream("/proc/loadavg"), load_average);
   const bool fixed_dtype = !dtype.empty();
@@ -397,7 +398,7 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
     j["device_kind"] = device;
     if (dev == Device::Cpu) j["cpu_threads"] = sysconf(_SC_NPROCESSORS_ONLN);
     j["command"] = command_line;
-    j["date"] = utc_now();
+    j["date"] = started;  // when the sweep began
     j["settings"] = {{"batch", base.shape.batch},
                      {"heads", base.shape.heads_q},
                      {"head_dim", head_dim},
