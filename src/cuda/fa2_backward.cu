@@ -16,6 +16,9 @@
 // far less than those two matmuls, and the only price is a summation order that varies from run
 // to run in the last bits.
 //
+// Q_i and dO_i (with L_i, D_i) are double-buffered: the next work item is copied with cp.async while
+// the current one computes, so a step needs two barriers and never waits for global memory.
+//
 // What changed from the forward, on the tensor-core side: P and dS are needed transposed (dV = P^T
 // dO, dK = dS^T Q), so they make one trip through shared memory, where ldmatrix.trans reads them
 // back as A operands. Warp w owns query rows 16 (w % 4) in the S/dP phase (no row reductions are

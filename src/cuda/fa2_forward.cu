@@ -16,6 +16,8 @@
 //  * Each warp owns kMTiles * 16 query rows, so every K/V fragment loaded by ldmatrix feeds kMTiles
 //    mma's; with two m-tiles the shared-memory bytes per FLOP halve.
 //  * Blocks are launched heaviest first (causal: the last query blocks see the most keys).
+// Block shapes (FwdConfig): 4 warps; Br = 128 (64 at d=256); Bc = 64 at d <= 64 and 32 above, the
+// largest tile for which S_ij, O_i and the rest fit in 255 registers with no spills (ptxas -v).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
