@@ -114,6 +114,14 @@ void setup_style() {
   st.Colors[ImGuiCol_TitleBg] = st.Colors[ImGuiCol_TitleBgActive] = ImVec4(0.14f, 0.16f, 0.22f, 1.0f);
 }
 
+// Draw commands in the last frame (each is one glDrawElements).
+int draw_calls() {
+  const ImDrawData* d = ImGui::GetDrawData();
+  int n = 0;
+  for (int k = 0; d && k < d->CmdListsCount; ++k) n += d->CmdLists[k]->CmdBuffer.Size;
+  return n;
+}
+
 void render_frame(GLFWwindow* w, AppState& st) {
   glfwPollEvents();
   ImGui_ImplOpenGL3_NewFrame();
@@ -243,10 +251,10 @@ int main(int argc, char** argv) {
       std::sort(ms.begin(), ms.end());
       const double mean = std::accumulate(ms.begin(), ms.end(), 0.0) / double(ms.size());
       std::printf("bench-frames: %d frames at %dx%d, N=%d d=%d %s (%s events): mean %.2f ms, median %.2f ms, "
-                  "p95 %.2f ms, max %.2f ms; renderer: %s\n",
+                  "p95 %.2f ms, max %.2f ms; %d vertices, %d draw calls a frame; renderer: %s\n",
                   f.bench_frames, s.width, s.height, s.seq_q, s.head_dim, to_string(s.algorithm),
                   std::to_string(st.replay->size()).c_str(), mean, ms[ms.size() / 2], ms[ms.size() * 95 / 100],
-                  ms.back(), reinterpret_cast<const char*>(glGetString(GL_RENDERER)));
+                  ms.back(), ImGui::GetIO().MetricsRenderVertices, draw_calls(), reinterpret_cast<const char*>(glGetString(GL_RENDERER)));
     }
     if (!f.screenshot.empty()) {
       st.playing = false;
@@ -262,6 +270,8 @@ int main(int argc, char** argv) {
     }
   } else {
     while (!glfwWindowShouldClose(window)) {
+      // Idle (nothing playing or computing): sleep until an event, so the app costs nothing at rest.
+      if (!st.playing && !st.sweep_job.running() && !st.timing_job.running()) glfwWaitEventsTimeout(0.25);
       render_frame(window, st);
       if (!st.screenshot_request.empty()) {
         try {

@@ -22,7 +22,7 @@ std::unordered_map<ImGuiID, View>& views() {
 constexpr float kMarginLeft = 58.f, kMarginRight = 10.f, kMarginTop = 22.f, kMarginBottom = 34.f;
 constexpr float kHoverRadius = 12.f;
 constexpr float kZoomPerNotch = 0.85f;
-constexpr ImU32 kFrame = IM_COL32(30, 32, 38, 255);
+constexpr ImU32 kFrame = IM_COL32(70, 74, 84, 255);
 constexpr ImU32 kGrid = IM_COL32(70, 74, 84, 255);
 constexpr ImU32 kText = IM_COL32(210, 212, 220, 255);
 
@@ -121,8 +121,12 @@ void plot(const PlotSpec& spec, const std::vector<PlotSeries>& series, ImVec2 si
     v.user = true;
   }
 
-  dl->AddRectFilled(a0, a1, kFrame);
-  if (!spec.title.empty()) dl->AddText(ImVec2(p0.x + kMarginLeft, p0.y + 2), kText, spec.title.c_str());
+  dl->AddRect(a0, a1, kFrame);  // an outline: a filled frame would cost the software renderer a full layer
+  if (!spec.title.empty()) {  // clipped to the plot: a long title must not run into the next one
+    dl->PushClipRect(ImVec2(p0.x, p0.y), ImVec2(p0.x + size.x, p0.y + kMarginTop), true);
+    dl->AddText(ImVec2(p0.x + 4, p0.y + 2), kText, spec.title.c_str());
+    dl->PopClipRect();
+  }
   if (!has_data) {
     dl->AddText(ImVec2(a0.x + 8, a0.y + 8), kText, "no data yet");
     ImGui::PopID();
@@ -173,17 +177,28 @@ void plot(const PlotSpec& spec, const std::vector<PlotSeries>& series, ImVec2 si
     }
     if (s.line && pts.size() > 1) dl->AddPolyline(pts.data(), int(pts.size()), s.colour, 0, s.thickness);
     if (s.markers)
-      for (const ImVec2& p : pts) s.line ? dl->AddCircleFilled(p, 2.5f, s.colour) : dl->AddCircle(p, 4.f, s.colour, 0, 2.f);
+      for (const ImVec2& p : pts) s.line ? dl->AddCircleFilled(p, 2.5f, s.colour, 6) : dl->AddCircle(p, 4.f, s.colour, 8, 1.5f);
   }
   dl->PopClipRect();
 
   // Legend inside the plot area, in the corner that hides the fewest points.
+  // At most half the plot's height of entries; the rest are counted in a last line.
+  const float lh = ImGui::GetTextLineHeight();
+  const int fits = std::max(1, int(ah * 0.5f / lh));
   float lw = 0;
-  int named = 0;
-  for (const PlotSeries& s : series)
-    if (!s.name.empty()) lw = std::max(lw, ImGui::CalcTextSize(s.name.c_str()).x), ++named;
+  int named = 0, all_named = 0;
+  for (const PlotSeries& s : series) {
+    if (s.name.empty()) continue;
+    ++all_named;
+    if (named < fits) lw = std::max(lw, ImGui::CalcTextSize(s.name.c_str()).x), ++named;
+  }
+  const int left_out = all_named - named;
+  char more_text[32];
+  std::snprintf(more_text, sizeof more_text, "+%d more", left_out);
+  const std::string more = more_text;
+  if (left_out > 0) lw = std::max(lw, ImGui::CalcTextSize(more.c_str()).x), ++named;
+  lw = std::min(lw, aw - 40);
   if (named) {
-    const float lh = ImGui::GetTextLineHeight();
     const ImVec2 box(lw + 30, lh * float(named) + 4);
     const ImVec2 corners[] = {ImVec2(a0.x + 4, a0.y + 4), ImVec2(a1.x - box.x - 4, a0.y + 4),
                               ImVec2(a1.x - box.x - 4, a1.y - box.y - 4), ImVec2(a0.x + 4, a1.y - box.y - 4)};
@@ -200,15 +215,20 @@ void plot(const PlotSpec& spec, const std::vector<PlotSeries>& series, ImVec2 si
     }
     const ImVec2 o = corners[best];
     dl->AddRectFilled(o, ImVec2(o.x + box.x, o.y + box.y), IM_COL32(20, 22, 26, 220));
+    dl->PushClipRect(a0, a1, true);
     float ly = o.y + 2;
+    int drawn = 0;
     for (const PlotSeries& s : series) {
       if (s.name.empty()) continue;
+      if (left_out > 0 && drawn++ == named - 1) break;
       const float cy = ly + lh / 2;
       if (s.line) dl->AddLine(ImVec2(o.x + 4, cy), ImVec2(o.x + 18, cy), s.colour, 2.f);
       else dl->AddCircle(ImVec2(o.x + 11, cy), 4.f, s.colour, 0, 2.f);
       dl->AddText(ImVec2(o.x + 24, ly), kText, s.name.c_str());
       ly += lh;
     }
+    if (left_out > 0) dl->AddText(ImVec2(o.x + 24, ly), kText, more.c_str());
+    dl->PopClipRect();
   }
 
   if (near_series) {

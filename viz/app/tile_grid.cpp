@@ -39,12 +39,9 @@ struct Cell {
   ImVec2 a, b;
 };
 
-void draw_cell(ImDrawList* dl, Cell c, TileState s, int reads, int max_reads, bool heat) {
-  const float w = c.b.x - c.a.x;
-  const float inset = w >= 6 ? 1.f : 0.f;
-  const ImVec2 a(c.a.x + inset, c.a.y + inset), b(c.b.x - inset, c.b.y - inset);
-  dl->AddRectFilled(a, b, state_colour(s));
-  if (heat && reads > 0 && max_reads > 0) {
+void draw_heat_bar(ImDrawList* dl, ImVec2 a, ImVec2 b, int reads, int max_reads) {
+  const float w = b.x - a.x;
+  {
     // Read once is the floor (dark); the most-read tile is the hottest.
     const ImVec2 ha(a.x, b.y - (b.y - a.y) * kHeatBarFraction);
     dl->AddRectFilled(ha, b, heat_colour(max_reads > 1 ? float(reads - 1) / float(max_reads - 1) : 0.f));
@@ -54,6 +51,16 @@ void draw_cell(ImDrawList* dl, Cell c, TileState s, int reads, int max_reads, bo
                   n.c_str());
     }
   }
+}
+
+// Cells of 6 px and more get a 1 px gap so tiles read as tiles.
+float inset_of(float w) { return w >= 6 ? 1.f : 0.f; }
+
+void draw_cell(ImDrawList* dl, Cell c, TileState s, int reads, int max_reads, bool heat) {
+  const float inset = inset_of(c.b.x - c.a.x);
+  const ImVec2 a(c.a.x + inset, c.a.y + inset), b(c.b.x - inset, c.b.y - inset);
+  dl->AddRectFilled(a, b, state_colour(s));
+  if (heat && reads > 0 && max_reads > 0) draw_heat_bar(dl, a, b, reads, max_reads);
 }
 
 }  // namespace
@@ -143,7 +150,18 @@ void draw_tile_picture(ImDrawList* dl, const Replay& r, ImVec2 p0, ImVec2 size, 
   int max_loads = 1;
   for (int i = 0; i < t.Tr; ++i)
     for (int j = 0; j < t.Tc; ++j) max_loads = std::max(max_loads, r.score_loads(i, j));
-  for (int ci = 0; ci < R; ++ci)
+  // The score grid. Small grids: one rectangle per tile. Large ones (grouped or tiny cells): runs of
+  // equal state merge into one rectangle per row, which keeps a software renderer's frame short at
+  // N = 16k (a few hundred triangles instead of thousands).
+  const bool merge_runs = !exact || cs < 6;
+  for (int ci = 0; ci < R; ++ci) {
+    int run_start = 0;
+    TileState run_state = TileState::Skipped;
+    auto flush = [&](int run_end) {
+      if (run_end > run_start)
+        dl->AddRectFilled(ImVec2(gx + cs * float(run_start), gy + cs * float(ci)),
+                          ImVec2(gx + cs * float(run_end), gy + cs * float(ci + 1)), state_colour(run_state));
+    };
     for (int cj = 0; cj < C; ++cj) {
       TileState s = TileState::Skipped;
       int loads = 0;
@@ -154,11 +172,22 @@ void draw_tile_picture(ImDrawList* dl, const Replay& r, ImVec2 p0, ImVec2 size, 
         }
       const ImVec2 a(gx + cs * float(cj), gy + cs * float(ci));
       const Cell cell{a, ImVec2(a.x + cs, a.y + cs)};
-      draw_cell(dl, cell, s, loads, max_loads, heat);
+      if (!merge_runs) {
+        draw_cell(dl, cell, s, loads, max_loads, heat);
+      } else {
+        if (cj == 0 || s != run_state) {
+          flush(cj);
+          run_start = cj;
+          run_state = s;
+        }
+        if (heat && loads > 0) draw_heat_bar(dl, cell.a, cell.b, loads, max_loads);
+      }
       if (record)
         probe::tile(pre + "score/" + std::to_string(ci) + "," + std::to_string(cj), cell.a.x, cell.a.y, cell.b.x,
                     cell.b.y, s);
     }
+    if (merge_runs) flush(C);
+  }
 
   // Labels and the current (i, j): an outline and ticks.
   dl->AddText(ImVec2(qx + cs / 2 - 4, gy - label_h), kLabel, "Q");

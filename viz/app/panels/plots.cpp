@@ -90,16 +90,19 @@ void draw_plots(AppState& st) {
     s.thickness = 2.5f;
     times.push_back(s);
   }
-  // Measured GPU points, one series per variant, per head (the bench runs batch * heads of them).
+  // Measured GPU points at this head dim, one series per variant, per head (the bench runs batch *
+  // heads of them).
+  const int head_dim = st.scenario.head_dim;
   std::vector<std::string> variants;
   for (const BenchPoint& p : st.bench.points)
-    if (std::find(variants.begin(), variants.end(), p.variant) == variants.end()) variants.push_back(p.variant);
+    if (p.head_dim == head_dim && std::find(variants.begin(), variants.end(), p.variant) == variants.end())
+      variants.push_back(p.variant);
   std::vector<PlotSeries> measured_series;
   for (std::size_t v = 0; v < variants.size(); ++v) {
     PlotSeries m{variants[v], {}, {}, series_colour(int(v) + 6)};
     m.line = false;
     for (const BenchPoint& p : st.bench.points)
-      if (p.variant == variants[v]) m.x.push_back(p.seq), m.y.push_back(p.forward_ms * 1e-3 / (p.batch * p.heads));
+      if (p.variant == variants[v] && p.head_dim == head_dim) m.x.push_back(p.seq), m.y.push_back(p.forward_ms * 1e-3 / (p.batch * p.heads));
     times.push_back(m);
   }
 
@@ -123,7 +126,7 @@ void draw_plots(AppState& st) {
     m.line = false;
     for (std::size_t k = 0; k < st.bench.points.size() && k < st.bench_intensity.size(); ++k) {
       const BenchPoint& p = st.bench.points[k];
-      if (p.variant != variants[v] || st.bench_intensity[k] <= 0 || p.forward_ms <= 0) continue;
+      if (p.variant != variants[v] || p.head_dim != head_dim || st.bench_intensity[k] <= 0 || p.forward_ms <= 0) continue;
       m.x.push_back(st.bench_intensity[k]);
       m.y.push_back(p.tflops > 0 ? p.tflops * 1e12 : st.bench_flops[k] / (p.forward_ms * 1e-3));
     }
