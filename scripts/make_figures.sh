@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
 # Makes the README and lesson figures with the app's headless mode (needs a display or xvfb-run).
-# Each figure is written with the exact command that made it, into docs/img/FIGURE.png.txt beside it.
+# The commands, one per figure (each PNG also carries its command in a tEXt "Comment" chunk):
+#   flashlab-viz --scenario viz/scenarios/readme-overview.json --png-palette --screenshot docs/img/readme-overview.png
+#   flashlab-viz --scenario viz/scenarios/lesson01-standard-traffic.json --png-palette --screenshot docs/img/lesson01-standard-traffic.png
+#   flashlab-viz --scenario viz/scenarios/lesson02-online-softmax.json --png-palette --screenshot docs/img/lesson02-online-softmax.png
+#   flashlab-viz --scenario viz/scenarios/lesson03-fa1-tiles.json --png-palette --screenshot docs/img/lesson03-fa1-tiles.png
+#   flashlab-viz --scenario viz/scenarios/lesson04-fa1-vs-fa2.json --png-palette --screenshot docs/img/lesson04-fa1-vs-fa2.png
+# (--png-palette: 256 colours, so each committed figure stays near 100 KB.)
 # Usage: scripts/make_figures.sh [build-dir]   (default: build)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -38,7 +38,7 @@ std::string default_format(double v) {
 
 // Tick positions in axis space: decades (and 2, 5 within a decade when zoomed in) on log axes,
 // 1-2-5 steps on linear ones.
-std::vector<double> ticks(double a0, double a1, bool log) {
+std::vector<double> ticks(double a0, double a1, bool log, double min_step = 0) {
   std::vector<double> t;
   if (log) {
     const bool fine = a1 - a0 < 2.5;
@@ -59,7 +59,7 @@ std::vector<double> ticks(double a0, double a1, bool log) {
   const double range = a1 - a0;
   if (!(range > 0)) return t;
   const double raw = range / 5.0, mag = std::pow(10.0, std::floor(std::log10(raw)));
-  const double step = raw / mag < 2 ? mag : raw / mag < 5 ? 2 * mag : 5 * mag;
+  const double step = std::max(min_step, raw / mag < 2 ? mag : raw / mag < 5 ? 2 * mag : 5 * mag);
   for (double a = std::ceil(a0 / step) * step; a <= a1 + 1e-9 * range; a += step) t.push_back(a);
   return t;
 }
@@ -135,7 +135,7 @@ void plot(const PlotSpec& spec, const std::vector<PlotSeries>& series, ImVec2 si
 
   // Grid, ticks, labels.
   float label_end = -1e9f;  // labels that would overlap the previous one are left out
-  for (double t : ticks(v.x0, v.x1, spec.log_x)) {
+  for (double t : ticks(v.x0, v.x1, spec.log_x, spec.integer_x ? 1.0 : 0.0)) {
     const float x = sx(t);
     dl->AddLine(ImVec2(x, a0.y), ImVec2(x, a1.y), kGrid);
     const std::string label = fx(from_axis(t, spec.log_x));

@@ -24,6 +24,7 @@ struct PlotSpec {
   bool log_x = true, log_y = true;
   std::string (*format_x)(double) = nullptr;  // tick and hover labels; nullptr: %g
   std::string (*format_y)(double) = nullptr;
+  bool integer_x = false;  // linear x ticks on whole numbers only (counts)
 };
 
 // Draws a plot filling `size` at the cursor. Non-positive values are left out on log axes.

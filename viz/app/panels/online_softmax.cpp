@@ -79,6 +79,7 @@ void draw_online_softmax(AppState& st) {
   left.x_label = "key blocks seen";
   left.y_label = "value";
   left.log_x = left.log_y = false;
+  left.integer_x = true;
   plot(left, {m, a}, half);
   ImGui::SameLine();
   PlotSpec right = left;
