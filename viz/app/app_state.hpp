@@ -14,6 +14,15 @@
 namespace flashlab::viz {
 
 struct AppState {
+  AppState() = default;
+  AppState(const AppState&) = delete;
+  AppState& operator=(const AppState&) = delete;
+  // The workers write into `sweep` and `timing`: stop them before any member goes.
+  ~AppState() {
+    sweep_job.cancel();
+    timing_job.cancel();
+  }
+
   Scenario scenario;  // what is shown
   Scenario edit;      // what the Controls panel edits; applied when it changes
   std::string error;  // the last InputError (one sentence), shown in Controls in red
