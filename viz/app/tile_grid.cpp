@@ -57,7 +57,7 @@ void draw_heat_bar(ImDrawList* dl, ImVec2 a, ImVec2 b, int reads, int max_reads)
 float inset_of(float w) { return w >= 6 ? 1.f : 0.f; }
 
 void draw_cell(ImDrawList* dl, Cell c, TileState s, int reads, int max_reads, bool heat) {
-  const float inset = inset_of(c.b.x - c.a.x);
+  const float inset = inset_of(std::min(c.b.x - c.a.x, c.b.y - c.a.y));
   const ImVec2 a(c.a.x + inset, c.a.y + inset), b(c.b.x - inset, c.b.y - inset);
   dl->AddRectFilled(a, b, state_colour(s));
   if (heat && reads > 0 && max_reads > 0) draw_heat_bar(dl, a, b, reads, max_reads);
@@ -110,17 +110,23 @@ void draw_tile_picture(ImDrawList* dl, const Replay& r, ImVec2 p0, ImVec2 size, 
   const int R = (t.Tr + gr - 1) / gr, C = (t.Tc + gc - 1) / gc;
   const float label_w = ImGui::CalcTextSize("V").x + 6, label_h = ImGui::GetTextLineHeight() + 2;
   const float cw = (size.x - label_w - 2 * kGap) / float(C + 2), ch = (size.y - label_h - 2 * kGap) / float(R + 2);
-  const float cs = std::max(1.f, std::min({cw, ch, kMaxCell}));
+  // Strips are T thick; grid cells are csx by csy: square when both are large enough to read as
+  // tiles, else stretched to use the whole panel (a 128 x 72 grid at N = 16k).
+  constexpr float kMinStrip = 10.f;  // thin strips would hide the Q, K, V, O states
+  const float T = std::clamp(std::min(cw, ch), kMinStrip, kMaxCell);
+  float csx = std::max(1.f, std::min(kMaxCell, (size.x - label_w - 2 * kGap - 2 * T) / float(C)));
+  float csy = std::max(1.f, std::min(kMaxCell, (size.y - label_h - 2 * kGap - 2 * T) / float(R)));
+  if (std::min(csx, csy) >= 12) csx = csy = std::min(csx, csy);
   const bool exact = gr == 1 && gc == 1;
   const bool record = probe_prefix && exact;
   const std::string pre = probe_prefix ? probe_prefix : "";
 
   const float qx = p0.x + label_w;                 // Q strip
-  const float gx = qx + cs + kGap;                 // score grid
-  const float ox = gx + cs * float(C) + kGap;      // O strip
+  const float gx = qx + T + kGap;                  // score grid
+  const float ox = gx + csx * float(C) + kGap;     // O strip
   const float ky = p0.y + label_h;                 // K strip
-  const float vy = ky + cs;                        // V strip
-  const float gy = vy + cs + kGap;                 // score grid
+  const float vy = ky + T;                         // V strip
+  const float gy = vy + T + kGap;                  // score grid
 
   int max_reads = 1;
   for (TensorId id : {TensorId::Q, TensorId::O})
@@ -136,8 +142,8 @@ void draw_tile_picture(ImDrawList* dl, const Replay& r, ImVec2 p0, ImVec2 size, 
         s = merge(s, r.tile(id, b));
         reads = std::max(reads, r.reads(id, b));
       }
-      const ImVec2 a = vertical ? ImVec2(origin.x, origin.y + cs * float(c)) : ImVec2(origin.x + cs * float(c), origin.y);
-      const Cell cell{a, ImVec2(a.x + cs, a.y + cs)};
+      const ImVec2 a = vertical ? ImVec2(origin.x, origin.y + csy * float(c)) : ImVec2(origin.x + csx * float(c), origin.y);
+      const Cell cell{a, vertical ? ImVec2(a.x + T, a.y + csy) : ImVec2(a.x + csx, a.y + T)};
       draw_cell(dl, cell, s, reads, max_reads, heat);
       if (record) probe::tile(pre + to_string(id) + "/" + std::to_string(c), cell.a.x, cell.a.y, cell.b.x, cell.b.y, s);
     }
@@ -153,14 +159,14 @@ void draw_tile_picture(ImDrawList* dl, const Replay& r, ImVec2 p0, ImVec2 size, 
   // The score grid. Small grids: one rectangle per tile. Large ones (grouped or tiny cells): runs of
   // equal state merge into one rectangle per row, which keeps a software renderer's frame short at
   // N = 16k (a few hundred triangles instead of thousands).
-  const bool merge_runs = !exact || cs < 6;
+  const bool merge_runs = !exact || std::min(csx, csy) < 6;
   for (int ci = 0; ci < R; ++ci) {
     int run_start = 0;
     TileState run_state = TileState::Skipped;
     auto flush = [&](int run_end) {
       if (run_end > run_start)
-        dl->AddRectFilled(ImVec2(gx + cs * float(run_start), gy + cs * float(ci)),
-                          ImVec2(gx + cs * float(run_end), gy + cs * float(ci + 1)), state_colour(run_state));
+        dl->AddRectFilled(ImVec2(gx + csx * float(run_start), gy + csy * float(ci)),
+                          ImVec2(gx + csx * float(run_end), gy + csy * float(ci + 1)), state_colour(run_state));
     };
     for (int cj = 0; cj < C; ++cj) {
       TileState s = TileState::Skipped;
@@ -170,8 +176,8 @@ void draw_tile_picture(ImDrawList* dl, const Replay& r, ImVec2 p0, ImVec2 size, 
           s = merge(s, r.score(i, j));
           loads = std::max(loads, r.score_loads(i, j));
         }
-      const ImVec2 a(gx + cs * float(cj), gy + cs * float(ci));
-      const Cell cell{a, ImVec2(a.x + cs, a.y + cs)};
+      const ImVec2 a(gx + csx * float(cj), gy + csy * float(ci));
+      const Cell cell{a, ImVec2(a.x + csx, a.y + csy)};
       if (!merge_runs) {
         draw_cell(dl, cell, s, loads, max_loads, heat);
       } else {
@@ -190,20 +196,20 @@ void draw_tile_picture(ImDrawList* dl, const Replay& r, ImVec2 p0, ImVec2 size, 
   }
 
   // Labels and the current (i, j): an outline and ticks.
-  dl->AddText(ImVec2(qx + cs / 2 - 4, gy - label_h), kLabel, "Q");
-  dl->AddText(ImVec2(ox + cs / 2 - 4, gy - label_h), kLabel, "O");
-  dl->AddText(ImVec2(p0.x, ky + cs / 2 - label_h / 2), kLabel, "K");
-  dl->AddText(ImVec2(p0.x, vy + cs / 2 - label_h / 2), kLabel, "V");
+  dl->AddText(ImVec2(qx + T / 2 - 4, gy - label_h), kLabel, "Q");
+  dl->AddText(ImVec2(ox + T / 2 - 4, gy - label_h), kLabel, "O");
+  dl->AddText(ImVec2(p0.x, ky + T / 2 - label_h / 2), kLabel, "K");
+  dl->AddText(ImVec2(p0.x, vy + T / 2 - label_h / 2), kLabel, "V");
   dl->AddText(ImVec2(gx, p0.y), kLabel, exact ? "S = Q K^T  (Tr x Tc tiles)" : "S = Q K^T  (cells group tiles)");
   if (const TileEvent* e = r.current()) {
     int i, j;
     if (score_tile_of(*e, i, j)) {
-      const float x = gx + cs * (float(j / gc) + 0.5f), y = gy + cs * (float(i / gr) + 0.5f);
+      const float x = gx + csx * (float(j / gc) + 0.5f), y = gy + csy * (float(i / gr) + 0.5f);
       // Ticks in the gaps point at row i and column j without covering other tiles.
       const ImU32 hair = IM_COL32(255, 255, 255, 200);
-      dl->AddLine(ImVec2(qx + cs + 1, y), ImVec2(gx - 1, y), hair, 2.f);
-      dl->AddLine(ImVec2(x, vy + cs + 1), ImVec2(x, gy - 1), hair, 2.f);
-      dl->AddRect(ImVec2(x - cs / 2, y - cs / 2), ImVec2(x + cs / 2, y + cs / 2), IM_COL32(255, 255, 255, 255), 0, 0, 2.f);
+      dl->AddLine(ImVec2(qx + T + 1, y), ImVec2(gx - 1, y), hair, 2.f);
+      dl->AddLine(ImVec2(x, vy + T + 1), ImVec2(x, gy - 1), hair, 2.f);
+      dl->AddRect(ImVec2(x - csx / 2, y - csy / 2), ImVec2(x + csx / 2, y + csy / 2), IM_COL32(255, 255, 255, 255), 0, 0, 2.f);
     }
   }
 }
