@@ -78,7 +78,7 @@ void draw_memory_chart(AppState& st) {
   if (const TileEvent* e = r.current(); e && e->i >= 0 && e->j >= 0) resident += "S_" + std::to_string(e->i) + "," + std::to_string(e->j);
   dl->PushClipRect(sram0, sram1, true);
   ImGui::SetCursorScreenPos(ImVec2(sram0.x + 6, sram0.y + 8 + 2 * lh));
-  ImGui::PushTextWrapPos(sram1.x - 4);
+  ImGui::PushTextWrapPos(sram1.x - ImGui::GetWindowPos().x - 4);  // wrap positions are window-local
   ImGui::TextColored(ImVec4(1.0f, 0.69f, 0.13f, 1.0f), "%s", resident.c_str());
   ImGui::PopTextWrapPos();
   dl->PopClipRect();
