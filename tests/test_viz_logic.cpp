@@ -348,3 +348,23 @@ TEST_CASE("bench results: any object with a sequence length and a forward time i
   REQUIRE(r.errors.size() == 1);
   CHECK(r.errors[0].find("b.json") != std::string::npos);
 }
+
+TEST_CASE("live CPU timing runs the library's forward passes and reports a time per length") {
+  Scenario s = small(Algorithm::FA2);
+  s.head_dim = 32;
+  Job job;
+  CpuTiming timing;
+  job.start([&](Job& j) { run_cpu_timing(j, s, timing, 256, 5.0); });
+  while (job.running()) std::this_thread::yield();
+  CHECK(job.error.empty());
+  REQUIRE(timing.series.size() == 3);
+  for (const Series& ser : timing.series) {
+    CAPTURE(ser.name);
+    CHECK(ser.x == std::vector<double>{128, 256});
+    REQUIRE(ser.y.size() == 2);
+    CHECK(ser.y[0] > 0);
+    CHECK(ser.y[1] > 0);
+  }
+  CHECK(timing.series[0].name == "cpu standard");
+  CHECK(job.progress() == doctest::Approx(1.0));
+}
