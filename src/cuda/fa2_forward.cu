@@ -18,6 +18,9 @@
 //  * Blocks are launched heaviest first (causal: the last query blocks see the most keys).
 // Block shapes (FwdConfig): 4 warps; Br = 128 (64 at d=256); Bc = 64 at d <= 64 and 32 above, the
 // largest tile for which S_ij, O_i and the rest fit in 255 registers with no spills (ptxas -v).
+// Tried and measured slower on the H100 (bench/results/h100-fa2-notes.md): 8 warps of 16 rows
+// (Bc = 64 at d=128, Bc = 128 at d=64) fits in ~172 registers but is ~20% slower, since each warp
+// then reads the whole K_j, V_j from shared memory for only 16 rows (half the FLOPs per byte).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -104,6 +107,9 @@ __global__ void __launch_bounds__(FwdConfig<D>::kThreads) forward_kernel(const P
       for (int e = 0; e < 4; ++e) acc_o[mi][nt][e] = 0.f;
   }
 
+  // This lane's ldmatrix row address in Q_i (A fragments: rows lane % 16, column half lane / 16).
+  const std::uint32_t q_frag_base = tile_addr<D>(Qs, warp_row0 + (lane & 15), (lane >> 4) * 8);
+
   for (int j = 0; j < Tc; ++j) {
     // Tile j has landed, and every warp is done with the stage tile j + 1 will overwrite.
     cp_async_wait<0>();
@@ -132,8 +138,7 @@ __global__ void __launch_bounds__(FwdConfig<D>::kThreads) forward_kernel(const P
     for (int kk = 0; kk < D / 16; ++kk) {
       std::uint32_t a[kM][4];
 #pragma unroll
-      for (int mi = 0; mi < kM; ++mi)
-        ldmatrix_x4(a[mi], tile_addr<D>(Qs, warp_row0 + mi * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
+      for (int mi = 0; mi < kM; ++mi) ldmatrix_x4(a[mi], q_frag_base + (mi * 16 * kPitch<D> + kk * 16) * sizeof(T));
 #pragma unroll
       for (int np = 0; np < kNT / 2; ++np) {
         std::uint32_t bk[4];
@@ -172,9 +177,12 @@ __global__ void __launch_bounds__(FwdConfig<D>::kThreads) forward_kernel(const P
     }
 
     // Online softmax: m_i^(j) = max(m_i^(j-1), rowmax(S_ij)); P_ij = exp2(S_ij - m_i^(j));
-    // l_i and O_i are rescaled by exp2(m_i^(j-1) - m_i^(j)).
+    // l_i and O_i are rescaled by exp2(m_i^(j-1) - m_i^(j)). Each m-tile's P is packed to 16 bits as
+    // soon as it is final (the A fragments of P_ij V_j): the fp32 S_ij dies here rather than at its mma.
+    // (ptxas -v: with the always-on rescale below, this is what keeps d=128 and d=256 spill-free.)
+    std::uint32_t pa[kM][kBc / 16][4];  // A fragments of P_ij, (16 * kM, Bc) per warp
 #pragma unroll
-    for (int mi = 0; mi < kM; ++mi)
+    for (int mi = 0; mi < kM; ++mi) {
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         float row_max = m_i[mi][hf];
@@ -193,22 +201,16 @@ __global__ void __launch_bounds__(FwdConfig<D>::kThreads) forward_kernel(const P
           row_sum += s[mi][nt][2 * hf] + s[mi][nt][2 * hf + 1];
         }
         l_i[mi][hf] = l_i[mi][hf] * correction + row_sum;  // this thread's columns; quad-summed at the end
-        // Once the running max settles (most tiles), no row of the warp moves: skip the D/4 multiplies.
-        if (__any_sync(0xffffffffu, correction != 1.f)) {
+        // Always rescale (D/4 multiplies): a warp vote that skipped it when no row max moved put a
+        // branch between the exp2's and the P V mma's; without it d=64, N=4k went from 275 to 285-291
+        // TFLOP/s on the H100 (bench/results/h100-fa2-notes.md).
 #pragma unroll
-          for (int nt = 0; nt < kDT; ++nt) {
-            acc_o[mi][nt][2 * hf] *= correction;
-            acc_o[mi][nt][2 * hf + 1] *= correction;
-          }
+        for (int nt = 0; nt < kDT; ++nt) {
+          acc_o[mi][nt][2 * hf] *= correction;
+          acc_o[mi][nt][2 * hf + 1] *= correction;
         }
-      }
-
-    // Dropout acts on P after its row sum (l_i normalizes the undropped softmax): keep / (1 - p).
-    if constexpr (kDropout) {
-#pragma unroll
-      for (int mi = 0; mi < kM; ++mi)
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
+        // Dropout acts on P after its row sum (l_i normalizes the undropped softmax): keep / (1 - p).
+        if constexpr (kDropout) {
           const int row = row0 + warp_row0 + mi * 16 + g + 8 * hf;
           const std::uint32_t keep = dropout_keep_bits<kNT>(p, b, h, row, col0 + 2 * t, t);
 #pragma unroll
@@ -217,22 +219,22 @@ __global__ void __launch_bounds__(FwdConfig<D>::kThreads) forward_kernel(const P
             s[mi][nt][2 * hf + 1] *= (keep >> (2 * nt + 1)) & 1u ? p.drop_rescale : 0.f;
           }
         }
+      }
+#pragma unroll
+      for (int kp = 0; kp < kBc / 16; ++kp) pack_a_from_c<T>(pa[mi][kp], s[mi][2 * kp], s[mi][2 * kp + 1]);
     }
 
     // O_i += P_ij V_j, P_ij straight from the registers.
 #pragma unroll
     for (int kp = 0; kp < kBc / 16; ++kp) {
-      std::uint32_t a[kM][4];
-#pragma unroll
-      for (int mi = 0; mi < kM; ++mi) pack_a_from_c<T>(a[mi], s[mi][2 * kp], s[mi][2 * kp + 1]);
 #pragma unroll
       for (int dp = 0; dp < kDT / 2; ++dp) {
         std::uint32_t bv[4];
         ldmatrix_x4_trans(bv, tile_addr<D>(Vj, kp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dp * 16 + (lane >> 4) * 8));
 #pragma unroll
         for (int mi = 0; mi < kM; ++mi) {
-          mma_16x8x16<T>(acc_o[mi][2 * dp], a[mi], bv[0], bv[1]);
-          mma_16x8x16<T>(acc_o[mi][2 * dp + 1], a[mi], bv[2], bv[3]);
+          mma_16x8x16<T>(acc_o[mi][2 * dp], pa[mi][kp], bv[0], bv[1]);
+          mma_16x8x16<T>(acc_o[mi][2 * dp + 1], pa[mi][kp], bv[2], bv[3]);
         }
       }
     }

@@ -39,7 +39,7 @@ void check_output(const char* name, DType dtype, Quantity quantity, const HostTe
   const ErrorStats err = compare(out, ref);
   const ErrorStats baseline = compare(lowp, ref);
   const Bound bound = tolerance(dtype, quantity, err, &baseline);
-  INFO(name << ": max abs error " << err.max_abs << " (rel " << err.rel << "), bound " << bound.rule
+  INFO(std::string(name) << ": max abs error " << err.max_abs << " (rel " << err.rel << "), bound " << bound.rule
             << (err.has_nan ? ", has NaN (an unwritten or non-finite element)" : ""));
   CHECK(bound.passes(err));
 }
