@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One call on the lent GPU machine: build everything (preset `device`), run every GPU test suite
+# (CTest label `gpu`: kernels and GPU lessons), compute-sanitizer on small cases, repeat the fa2 suite
+# to catch an error that moves between runs, and print the variant table and a full `flashlab check`.
+# Logs go to $1 (default $OUT). The benchmark against PyTorch is scripts/bench_vs_sdpa.sh.
+#   device run: bash scripts/gpu_session.sh "$OUT"     (carry .deps; make it with scripts/make_deps.sh)
+set -uo pipefail
+out=${1:-${OUT:-gpu-out}}
+repeats=${REPEATS:-10}
+mkdir -p "$out"
+bin=build-device/bin
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/device.txt"
+
+echo "== build"
+bash scripts/device_build.sh >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+
+echo "== GPU tests (ctest -L gpu)"
+ctest --test-dir build-device -L gpu --output-on-failure >"$out/ctest-gpu.log" 2>&1
+status=$?
+tail -12 "$out/ctest-gpu.log"
+
+echo "== compute-sanitizer (small cases, forward and backward)"
+for tool in memcheck racecheck; do
+  for case in "$bin/gpu_readable_tests -tc=*drop*,*masked*" "$bin/gpu_fa2_tests -tc=*dropout*,*masked*,*GQA*"; do
+    compute-sanitizer --tool "$tool" --error-exitcode 9 $case >"$out/sanitizer.log" 2>&1
+    echo "$tool ${case#$bin/}: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer.log" | tail -1))"
+  done
+done
+
+echo "== gpu_fa2_tests repeated $repeats times on fresh random inputs"
+failed=0
+for i in $(seq "$repeats"); do
+  "$bin/gpu_fa2_tests" >"$out/fa2-repeat-$i.log" 2>&1 || { failed=$((failed + 1)); grep -B2 -A6 "ERROR" "$out/fa2-repeat-$i.log" | head -20; }
+done
+echo "fa2 repeats: $failed of $repeats runs failed"
+
+echo "== flashlab check --list, and every variant on one problem"
+"$bin/flashlab" check --list
+"$bin/flashlab" check --heads 4 --heads-kv 2 --seq-q 200 --seq-k 333 --head-dim 64 --causal bottom-right \
+  --dropout 0.1 --backward | tee "$out/check.txt" | tail -3
+exit $status
