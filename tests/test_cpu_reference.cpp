@@ -102,6 +102,15 @@ TEST_CASE("tiled FA1 and FA2 equal naive for head dims 1, 3, 64 and 256") {
   }
 }
 
+TEST_CASE("tiled FA1 and FA2 equal naive for every head dim from 1 to 256") {
+  // A small ragged problem (Sq = 5, Sk = 7, tiles 2 x 3) keeps the 256 cases fast; the head-dim
+  // loops are what differ. Causal bottom-right so that masking runs through every d too.
+  for (int d = 1; d <= 256; ++d) {
+    CAPTURE(d);
+    check_tiled_equals_naive(make_problem({1, 1, 1, 5, 7, d}, CausalAlign::BottomRight), {{2, 3}});
+  }
+}
+
 TEST_CASE("tiled equals naive under the causal mask in both alignments") {
   // The alignment loop sits inside each SUBCASE: doctest enters one subcase per run.
   const CausalAlign aligns[] = {CausalAlign::TopLeft, CausalAlign::BottomRight};
