@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ pkg-config
   libeigen3-dev doctest-dev libcli11-dev nlohmann-json3-dev libstb-dev
-  libglfw3-dev libimgui-dev libgl-dev zlib1g-dev xvfb xauth libgl1-mesa-dri
+  libglfw3-dev libimgui-dev libgl-dev libpng-dev xvfb xauth libgl1-mesa-dri
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,76 +1,29 @@
 #include "screenshot.hpp"
 
 #include <GLFW/glfw3.h>
+#include <png.h>
 
-#include <cstdint>
-#include <fstream>
 #include <algorithm>
+#include <csetjmp>
+#include <cstdint>
+#include <cstdio>
 #include <unordered_map>
 #include <vector>
 
 #include "core/problem.hpp"
 
-#include <zlib.h>
-
-#include <cstdlib>
-
-// stb_image_write's own deflate is small but weak; zlib at level 9 makes the figures about a third
-// smaller (they are committed, so size matters).
-static unsigned char* zlib_deflate(unsigned char* data, int length, int* out_length, int /*quality*/) {
-  uLongf bound = compressBound(uLong(length));
-  auto* out = static_cast<unsigned char*>(std::malloc(bound));
-  if (!out || compress2(out, &bound, data, uLong(length), Z_BEST_COMPRESSION) != Z_OK) {
-    std::free(out);
-    return nullptr;
-  }
-  *out_length = int(bound);
-  return out;
-}
-#define STBIW_ZLIB_COMPRESS zlib_deflate
-#define STB_IMAGE_WRITE_IMPLEMENTATION
-#include <stb_image_write.h>
-
 namespace flashlab::viz {
 
 namespace {
 
-// CRC-32 as PNG chunks need it (ISO 3309, the zlib polynomial).
-std::uint32_t crc32(const unsigned char* p, std::size_t n) {
-  std::uint32_t c = 0xffffffffu;
-  for (std::size_t k = 0; k < n; ++k) {
-    c ^= p[k];
-    for (int b = 0; b < 8; ++b) c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1u)));
-  }
-  return c ^ 0xffffffffu;
-}
+// An RGB image reduced to its most frequent colours: each pixel becomes an index into `colours`.
+// The big flat areas of a UI keep their exact colour; the rare anti-aliased pixels take the nearest.
+struct Indexed {
+  std::vector<png_color> colours;      // at most 256
+  std::vector<unsigned char> indices;  // (height, width)
+};
 
-void put_u32(std::vector<unsigned char>& v, std::uint32_t x) {
-  for (int s = 24; s >= 0; s -= 8) v.push_back(static_cast<unsigned char>(x >> s));
-}
-
-// PNG chunk: length, type, data, CRC over type and data.
-void put_chunk(std::vector<unsigned char>& png, const char* type, const std::vector<unsigned char>& data) {
-  put_u32(png, static_cast<std::uint32_t>(data.size()));
-  const std::size_t start = png.size();
-  for (int k = 0; k < 4; ++k) png.push_back(static_cast<unsigned char>(type[k]));
-  for (unsigned char c : data) png.push_back(c);
-  put_u32(png, crc32(png.data() + start, png.size() - start));
-}
-
-// A tEXt chunk (keyword NUL text) as bytes, ready to splice into a PNG.
-std::vector<unsigned char> text_chunk(const std::string& keyword, const std::string& text) {
-  std::vector<unsigned char> data;
-  for (char ch : keyword) data.push_back(static_cast<unsigned char>(ch));
-  data.push_back(0);
-  for (char ch : text) data.push_back(static_cast<unsigned char>(ch));
-  std::vector<unsigned char> chunk;
-  put_chunk(chunk, "tEXt", data);
-  return chunk;
-}
-
-// An indexed-colour PNG (colour type 3, 8 bits) of the most frequent colours of an RGB image.
-std::vector<unsigned char> palette_png(const std::vector<unsigned char>& rgb, int width, int height,
-                                       const std::string& comment) {
+Indexed reduce_to_palette(const std::vector<unsigned char>& rgb, int width, int height) {
   constexpr std::size_t kColours = 256;
   const std::size_t n = std::size_t(width) * height;
   auto key = [&](std::size_t k) { return std::uint32_t(rgb[3 * k]) << 16 | std::uint32_t(rgb[3 * k + 1]) << 8 | rgb[3 * k + 2]; };
@@ -94,31 +47,48 @@ std::vector<unsigned char> palette_png(const std::vector<unsigned char>& rgb, in
     }
     index[c] = static_cast<unsigned char>(best);
   }
-  std::vector<unsigned char> raw;  // each row: filter byte 0, then indices
-  raw.reserve(n + std::size_t(height));
-  for (int y = 0; y < height; ++y) {
-    raw.push_back(0);
-    for (int x = 0; x < width; ++x) raw.push_back(index[key(std::size_t(y) * width + x)]);
-  }
-  uLongf zlen = compressBound(uLong(raw.size()));
-  std::vector<unsigned char> z(zlen);
-  compress2(z.data(), &zlen, raw.data(), uLong(raw.size()), Z_BEST_COMPRESSION);
-  z.resize(zlen);
+  Indexed out;
+  for (const auto& [m, c] : byfreq)
+    out.colours.push_back(png_color{png_byte(c >> 16), png_byte((c >> 8) & 255), png_byte(c & 255)});
+  out.indices.resize(n);
+  for (std::size_t k = 0; k < n; ++k) out.indices[k] = index[key(k)];
+  return out;
+}
 
-  std::vector<unsigned char> png = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-  std::vector<unsigned char> ihdr;
-  put_u32(ihdr, std::uint32_t(width));
-  put_u32(ihdr, std::uint32_t(height));
-  ihdr.insert(ihdr.end(), {8, 3, 0, 0, 0});  // 8 bits, indexed colour, deflate, adaptive filter, no interlace
-  put_chunk(png, "IHDR", ihdr);
-  const std::vector<unsigned char> text = text_chunk("Comment", comment);
-  png.insert(png.end(), text.begin(), text.end());
-  std::vector<unsigned char> plte;
-  for (const auto& [m, c] : byfreq) plte.insert(plte.end(), {(unsigned char)(c >> 16), (unsigned char)(c >> 8), (unsigned char)c});
-  put_chunk(png, "PLTE", plte);
-  put_chunk(png, "IDAT", z);
-  put_chunk(png, "IEND", {});
-  return png;
+// Writes rows of `pixels` (RGB, or palette indices when `palette` is non-null) with libpng at the
+// strongest compression (the figures are committed, so size matters), `comment` in a tEXt chunk.
+// Returns false on any libpng or file error.
+bool write_png(const char* path, int width, int height, const unsigned char* pixels, int bytes_per_pixel,
+               const std::vector<png_color>* palette, const std::string& comment) {
+  std::FILE* file = std::fopen(path, "wb");
+  if (!file) return false;
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+  png_infop info = png ? png_create_info_struct(png) : nullptr;
+  // Every C++ object this function owns exists before setjmp, so libpng's longjmp skips no destructor.
+  std::vector<png_bytep> rows(static_cast<std::size_t>(height));
+  std::string key = "Comment", text = comment;
+  png_text chunk{};
+  volatile bool ok = false;  // volatile: set after setjmp, read after a possible longjmp
+  if (png && info && setjmp(png_jmpbuf(png)) == 0) {
+    png_init_io(png, file);
+    png_set_compression_level(png, 9);
+    png_set_IHDR(png, info, png_uint_32(width), png_uint_32(height), 8,
+                 palette ? PNG_COLOR_TYPE_PALETTE : PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
+                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    if (palette) png_set_PLTE(png, info, palette->data(), int(palette->size()));
+    chunk.compression = PNG_TEXT_COMPRESSION_NONE;
+    chunk.key = key.data();
+    chunk.text = text.data();
+    png_set_text(png, info, &chunk, 1);
+    for (int y = 0; y < height; ++y)
+      rows[std::size_t(y)] = const_cast<png_bytep>(pixels + std::size_t(y) * width * bytes_per_pixel);
+    png_write_info(png, info);
+    png_write_image(png, rows.data());
+    png_write_end(png, nullptr);
+    ok = true;
+  }
+  png_destroy_write_struct(png ? &png : nullptr, info ? &info : nullptr);
+  return std::fclose(file) == 0 && ok;
 }
 
 }  // namespace
@@ -139,26 +109,14 @@ void save_framebuffer_png(const std::string& path, int width, int height, const 
     std::copy(b, b + row, a);
     std::copy(tmp.data(), tmp.data() + row, b);
   }
+  bool written;
   if (palette) {
-    const std::vector<unsigned char> png = palette_png(pixels, width, height, comment);
-    std::ofstream out(path, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(png.data()), std::streamsize(png.size()));
-    if (!out) throw InputError("cannot write the screenshot '" + path + "'");
-    return;
+    const Indexed image = reduce_to_palette(pixels, width, height);
+    written = write_png(path.c_str(), width, height, image.indices.data(), 1, &image.colours, comment);
+  } else {
+    written = write_png(path.c_str(), width, height, pixels.data(), kChannels, nullptr, comment);
   }
-  stbi_write_png_compression_level = 9;
-  int size = 0;
-  unsigned char* png = stbi_write_png_to_mem(pixels.data(), int(row), width, height, kChannels, &size);
-  if (!png) throw InputError("cannot encode the screenshot '" + path + "'");
-  // The signature (8 bytes) and IHDR (25 bytes) come first; the comment goes right after them.
-  constexpr int kAfterHeader = 8 + 25;
-  const std::vector<unsigned char> chunk = text_chunk("Comment", comment);
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(png), kAfterHeader);
-  out.write(reinterpret_cast<const char*>(chunk.data()), std::streamsize(chunk.size()));
-  out.write(reinterpret_cast<const char*>(png) + kAfterHeader, size - kAfterHeader);
-  std::free(png);
-  if (!out) throw InputError("cannot write the screenshot '" + path + "'");
+  if (!written) throw InputError("cannot write the screenshot '" + path + "'");
 }
 
 }  // namespace flashlab::viz

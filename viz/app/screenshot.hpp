@@ -1,5 +1,5 @@
 #pragma once
-// Saves the current OpenGL framebuffer (the whole window) as a PNG with stb_image_write.
+// Saves the current OpenGL framebuffer (the whole window) as a PNG (libpng).
 #include <string>
 
 namespace flashlab::viz {
