@@ -1,4 +1,4 @@
-// Export: a PNG of the whole window (stb_image_write, saved by main after the frame is drawn), the
+// Export: a PNG of the whole window (libpng, saved by main after the frame is drawn), the
 // counters at the current step and the sweeps as CSV, and the scenario as JSON to replay it later.
 #include <imgui.h>
 
