@@ -14,18 +14,25 @@
 // with fp32 atomics into dQ_accum (FA2's choice): the alternative, a second kernel with the Q block
 // outer, recomputes S and P once more (7 matmuls instead of 5); the atomics go to L2, cost far less
 // than those two matmuls, and the only price is a summation order that varies from run to run in
-// the last bits. On sm_90 one vector atomic adds a thread's two neighbouring columns (half the L2
-// requests of scalar atomics; fwd+bwd measured ~25% faster on the H100, see the notes in
-// bench/results/h100-fa2-notes.md).
+// the last bits. On sm_90 one vector atomic adds four neighbouring columns of dQ (a quad's lanes swap
+// a column pair first): a quarter of the L2 requests of scalar atomics.
 //
 // Q_i and dO_i (with L_i, D_i) are double-buffered: the next work item is copied with cp.async while
 // the current one computes, so a step needs two barriers and never waits for global memory.
 //
 // What changed from the forward, on the tensor-core side: P and dS are needed transposed (dV = P^T
 // dO, dK = dS^T Q), so they make one trip through shared memory, where ldmatrix.trans reads them
-// back as A operands. Warp w owns query rows 16 (w % 4) in the S/dP phase (no row reductions are
-// needed: L_i and D_i are known) and key rows 16 (w % 4), half (w / 4) of the head dim in the
-// dK/dV phase.
+// back as A operands. Each of the three phases of a step has its own warp grid (BwdConfig): S/dP as
+// 2 x 4 warps over (Br, Bc), dK/dV as 4 x 2 over (Bc, D), dQ as 2 x 4 over (Br, D). No row
+// reductions are needed (L_i and D_i are known), so any split of the rows over warps is free.
+//
+// Shape of the block, and why (bench/results/h100-fa2-notes.md has the measurements): the first
+// version ran Bc = 64 with warps of 16 rows or keys, so each ldmatrix fed at most two mma's and dQ
+// reloaded dS for every 16 columns; ~1.3 mma per ldmatrix left the kernel bound by shared-memory
+// bandwidth at ~170 TFLOP/s on the H100. With Bc = 128 (d <= 128) and 32 x 32 warp tiles it is ~2.2,
+// the ratio of FlashAttention-2's own sm80 kernels, and every Q_i, dO_i load and dQ atomic serves
+// twice the keys; at d = 64 the block also takes Br = 128 query rows per step. H100, bf16, d = 128,
+// N = 4k: the backward went from ~170 to ~265 TFLOP/s.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -45,17 +52,41 @@ namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
+// Block shape per head dim. 8 warps; each of the three products gets its own warp grid, so that
+// every warp owns a 32 x 32 (or larger) piece of it: each ldmatrix fragment then feeds two or four
+// mma's instead of one or two (the shared-memory bytes per FLOP are what bound mma.sync on the H100).
+template <int D>
 struct BwdConfig {
-  static constexpr int kBr = 64, kBc = 64;
-  static constexpr int kWarps = 8;  // 4 row groups of 16 x 2 column halves
+  static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * 32;
+  // d = 64: 128 query rows per step (FlashAttention-2's sm80 shape too): twice the math per barrier and
+  // per K_j, V_j fragment, +10-12% backward on the H100 over Br = 64; at d >= 96 the registers forbid it.
+  static constexpr int kBr = D == 64 ? 128 : 64;
+  // D <= 128: 128 keys per block, so each Q_i, dO_i tile fetched and each dQ_i atomic serves twice the
+  // keys of Bc = 64. D = 256: dK_j, dV_j alone take 128 registers per thread at 64 keys.
+  static constexpr int kBc = D <= 128 ? 128 : 64;
+  // S_ij, dP_ij (Br, Bc) over 2 x 4 warps: 32 query rows x Bc/4 keys each.
+  static constexpr int kSdpWarpsN = 4;
+  static constexpr int kSdpMT = kBr / (kWarps / kSdpWarpsN) / 16;  // m-tiles per warp
+  static constexpr int kSdpNT = kBc / kSdpWarpsN / 8;              // n-tiles per warp
+  // dK_j, dV_j (Bc, D) over 4 x 2 warps: Bc/4 keys x D/2 columns each, in registers for the whole walk.
+  static constexpr int kKvWarpsN = 2;
+  static constexpr int kKvMT = kBc / (kWarps / kKvWarpsN) / 16;
+  static constexpr int kKvNT = D / kKvWarpsN / 8;
+  // dQ_i (Br, D) over 2 x 4 warps, or 4 x 2 where D/4 columns would not be whole 16-column pairs
+  // (d = 32, 96); computed in passes of at most 64 accumulators (d = 256: two passes).
+  static constexpr int kDqWarpsN = (D / 4) % 16 == 0 && kBr == 64 ? 4 : 2;
+  static constexpr int kDqMT = kBr / (kWarps / kDqWarpsN) / 16;
+  static constexpr int kDqWarpCols = D / kDqWarpsN;
+  static constexpr int kDqPassCols = kDqWarpCols * kDqMT <= 64 ? kDqWarpCols : 32;
+  static constexpr int kDqNT = kDqPassCols / 8;
+  static_assert(kSdpNT % 2 == 0 && kKvNT % 2 == 0 && kDqNT % 2 == 0, "ldmatrix_x4 loads n-tiles in pairs");
+  static_assert(kDqWarpCols % kDqPassCols == 0, "dQ passes must cover the warp's columns");
+
   static constexpr int kPitchS = kBc + kPad;  // P and dS tiles (Br, Bc), padded like the others
-  template <int D>
-  static constexpr int smem_bytes() {
-    return (2 * kBc + 2 * 2 * kBr) * kPitch<D> * 2  // K_j, V_j; two stages of Q_i, dO_i
-           + 2 * kBr * kPitchS * 2                  // P_ij, dS_ij
-           + 2 * 2 * kBr * 4;                       // two stages of L_i (log2 units), D_i
-  }
+  static constexpr int kSmemBytes = (2 * kBc + 2 * 2 * kBr) * kPitch<D> * 2  // K_j, V_j; two stages of Q_i, dO_i
+                                    + 2 * kBr * kPitchS * 2                  // P_ij, dS_ij
+                                    + 2 * 2 * kBr * 4;                       // two stages of L_i (log2 units), D_i
 };
 
 // D_i = sum_d dO[i, d] O[i, d] in fp32; one warp per (batch, row, head).
@@ -83,25 +114,48 @@ __global__ void convert_dq_kernel(const Params p, std::int64_t n) {
   if (i < n) static_cast<T*>(p.dq)[i] = static_cast<T>(p.dq_accum[i] * p.scale);
 }
 
-// dst[0] += x, dst[1] += y in global memory, atomically per element (dst 8-byte aligned). sm_90 has
-// a vector reduction (red.global.add.v2.f32): one L2 transaction instead of two for the dQ atomics.
-__device__ __forceinline__ void add_pair_to_global(float* dst, float x, float y) {
+// dst[0..3] += v in global memory, atomically per element (dst 16-byte aligned). sm_90 has a vector
+// reduction (red.global.add.v4.f32): one L2 request for four columns of dQ instead of four.
+__device__ __forceinline__ void add_quad_to_global(float* dst, float4 v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(x, y));
+  atomicAdd(reinterpret_cast<float4*>(dst), v);
 #else
-  atomicAdd(dst, x);
-  atomicAdd(dst + 1, y);
+  atomicAdd(dst, v.x);
+  atomicAdd(dst + 1, v.y);
+  atomicAdd(dst + 2, v.z);
+  atomicAdd(dst + 3, v.w);
 #endif
 }
 
+// acc (kMT x kNT tiles of 16 x 8) += A B^T over kK columns, both operands row-major in shared memory
+// with a pitch of kPitchEl elements: A is (16 kMT, kK) from this lane's x4 A-fragment address a_frag,
+// B is (8 kNT, kK) from its x4 B-fragment address b_frag (lane L: row L % 8 + 8 (L / 16), half (L / 8) % 2).
+template <class T, int kMT, int kNT, int kK, int kPitchEl>
+__device__ __forceinline__ void warp_mma_abt(float (&acc)[kMT][kNT][4], std::uint32_t a_frag, std::uint32_t b_frag) {
+#pragma unroll
+  for (int kk = 0; kk < kK / 16; ++kk) {
+    std::uint32_t a[kMT][4];
+#pragma unroll
+    for (int mi = 0; mi < kMT; ++mi) ldmatrix_x4(a[mi], a_frag + (mi * 16 * kPitchEl + kk * 16) * sizeof(T));
+#pragma unroll
+    for (int np = 0; np < kNT / 2; ++np) {
+      std::uint32_t bf[4];
+      ldmatrix_x4(bf, b_frag + (np * 16 * kPitchEl + kk * 16) * sizeof(T));
+#pragma unroll
+      for (int mi = 0; mi < kMT; ++mi) {
+        mma_16x8x16<T>(acc[mi][2 * np], a[mi], bf[0], bf[1]);
+        mma_16x8x16<T>(acc[mi][2 * np + 1], a[mi], bf[2], bf[3]);
+      }
+    }
+  }
+}
+
 template <class T, int D, bool kDropout>
-__global__ void __launch_bounds__(BwdConfig::kThreads) backward_kernel(const Params p) {
-  using Cfg = BwdConfig;
+__global__ void __launch_bounds__(BwdConfig<D>::kThreads) backward_kernel(const Params p) {
+  using Cfg = BwdConfig<D>;
   constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kThreads = Cfg::kThreads, kPS = Cfg::kPitchS;
-  constexpr int kHalfD = D / 2;           // head-dim columns per warp in the dK/dV/dQ phases
-  constexpr int kHalfDT = kHalfD / 8;     // their n-tiles
-  constexpr int kSNT = kBc / 2 / 8;       // n-tiles of S per warp (half of Bc)
-  static_assert(kHalfD % 16 == 0, "the head dim must split into two multiples of 16");
+  constexpr int kSdpMT = Cfg::kSdpMT, kSdpNT = Cfg::kSdpNT, kKvMT = Cfg::kKvMT, kKvNT = Cfg::kKvNT;
+  constexpr int kDqMT = Cfg::kDqMT, kDqNT = Cfg::kDqNT;
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   T* Ks = reinterpret_cast<T*>(smem_bytes);  // (Bc, D)
   T* Vs = Ks + kBc * kPitch<D>;              // (Bc, D)
@@ -121,12 +175,35 @@ __global__ void __launch_bounds__(BwdConfig::kThreads) backward_kernel(const Par
 
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int g = lane / 4, t = lane % 4;
-  const int wr = warp % 4, wc = warp / 4;  // row group, column half
+  // This warp's piece of each product (rows x columns of the block's tile).
+  const int sdp_row0 = warp / Cfg::kSdpWarpsN * kSdpMT * 16;     // S, dP: query rows
+  const int sdp_col0 = warp % Cfg::kSdpWarpsN * kSdpNT * 8;      //        keys
+  const int kv_row0 = warp / Cfg::kKvWarpsN * kKvMT * 16;        // dK, dV: keys
+  const int kv_col0 = warp % Cfg::kKvWarpsN * kKvNT * 8;         //         head dim
+  const int dq_row0 = warp / Cfg::kDqWarpsN * kDqMT * 16;        // dQ: query rows
+  const int dq_col0 = warp % Cfg::kDqWarpsN * Cfg::kDqWarpCols;  //     head dim
 
-  load_tile_async<T, D, kBc, kThreads>(Ks, static_cast<const T*>(p.k) + kv_offset + col0 * kv_stride, kv_stride,
-                                       p.seq_k - col0);
-  load_tile_async<T, D, kBc, kThreads>(Vs, static_cast<const T*>(p.v) + kv_offset + col0 * kv_stride, kv_stride,
-                                       p.seq_k - col0);
+  // Each lane's ldmatrix row address in every tile it reads, as 32-bit shared addresses: a fragment's
+  // address is then one of these plus a compile-time offset, which ptxas can fold into the instruction,
+  // so six registers per lane address every fragment of the step.
+  // x4 A fragment: lane L reads row L % 16, column half L / 16; x4 B fragment (or a transposed A):
+  // row L % 8 + 8 (L / 16), column half (L / 8) % 2; x4.trans B: row L % 8 + 8 ((L / 8) % 2), half L / 16.
+  const int a_row = lane & 15, a_col = (lane >> 4) * 8;
+  const int b_row = (lane & 7) + (lane >> 4) * 8, b_col = ((lane >> 3) & 1) * 8;
+  const int bt_row = (lane & 7) + ((lane >> 3) & 1) * 8, bt_col = (lane >> 4) * 8;
+  const std::uint32_t q_frag = tile_addr<D>(Qs0, sdp_row0 + a_row, a_col);     // Q_i, dO_i (+ kDOBytes)
+  const std::uint32_t k_frag = tile_addr<D>(Ks, sdp_col0 + b_row, b_col);      // K_j, V_j (+ kVBytes)
+  const std::uint32_t pt_frag = smem_addr(Ps + b_row * kPS + kv_row0 + b_col);  // P^T, dS^T (+ kDSBytes)
+  const std::uint32_t qt_frag = tile_addr<D>(Qs0, bt_row, kv_col0 + bt_col);   // Q_i, dO_i as B
+  const std::uint32_t ds_frag = smem_addr(dSs + (dq_row0 + a_row) * kPS + a_col);  // dS as A
+  const std::uint32_t kt_frag = tile_addr<D>(Ks, bt_row, dq_col0 + bt_col);       // K_j as B
+  constexpr std::uint32_t kVBytes = kBc * kPitch<D> * sizeof(T), kDOBytes = 2 * kBr * kPitch<D> * sizeof(T);
+  constexpr std::uint32_t kStageBytes = kBr * kPitch<D> * sizeof(T), kDSBytes = kBr * kPS * sizeof(T);
+
+  load_tile_async<T, D, kBc, kThreads>(Ks, static_cast<const T*>(p.k) + kv_offset + col0 * kv_stride,
+                                                    kv_stride, p.seq_k - col0);
+  load_tile_async<T, D, kBc, kThreads>(Vs, static_cast<const T*>(p.v) + kv_offset + col0 * kv_stride,
+                                                    kv_stride, p.seq_k - col0);
   cp_async_commit();
 
   // The first Q block that sees any key of this block (the mask is monotone in the row).
@@ -136,11 +213,13 @@ __global__ void __launch_bounds__(BwdConfig::kThreads) backward_kernel(const Par
                                            p.seq_q, p.seq_k))
     ++i_begin;
 
-  float acc_dk[kHalfDT][4], acc_dv[kHalfDT][4];  // (16 keys, D/2) per warp
+  float acc_dk[kKvMT][kKvNT][4], acc_dv[kKvMT][kKvNT][4];  // (Bc/4 keys, D/2) per warp
 #pragma unroll
-  for (int nt = 0; nt < kHalfDT; ++nt)
+  for (int mi = 0; mi < kKvMT; ++mi)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc_dk[nt][e] = acc_dv[nt][e] = 0.f;
+    for (int nt = 0; nt < kKvNT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_dk[mi][nt][e] = acc_dv[mi][nt][e] = 0.f;
 
   // The block's work items: every (query head h of the group, Q block i >= i_begin), heads outer. The
   // next item's Q_i, dO_i are copied (cp.async) into the other stage while this one computes, and its
@@ -152,10 +231,10 @@ __global__ void __launch_bounds__(BwdConfig::kThreads) backward_kernel(const Par
   const auto prefetch_tiles = [&](int item, int stage) {
     const int row0 = item_row0(item);
     const std::int64_t offset = (std::int64_t(b) * p.seq_q * p.heads_q + item_head(item)) * D + row0 * q_stride;
-    load_tile_async<T, D, kBr, kThreads>(Qs0 + stage * kBr * kPitch<D>, static_cast<const T*>(p.q) + offset,
-                                         q_stride, p.seq_q - row0);
-    load_tile_async<T, D, kBr, kThreads>(dOs0 + stage * kBr * kPitch<D>, static_cast<const T*>(p.d_o) + offset,
-                                         q_stride, p.seq_q - row0);
+    load_tile_async<T, D, kBr, kThreads>(Qs0 + stage * kBr * kPitch<D>,
+                                                      static_cast<const T*>(p.q) + offset, q_stride, p.seq_q - row0);
+    load_tile_async<T, D, kBr, kThreads>(dOs0 + stage * kBr * kPitch<D>,
+                                                      static_cast<const T*>(p.d_o) + offset, q_stride, p.seq_q - row0);
     cp_async_commit();
   };
   // Row threadIdx.x (< Br) of an item: L in log2 units, and D. exp2(S - (+inf)) = 0, so rows past the
@@ -173,132 +252,150 @@ __global__ void __launch_bounds__(BwdConfig::kThreads) backward_kernel(const Par
   }
 
   for (int item = 0; item < n_items; ++item) {
-    {
-      const int stage = item & 1;
-      const int h = item_head(item), row0 = item_row0(item);
-      const std::int64_t q_offset = (std::int64_t(b) * p.seq_q * p.heads_q + h) * D;
-      const T* Qs = Qs0 + stage * kBr * kPitch<D>;    // (Br, D)
-      const T* dOs = dOs0 + stage * kBr * kPitch<D>;  // (Br, D)
-      const float* Ls = Ls0 + stage * kBr;
-      const float* Ds = Ds0 + stage * kBr;
-      // Item `item` has landed, and every warp is done with the other stage and with P, dS.
-      cp_async_wait<0>();
-      __syncthreads();
-      float next_L2 = 0.f, next_D = 0.f;
-      if (item + 1 < n_items) {
-        prefetch_tiles(item + 1, stage ^ 1);
-        if (threadIdx.x < kBr) read_row_stats(item + 1, next_L2, next_D);
-      }
+    const int stage = item & 1;
+    const int h = item_head(item), row0 = item_row0(item);
+    const std::int64_t q_offset = (std::int64_t(b) * p.seq_q * p.heads_q + h) * D;
+    const float* Ls = Ls0 + stage * kBr;
+    const float* Ds = Ds0 + stage * kBr;
+    const std::uint32_t stage_bytes = stage * kStageBytes;  // Q_i, dO_i of this item
+    // Item `item` has landed, and every warp is done with the other stage and with P, dS.
+    cp_async_wait<0>();
+    __syncthreads();
+    float next_L2 = 0.f, next_D = 0.f;
+    if (item + 1 < n_items) {
+      prefetch_tiles(item + 1, stage ^ 1);
+      if (threadIdx.x < kBr) read_row_stats(item + 1, next_L2, next_D);
+    }
 
-      // S_ij = Q_i K_j^T and dP_ij = dO_i V_j^T: rows 16 wr.., key columns (Bc/2) wc.. per warp.
-      float s[kSNT][4], dp[kSNT][4];
+    // S_ij = Q_i K_j^T on this warp's (32 rows, Bc/4 keys), then P_ij = exp2(scale log2e S - L log2e)
+    // in place, masked. S and dP are computed one after the other (not in one k loop): only one
+    // product's fragments are live at a time, which keeps d = 128 within 255 registers.
+    const bool needs_mask = tile_needs_mask(p.align, row0, col0 + kBc, p.seq_q, p.seq_k);
+    float pr[kSdpMT][kSdpNT][4] = {};  // S_ij, then P_ij (before dropout), fp32
+    warp_mma_abt<T, kSdpMT, kSdpNT, D, kPitch<D>>(pr, q_frag + stage_bytes, k_frag);
 #pragma unroll
-      for (int nt = 0; nt < kSNT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        std::uint32_t aq[4], ado[4];
-        ldmatrix_x4(aq, tile_addr<D>(Qs, wr * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
-        ldmatrix_x4(ado, tile_addr<D>(dOs, wr * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
-#pragma unroll
-        for (int np = 0; np < kSNT / 2; ++np) {
-          const int key = wc * (kBc / 2) + np * 16 + (lane & 7) + (lane >> 4) * 8;
-          const int dcol = kk * 16 + ((lane >> 3) & 1) * 8;
-          std::uint32_t bk[4], bv[4];
-          ldmatrix_x4(bk, tile_addr<D>(Ks, key, dcol));
-          ldmatrix_x4(bv, tile_addr<D>(Vs, key, dcol));
-          mma_16x8x16<T>(s[2 * np], aq, bk[0], bk[1]);
-          mma_16x8x16<T>(s[2 * np + 1], aq, bk[2], bk[3]);
-          mma_16x8x16<T>(dp[2 * np], ado, bv[0], bv[1]);
-          mma_16x8x16<T>(dp[2 * np + 1], ado, bv[2], bv[3]);
-        }
-      }
-
-      // P = exp2(scale log2e S - L log2e), masked; dropout; dS = P o (dP - D). Then to shared memory.
-      const bool needs_mask = tile_needs_mask(p.align, row0, col0 + kBc, p.seq_q, p.seq_k);
+    for (int mi = 0; mi < kSdpMT; ++mi)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
-        const int r = wr * 16 + g + 8 * hf;  // row within the block
-        const int row = row0 + r;
-        const float L = Ls[r], Dr = Ds[r];
-        const int last = needs_mask ? last_visible_key(p.align, row, p.seq_q, p.seq_k) : p.seq_k;
-        std::uint32_t keep = 0;
-        if constexpr (kDropout) keep = dropout_keep_bits<kSNT>(p, b, h, row, col0 + wc * (kBc / 2) + 2 * t, t);
+        const int row = row0 + sdp_row0 + mi * 16 + g + 8 * hf;
+        const float L = Ls[sdp_row0 + mi * 16 + g + 8 * hf];
+        const int last =
+            (needs_mask ? last_visible_key(p.align, row, p.seq_q, p.seq_k) : p.seq_k) - col0 - sdp_col0 - 2 * t;
 #pragma unroll
-        for (int nt = 0; nt < kSNT; ++nt) {
-          const int c = wc * (kBc / 2) + nt * 8 + 2 * t;  // column within the block (even)
-          float pr[2], ds[2];
+        for (int nt = 0; nt < kSdpNT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            pr[mi][nt][2 * hf + e] = nt * 8 + e > last ? 0.f : fast_exp2(pr[mi][nt][2 * hf + e] * p.scale_log2 - L);
+      }
+
+    // dP_ij = dO_i V_j^T; dS_ij = P_ij o (dP_ij - D_i); dropout on both. P and dS go to shared memory.
+    float dp[kSdpMT][kSdpNT][4] = {};
+    warp_mma_abt<T, kSdpMT, kSdpNT, D, kPitch<D>>(dp, q_frag + stage_bytes + kDOBytes, k_frag + kVBytes);
+#pragma unroll
+    for (int mi = 0; mi < kSdpMT; ++mi)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int r = sdp_row0 + mi * 16 + g + 8 * hf;  // row within the block
+        const float Dr = Ds[r];
+        std::uint32_t keep = 0;
+        if constexpr (kDropout) keep = dropout_keep_bits<kSdpNT>(p, b, h, row0 + r, col0 + sdp_col0 + 2 * t, t);
+#pragma unroll
+        for (int nt = 0; nt < kSdpNT; ++nt) {
+          const int c = sdp_col0 + nt * 8 + 2 * t;  // column within the block (even)
+          float kept[2], ds[2];
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const float prob = col0 + c + e > last ? 0.f : fast_exp2(s[nt][2 * hf + e] * p.scale_log2 - L);
-            float dprob = dp[nt][2 * hf + e];
-            float kept = prob;
+            const float prob = pr[mi][nt][2 * hf + e];
+            float dprob = dp[mi][nt][2 * hf + e];
+            kept[e] = prob;
             if constexpr (kDropout) {
               const float z = (keep >> (2 * nt + e)) & 1u ? p.drop_rescale : 0.f;
-              kept *= z;   // P after dropout, what O used
-              dprob *= z;  // dP w.r.t. the undropped P
+              kept[e] *= z;  // P after dropout, what O used
+              dprob *= z;    // dP w.r.t. the undropped P
             }
-            pr[e] = kept;
             ds[e] = prob * (dprob - Dr);
           }
-          *reinterpret_cast<std::uint32_t*>(Ps + r * kPS + c) = MmaType<T>::pack(pr[0], pr[1]);
+          *reinterpret_cast<std::uint32_t*>(Ps + r * kPS + c) = MmaType<T>::pack(kept[0], kept[1]);
           *reinterpret_cast<std::uint32_t*>(dSs + r * kPS + c) = MmaType<T>::pack(ds[0], ds[1]);
         }
       }
-      __syncthreads();
+    __syncthreads();
 
-      // dV_j += P_ij^T dO_i and dK_j += dS_ij^T Q_i: key rows 16 wr.., head-dim half wc per warp.
+    // dV_j += P_ij^T dO_i and dK_j += dS_ij^T Q_i on this warp's (Bc/4 keys, D/2 columns).
 #pragma unroll
-      for (int kq = 0; kq < kBr / 16; ++kq) {
-        std::uint32_t ap[4], ads[4];
-        const int prow = kq * 16 + (lane & 7) + (lane >> 4) * 8, pcol = wr * 16 + ((lane >> 3) & 1) * 8;
-        ldmatrix_x4_trans(ap, smem_addr(Ps + prow * kPS + pcol));
-        ldmatrix_x4_trans(ads, smem_addr(dSs + prow * kPS + pcol));
+    for (int kq = 0; kq < kBr / 16; ++kq) {
+      std::uint32_t ap[kKvMT][4], ads[kKvMT][4];
 #pragma unroll
-        for (int dn = 0; dn < kHalfDT / 2; ++dn) {
-          const int qrow = kq * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-          const int dcol = wc * kHalfD + dn * 16 + (lane >> 4) * 8;
-          std::uint32_t bdo[4], bq[4];
-          ldmatrix_x4_trans(bdo, tile_addr<D>(dOs, qrow, dcol));
-          ldmatrix_x4_trans(bq, tile_addr<D>(Qs, qrow, dcol));
-          mma_16x8x16<T>(acc_dv[2 * dn], ap, bdo[0], bdo[1]);
-          mma_16x8x16<T>(acc_dv[2 * dn + 1], ap, bdo[2], bdo[3]);
-          mma_16x8x16<T>(acc_dk[2 * dn], ads, bq[0], bq[1]);
-          mma_16x8x16<T>(acc_dk[2 * dn + 1], ads, bq[2], bq[3]);
+      for (int mi = 0; mi < kKvMT; ++mi) {
+        const std::uint32_t at = (kq * 16 * kPS + mi * 16) * sizeof(T);
+        ldmatrix_x4_trans(ap[mi], pt_frag + at);
+        ldmatrix_x4_trans(ads[mi], pt_frag + kDSBytes + at);
+      }
+#pragma unroll
+      for (int dn = 0; dn < kKvNT / 2; ++dn) {
+        const std::uint32_t at = (kq * 16 * kPitch<D> + dn * 16) * sizeof(T);
+        std::uint32_t bdo[4], bq[4];
+        ldmatrix_x4_trans(bdo, qt_frag + stage_bytes + kDOBytes + at);
+        ldmatrix_x4_trans(bq, qt_frag + stage_bytes + at);
+#pragma unroll
+        for (int mi = 0; mi < kKvMT; ++mi) {
+          mma_16x8x16<T>(acc_dv[mi][2 * dn], ap[mi], bdo[0], bdo[1]);
+          mma_16x8x16<T>(acc_dv[mi][2 * dn + 1], ap[mi], bdo[2], bdo[3]);
+          mma_16x8x16<T>(acc_dk[mi][2 * dn], ads[mi], bq[0], bq[1]);
+          mma_16x8x16<T>(acc_dk[mi][2 * dn + 1], ads[mi], bq[2], bq[3]);
         }
       }
+    }
 
-      // dQ_i += dS_ij K_j (scaled in convert_dq_kernel): query rows 16 wr.., head-dim half wc, 16
-      // columns at a time to keep the registers for dK and dV.
-      float* dq_rows = p.dq_accum + q_offset + row0 * q_stride;
-#pragma unroll 1  // rolled: keeps the compiler from hoisting every chunk's loads into registers
-      for (int dn = 0; dn < kHalfDT / 2; ++dn) {
-        float acc[2][4] = {};
+    // dQ_i += dS_ij K_j (scaled in convert_dq_kernel) on this warp's (rows, columns), added to dQ_accum
+    // four neighbouring columns per atomic: the two lanes t, t^1 of a quad swap one column pair each.
+    float* dq_rows = p.dq_accum + q_offset + row0 * q_stride;
+#pragma unroll 1  // d = 256: two passes; rolled, so the second does not double the live registers
+    for (int pc = 0; pc < Cfg::kDqWarpCols; pc += Cfg::kDqPassCols) {
+      const int pc0 = dq_col0 + pc;
+      float acc[kDqMT][kDqNT][4] = {};
 #pragma unroll
-        for (int kk = 0; kk < kBc / 16; ++kk) {
-          std::uint32_t a[4], bk[4];
-          ldmatrix_x4(a, smem_addr(dSs + (wr * 16 + (lane & 15)) * kPS + kk * 16 + (lane >> 4) * 8));
-          ldmatrix_x4_trans(bk, tile_addr<D>(Ks, kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
-                                             wc * kHalfD + dn * 16 + (lane >> 4) * 8));
-          mma_16x8x16<T>(acc[0], a, bk[0], bk[1]);
-          mma_16x8x16<T>(acc[1], a, bk[2], bk[3]);
-        }
+      for (int kk = 0; kk < kBc / 16; ++kk) {
+        std::uint32_t a[kDqMT][4];
 #pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          const int r = wr * 16 + g + 8 * hf;
-          if (row0 + r >= p.seq_q) continue;
+        for (int mi = 0; mi < kDqMT; ++mi) ldmatrix_x4(a[mi], ds_frag + (mi * 16 * kPS + kk * 16) * sizeof(T));
 #pragma unroll
-          for (int n = 0; n < 2; ++n) {
-            float* dst = dq_rows + r * q_stride + wc * kHalfD + dn * 16 + n * 8 + 2 * t;
-            add_pair_to_global(dst, acc[n][2 * hf], acc[n][2 * hf + 1]);
+        for (int np = 0; np < kDqNT / 2; ++np) {
+          std::uint32_t bk[4];
+          ldmatrix_x4_trans(bk, kt_frag + (kk * 16 * kPitch<D> + pc + np * 16) * sizeof(T));
+#pragma unroll
+          for (int mi = 0; mi < kDqMT; ++mi) {
+            mma_16x8x16<T>(acc[mi][2 * np], a[mi], bk[0], bk[1]);
+            mma_16x8x16<T>(acc[mi][2 * np + 1], a[mi], bk[2], bk[3]);
           }
         }
       }
-      if (item + 1 < n_items && threadIdx.x < kBr) {
-        Ls0[(stage ^ 1) * kBr + threadIdx.x] = next_L2;
-        Ds0[(stage ^ 1) * kBr + threadIdx.x] = next_D;
-      }
+#pragma unroll
+      for (int mi = 0; mi < kDqMT; ++mi)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          const int r = dq_row0 + mi * 16 + g + 8 * hf;
+#pragma unroll
+          for (int np = 0; np < kDqNT / 2; ++np) {
+            // Lane t holds columns 2t, 2t+1 of n-tiles 2np (lo) and 2np+1 (hi). Even t keeps lo and takes
+            // its neighbour's lo (columns 2t+2, 2t+3); odd t keeps hi and takes its neighbour's hi.
+            const float* lo = acc[mi][2 * np] + 2 * hf;
+            const float* hi = acc[mi][2 * np + 1] + 2 * hf;
+            const bool even = (t & 1) == 0;
+            const float give0 = even ? hi[0] : lo[0], give1 = even ? hi[1] : lo[1];
+            const float take0 = __shfl_xor_sync(0xffffffffu, give0, 1);
+            const float take1 = __shfl_xor_sync(0xffffffffu, give1, 1);
+            if (row0 + r >= p.seq_q) continue;
+            const int c = pc0 + np * 16 + (even ? 2 * t : 8 + 2 * (t - 1));
+            const float4 quad =
+                even ? make_float4(lo[0], lo[1], take0, take1) : make_float4(take0, take1, hi[0], hi[1]);
+            add_quad_to_global(dq_rows + r * q_stride + c, quad);
+          }
+        }
+    }
+    if (item + 1 < n_items && threadIdx.x < kBr) {
+      Ls0[(stage ^ 1) * kBr + threadIdx.x] = next_L2;
+      Ds0[(stage ^ 1) * kBr + threadIdx.x] = next_D;
     }
   }
 
@@ -308,27 +405,30 @@ __global__ void __launch_bounds__(BwdConfig::kThreads) backward_kernel(const Par
   T* dk = static_cast<T*>(p.dk) + kv_offset + col0 * kv_stride;
   T* dv = static_cast<T*>(p.dv) + kv_offset + col0 * kv_stride;
 #pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int r = wr * 16 + g + 8 * hf;
-    if (col0 + r >= p.seq_k) continue;
+  for (int mi = 0; mi < kKvMT; ++mi)
 #pragma unroll
-    for (int nt = 0; nt < kHalfDT; ++nt) {
-      const int c = wc * kHalfD + nt * 8 + 2 * t;
-      *reinterpret_cast<std::uint32_t*>(dk + r * kv_stride + c) =
-          MmaType<T>::pack(acc_dk[nt][2 * hf] * p.scale, acc_dk[nt][2 * hf + 1] * p.scale);
-      *reinterpret_cast<std::uint32_t*>(dv + r * kv_stride + c) =
-          MmaType<T>::pack(acc_dv[nt][2 * hf], acc_dv[nt][2 * hf + 1]);
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = kv_row0 + mi * 16 + g + 8 * hf;
+      if (col0 + r >= p.seq_k) continue;
+#pragma unroll
+      for (int nt = 0; nt < kKvNT; ++nt) {
+        const int c = kv_col0 + nt * 8 + 2 * t;
+        *reinterpret_cast<std::uint32_t*>(dk + r * kv_stride + c) =
+            MmaType<T>::pack(acc_dk[mi][nt][2 * hf] * p.scale, acc_dk[mi][nt][2 * hf + 1] * p.scale);
+        *reinterpret_cast<std::uint32_t*>(dv + r * kv_stride + c) =
+            MmaType<T>::pack(acc_dv[mi][nt][2 * hf], acc_dv[mi][nt][2 * hf + 1]);
+      }
     }
-  }
 }
 
 template <class T, int D, bool kDropout>
 void launch_main(const Params& p) {
-  constexpr int smem = BwdConfig::smem_bytes<D>();
+  using Cfg = BwdConfig<D>;
   auto kernel = backward_kernel<T, D, kDropout>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const dim3 grid((p.seq_k + BwdConfig::kBc - 1) / BwdConfig::kBc, p.batch * p.heads_kv);
-  kernel<<<grid, BwdConfig::kThreads, smem>>>(p);
+  require_shared_memory(Cfg::kSmemBytes, "cuda-fa2 backward at head dim " + std::to_string(D));
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  const dim3 grid((p.seq_k + Cfg::kBc - 1) / Cfg::kBc, p.batch * p.heads_kv);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes>>>(p);
   CUDA_CHECK_LAUNCH();
 }
 

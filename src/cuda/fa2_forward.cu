@@ -16,8 +16,16 @@
 //  * Each warp owns kMTiles * 16 query rows, so every K/V fragment loaded by ldmatrix feeds kMTiles
 //    mma's; with two m-tiles the shared-memory bytes per FLOP halve.
 //  * Blocks are launched heaviest first (causal: the last query blocks see the most keys).
-// Block shapes (FwdConfig): 4 warps; Br = 128 (64 at d=256); Bc = 64 at d <= 64 and 32 above, the
+// Block shapes (FwdConfig): 4 warps; Br = 128 (64 at d=256); Bc = 64 at d <= 128 and 32 at d=256, the
 // largest tile for which S_ij, O_i and the rest fit in 255 registers with no spills (ptxas -v).
+// Bc = 64 at d=128 (was 32) is ~10% faster on the H100: half the barriers and softmax passes per key.
+// Two things make it fit (ptxas -v, sm_90):
+//  * the cp.async copy loop is rolled (fa2_tile.cuh): unrolled, it kept ~30 registers of
+//    precomputed addresses live across the K/V loop;
+//  * at d=96 and d=128, V_{j+1}'s copy is issued after the softmax, right before P_ij V_j (K_{j+1}'s
+//    stays at the top): that branch ends ptxas's basic block there. In one block with the softmax,
+//    ptxas schedules P_ij V_j's loads into it, where S_ij (64 registers) and O_i (128) are live, and
+//    spills up to 84 bytes at d=128. V_{j+1} still has the whole P_ij V_j to land.
 // Tried and measured slower on the H100 (bench/results/h100-fa2-notes.md): 8 warps of 16 rows
 // (Bc = 64 at d=128, Bc = 128 at d=64) fits in ~172 registers but is ~20% slower, since each warp
 // then reads the whole K_j, V_j from shared memory for only 16 rows (half the FLOPs per byte).
@@ -46,7 +54,11 @@ template <int D>
 struct FwdConfig {
   static constexpr int kWarps = 4;
   static constexpr int kMTiles = D <= 128 ? 2 : 1;  // d=256: O alone takes 128 registers per m-tile
-  static constexpr int kBc = D <= 64 ? 64 : 32;  // S_ij and O_i must share 255 registers without spills
+  static constexpr int kBc = D <= 128 ? 64 : 32;  // S_ij and O_i must share 255 registers without spills
+  // Issue V_{j+1}'s copy just before P_ij V_j instead of at the top: needed for no spills at Bc = 64
+  // (see the header). Elsewhere the copies stay together: a branch between the exp2's and the P V
+  // mma's once cost d=64 4-5% (the warp vote, bench/results/h100-fa2-notes.md).
+  static constexpr bool kLateV = D == 96 || D == 128;
   static constexpr int kBr = kWarps * kMTiles * 16;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kSmemBytes = (kBr + 2 * 2 * kBc) * kPitch<D> * 2;  // Q, 2 stages of K and V
@@ -117,10 +129,11 @@ __global__ void __launch_bounds__(FwdConfig<D>::kThreads) forward_kernel(const P
     if (j + 1 < Tc) {
       const int next_row = (j + 1) * kBc;
       const int stage = (j + 1) & 1;
-      load_tile_async<T, D, kBc, kThreads>(Ks + stage * kBc * kPitch<D>, k + next_row * kv_stride, kv_stride,
-                                           p.seq_k - next_row);
-      load_tile_async<T, D, kBc, kThreads>(Vs + stage * kBc * kPitch<D>, v + next_row * kv_stride, kv_stride,
-                                           p.seq_k - next_row);
+      load_tile_async<T, D, kBc, kThreads>(Ks + stage * kBc * kPitch<D>, k + next_row * kv_stride,
+                                                        kv_stride, p.seq_k - next_row);
+      if constexpr (!Cfg::kLateV)
+        load_tile_async<T, D, kBc, kThreads>(Vs + stage * kBc * kPitch<D>, v + next_row * kv_stride,
+                                                          kv_stride, p.seq_k - next_row);
     }
     cp_async_commit();
     const T* Kj = Ks + (j & 1) * kBc * kPitch<D>;  // (Bc, D)
@@ -224,13 +237,25 @@ __global__ void __launch_bounds__(FwdConfig<D>::kThreads) forward_kernel(const P
       for (int kp = 0; kp < kBc / 16; ++kp) pack_a_from_c<T>(pa[mi][kp], s[mi][2 * kp], s[mi][2 * kp + 1]);
     }
 
+    // V_{j+1} is first read by the next tile's P V, so its copy can wait until here; the branch also
+    // ends ptxas's basic block, so V_j's ldmatrix's are not hoisted into the softmax above.
+    if constexpr (Cfg::kLateV) {
+      if (j + 1 < Tc) {
+        const int next_row = (j + 1) * kBc;
+        load_tile_async<T, D, kBc, kThreads>(Vs + ((j + 1) & 1) * kBc * kPitch<D>,
+                                                          v + next_row * kv_stride, kv_stride, p.seq_k - next_row);
+      }
+      cp_async_commit();
+    }
+
     // O_i += P_ij V_j, P_ij straight from the registers.
 #pragma unroll
     for (int kp = 0; kp < kBc / 16; ++kp) {
 #pragma unroll
       for (int dp = 0; dp < kDT / 2; ++dp) {
         std::uint32_t bv[4];
-        ldmatrix_x4_trans(bv, tile_addr<D>(Vj, kp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dp * 16 + (lane >> 4) * 8));
+        ldmatrix_x4_trans(bv,
+                          tile_addr<D>(Vj, kp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dp * 16 + (lane >> 4) * 8));
 #pragma unroll
         for (int mi = 0; mi < kM; ++mi) {
           mma_16x8x16<T>(acc_o[mi][2 * dp], pa[mi][kp], bv[0], bv[1]);
@@ -261,6 +286,7 @@ template <class T, int D, bool kDropout>
 void launch(const Params& p) {
   using Cfg = FwdConfig<D>;
   auto kernel = forward_kernel<T, D, kDropout>;
+  require_shared_memory(Cfg::kSmemBytes, "cuda-fa2 forward at head dim " + std::to_string(D));
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const dim3 grid((p.seq_q + Cfg::kBr - 1) / Cfg::kBr, p.batch * p.heads_q);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes>>>(p);

@@ -26,17 +26,21 @@ static_assert(((32 / 8 + 1) & 1) && ((64 / 8 + 1) & 1) && ((96 / 8 + 1) & 1) && 
 // Copy rows [0, kRows) of a (rows, D) global tile (row stride `stride` elements) into shared memory;
 // rows >= rows_valid are zero-filled (a sequence that is no multiple of the block). All kThreads
 // threads of the block take part; the copies are asynchronous (commit and wait by the caller).
+// The loop is rolled on purpose (ptxas -v, sm_90): unrolled, the compiler precomputes every chunk's
+// 64-bit address once and keeps them all live across the K/V loop, ~30 registers that made the
+// forward spill at Bc = 64 (d = 128) and the backward at d = 64 and 128. The price, measured on the
+// H100, is a forward ~10-15% slower than an unrolled copy that spills (bench/results/h100-fa2-notes.md).
 template <class T, int D, int kRows, int kThreads>
 __device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, std::int64_t stride, int rows_valid) {
   constexpr int kChunksPerRow = D / 8;  // 8 elements = 16 bytes
   constexpr int kChunks = kRows * kChunksPerRow;
-#pragma unroll
+#pragma unroll 1
   for (int n = 0; n < (kChunks + kThreads - 1) / kThreads; ++n) {
     const int c = n * kThreads + static_cast<int>(threadIdx.x);
     if (kChunks % kThreads == 0 || c < kChunks) {
       const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
       const bool valid = r < rows_valid;
-      cp_async_16(smem + r * kPitch<D> + col, valid ? gmem + r * stride + col : gmem, valid);
+      cp_async_16(smem_addr(smem + r * kPitch<D> + col), valid ? gmem + r * stride + col : gmem, valid);
     }
   }
 }
