@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Issue 4's rule "no register spills in the -Xptxas -v report for the shipped configurations", as a
+# test: compile the tensor-core kernels for sm_90 with ptxas in verbose mode and fail if any kernel
+# spills, naming it. Needs nvcc, not a GPU. Same code-generation flags as the Release build.
+#   check_no_spills.sh NVCC SRC_DIR EIGEN_DIR MIN_FUNCTIONS file.cu...
+# MIN_FUNCTIONS guards against a vacuous pass: fewer compiled functions than that is a failure too.
+set -euo pipefail
+nvcc=$1 src=$2 eigen=$3 min_functions=$4
+shift 4
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for file in "$@"; do
+  "$nvcc" -O3 -DNDEBUG -DFLASHLAB_HAVE_CUDA -std=c++20 --expt-relaxed-constexpr -lineinfo -I"$src" -isystem "$eigen" \
+    --generate-code=arch=compute_90,code=sm_90 -Xptxas -v -c "$file" -o "$tmp/out.o" 2>>"$tmp/ptxas.txt" ||
+    { cat "$tmp/ptxas.txt"; echo "check_no_spills: nvcc failed on $file"; exit 1; }
+done
+# ptxas prints "Function properties for NAME" and then "N bytes stack frame, S bytes spill stores, L
+# bytes spill loads" for every function it compiles.
+awk '
+  /Function properties for/ { name = $NF }
+  /bytes spill stores/ {
+    total++
+    if ($0 !~ / 0 bytes spill stores, 0 bytes spill loads/) { bad++; print "SPILLS: " name ":" $0 }
+  }
+  END {
+    printf "%d functions compiled for sm_90, %d spill\n", total, bad
+    if (bad > 0) exit 1
+    if (total < '"$min_functions"') { print "expected at least '"$min_functions"' functions"; exit 1 }
+  }' "$tmp/ptxas.txt" >"$tmp/verdict.txt" && status=0 || status=$?
+if command -v c++filt >/dev/null; then c++filt <"$tmp/verdict.txt"; else cat "$tmp/verdict.txt"; fi
+exit "$status"
