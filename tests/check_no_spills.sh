@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Issue 4's rule "no register spills in the -Xptxas -v report for the shipped configurations", as a
 # test: compile the tensor-core kernels for sm_90 with ptxas in verbose mode and fail if any kernel
-# spills, naming it. Needs nvcc, not a GPU. Same code-generation flags as the Release build.
-#   check_no_spills.sh NVCC SRC_DIR EIGEN_DIR MIN_FUNCTIONS file.cu...
+# spills, naming it. Needs nvcc, not a GPU. tests/CMakeLists.txt passes the build's own nvcc flags.
+#   check_no_spills.sh NVCC MIN_FUNCTIONS file.cu... -- NVCC_FLAGS...
 # MIN_FUNCTIONS guards against a vacuous pass: fewer compiled functions than that is a failure too.
 set -euo pipefail
-nvcc=$1 src=$2 eigen=$3 min_functions=$4
-shift 4
+nvcc=$1 min_functions=$2
+shift 2
+files=()
+while (($#)) && [ "$1" != "--" ]; do files+=("$1"); shift; done
+(($#)) && shift  # the --
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-for file in "$@"; do
-  "$nvcc" -O3 -DNDEBUG -DFLASHLAB_HAVE_CUDA -std=c++20 --expt-relaxed-constexpr -lineinfo -I"$src" -isystem "$eigen" \
-    --generate-code=arch=compute_90,code=sm_90 -Xptxas -v -c "$file" -o "$tmp/out.o" 2>>"$tmp/ptxas.txt" ||
+for file in "${files[@]}"; do
+  "$nvcc" "$@" --generate-code=arch=compute_90,code=sm_90 -Xptxas -v -c "$file" -o "$tmp/out.o" 2>>"$tmp/ptxas.txt" ||
     { cat "$tmp/ptxas.txt"; echo "check_no_spills: nvcc failed on $file"; exit 1; }
 done
 # ptxas prints "Function properties for NAME" and then "N bytes stack frame, S bytes spill stores, L

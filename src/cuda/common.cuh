@@ -93,7 +93,7 @@ inline void require_shared_memory(std::size_t bytes, const std::string& kernel_n
   CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   if (bytes > static_cast<std::size_t>(limit))
     throw InputError(kernel_name + " needs " + std::to_string(bytes >> 10) +
-                     " KiB of shared memory per block, but this GPU " + "allows " + std::to_string(limit >> 10) +
+                     " KiB of shared memory per block, but this GPU allows " + std::to_string(limit >> 10) +
                      " KiB (an H100 allows 227 KiB).");
 }
 

@@ -60,7 +60,7 @@ struct BwdConfig {
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * 32;
   // d = 64: 128 query rows per step (FlashAttention-2's sm80 shape too): twice the math per barrier and
-  // per K_j, V_j fragment, +10-12% backward on the H100 over Br = 64; at d >= 96 the registers forbid it.
+  // per K_j, V_j fragment, +9-13% backward on the H100 over Br = 64; at d >= 96 the registers forbid it.
   static constexpr int kBr = D == 64 ? 128 : 64;
   // D <= 128: 128 keys per block, so each Q_i, dO_i tile fetched and each dQ_i atomic serves twice the
   // keys of Bc = 64. D = 256: dK_j, dV_j alone take 128 registers per thread at 64 keys.
@@ -200,10 +200,10 @@ __global__ void __launch_bounds__(BwdConfig<D>::kThreads) backward_kernel(const 
   constexpr std::uint32_t kVBytes = kBc * kPitch<D> * sizeof(T), kDOBytes = 2 * kBr * kPitch<D> * sizeof(T);
   constexpr std::uint32_t kStageBytes = kBr * kPitch<D> * sizeof(T), kDSBytes = kBr * kPS * sizeof(T);
 
-  load_tile_async<T, D, kBc, kThreads>(Ks, static_cast<const T*>(p.k) + kv_offset + col0 * kv_stride,
-                                                    kv_stride, p.seq_k - col0);
-  load_tile_async<T, D, kBc, kThreads>(Vs, static_cast<const T*>(p.v) + kv_offset + col0 * kv_stride,
-                                                    kv_stride, p.seq_k - col0);
+  load_tile_async<T, D, kBc, kThreads>(Ks, static_cast<const T*>(p.k) + kv_offset + col0 * kv_stride, kv_stride,
+                                       p.seq_k - col0);
+  load_tile_async<T, D, kBc, kThreads>(Vs, static_cast<const T*>(p.v) + kv_offset + col0 * kv_stride, kv_stride,
+                                       p.seq_k - col0);
   cp_async_commit();
 
   // The first Q block that sees any key of this block (the mask is monotone in the row).
@@ -231,10 +231,10 @@ __global__ void __launch_bounds__(BwdConfig<D>::kThreads) backward_kernel(const 
   const auto prefetch_tiles = [&](int item, int stage) {
     const int row0 = item_row0(item);
     const std::int64_t offset = (std::int64_t(b) * p.seq_q * p.heads_q + item_head(item)) * D + row0 * q_stride;
-    load_tile_async<T, D, kBr, kThreads>(Qs0 + stage * kBr * kPitch<D>,
-                                                      static_cast<const T*>(p.q) + offset, q_stride, p.seq_q - row0);
-    load_tile_async<T, D, kBr, kThreads>(dOs0 + stage * kBr * kPitch<D>,
-                                                      static_cast<const T*>(p.d_o) + offset, q_stride, p.seq_q - row0);
+    load_tile_async<T, D, kBr, kThreads>(Qs0 + stage * kBr * kPitch<D>, static_cast<const T*>(p.q) + offset, q_stride,
+                                         p.seq_q - row0);
+    load_tile_async<T, D, kBr, kThreads>(dOs0 + stage * kBr * kPitch<D>, static_cast<const T*>(p.d_o) + offset,
+                                         q_stride, p.seq_q - row0);
     cp_async_commit();
   };
   // Row threadIdx.x (< Br) of an item: L in log2 units, and D. exp2(S - (+inf)) = 0, so rows past the

@@ -18,7 +18,8 @@
 //  * Blocks are launched heaviest first (causal: the last query blocks see the most keys).
 // Block shapes (FwdConfig): 4 warps; Br = 128 (64 at d=256); Bc = 64 at d <= 128 and 32 at d=256, the
 // largest tile for which S_ij, O_i and the rest fit in 255 registers with no spills (ptxas -v).
-// Bc = 64 at d=128 (was 32) is ~10% faster on the H100: half the barriers and softmax passes per key.
+// Bc = 64 at d=128 (was 32) is 7-14% faster on the H100 (A/B in bench/results/h100-fa2-notes.md): half
+// the barriers and softmax passes per key.
 // Two things make it fit (ptxas -v, sm_90):
 //  * the cp.async copy loop is rolled (fa2_tile.cuh): unrolled, it kept ~30 registers of
 //    precomputed addresses live across the K/V loop;
@@ -129,11 +130,11 @@ __global__ void __launch_bounds__(FwdConfig<D>::kThreads) forward_kernel(const P
     if (j + 1 < Tc) {
       const int next_row = (j + 1) * kBc;
       const int stage = (j + 1) & 1;
-      load_tile_async<T, D, kBc, kThreads>(Ks + stage * kBc * kPitch<D>, k + next_row * kv_stride,
-                                                        kv_stride, p.seq_k - next_row);
+      load_tile_async<T, D, kBc, kThreads>(Ks + stage * kBc * kPitch<D>, k + next_row * kv_stride, kv_stride,
+                                           p.seq_k - next_row);
       if constexpr (!Cfg::kLateV)
-        load_tile_async<T, D, kBc, kThreads>(Vs + stage * kBc * kPitch<D>, v + next_row * kv_stride,
-                                                          kv_stride, p.seq_k - next_row);
+        load_tile_async<T, D, kBc, kThreads>(Vs + stage * kBc * kPitch<D>, v + next_row * kv_stride, kv_stride,
+                                             p.seq_k - next_row);
     }
     cp_async_commit();
     const T* Kj = Ks + (j & 1) * kBc * kPitch<D>;  // (Bc, D)
@@ -242,8 +243,8 @@ __global__ void __launch_bounds__(FwdConfig<D>::kThreads) forward_kernel(const P
     if constexpr (Cfg::kLateV) {
       if (j + 1 < Tc) {
         const int next_row = (j + 1) * kBc;
-        load_tile_async<T, D, kBc, kThreads>(Vs + ((j + 1) & 1) * kBc * kPitch<D>,
-                                                          v + next_row * kv_stride, kv_stride, p.seq_k - next_row);
+        load_tile_async<T, D, kBc, kThreads>(Vs + ((j + 1) & 1) * kBc * kPitch<D>, v + next_row * kv_stride, kv_stride,
+                                             p.seq_k - next_row);
       }
       cp_async_commit();
     }

@@ -88,13 +88,12 @@ __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], std::ui
 
 // ---- cp.async ------------------------------------------------------------------------------------
 
-// 16 bytes global -> shared (a shared-window address); when !valid the 16 shared bytes are zero-filled and nothing is
-// read.
+// 16 bytes global -> shared (`smem` is a shared-window address, smem_addr); when !valid the 16 shared
+// bytes are zero-filled and nothing is read.
 __device__ __forceinline__ void cp_async_16(std::uint32_t smem, const void* gmem, bool valid) {
   const int src_bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(src_bytes));
 }
-
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Wait until at most `kPending` committed groups are still in flight.
 template <int kPending>
