@@ -83,6 +83,7 @@ struct BwdConfig {
   static_assert(kSdpNT % 2 == 0 && kKvNT % 2 == 0 && kDqNT % 2 == 0, "ldmatrix_x4 loads n-tiles in pairs");
   static_assert(kDqWarpCols % kDqPassCols == 0, "dQ passes must cover the warp's columns");
 
+  static constexpr int kCopyUnroll = 1;  // rolled cp.async loops: unrolled, d = 64 and 128 spill (fa2_tile.cuh)
   static constexpr int kPitchS = kBc + kPad;  // P and dS tiles (Br, Bc), padded like the others
   static constexpr int kSmemBytes = (2 * kBc + 2 * 2 * kBr) * kPitch<D> * 2  // K_j, V_j; two stages of Q_i, dO_i
                                     + 2 * kBr * kPitchS * 2                  // P_ij, dS_ij
@@ -155,7 +156,7 @@ __global__ void __launch_bounds__(BwdConfig<D>::kThreads) backward_kernel(const 
   using Cfg = BwdConfig<D>;
   constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kThreads = Cfg::kThreads, kPS = Cfg::kPitchS;
   constexpr int kSdpMT = Cfg::kSdpMT, kSdpNT = Cfg::kSdpNT, kKvMT = Cfg::kKvMT, kKvNT = Cfg::kKvNT;
-  constexpr int kDqMT = Cfg::kDqMT, kDqNT = Cfg::kDqNT;
+  constexpr int kDqMT = Cfg::kDqMT, kDqNT = Cfg::kDqNT, kCopyUnroll = Cfg::kCopyUnroll;
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   T* Ks = reinterpret_cast<T*>(smem_bytes);  // (Bc, D)
   T* Vs = Ks + kBc * kPitch<D>;              // (Bc, D)
@@ -200,10 +201,10 @@ __global__ void __launch_bounds__(BwdConfig<D>::kThreads) backward_kernel(const 
   constexpr std::uint32_t kVBytes = kBc * kPitch<D> * sizeof(T), kDOBytes = 2 * kBr * kPitch<D> * sizeof(T);
   constexpr std::uint32_t kStageBytes = kBr * kPitch<D> * sizeof(T), kDSBytes = kBr * kPS * sizeof(T);
 
-  load_tile_async<T, D, kBc, kThreads>(Ks, static_cast<const T*>(p.k) + kv_offset + col0 * kv_stride, kv_stride,
-                                       p.seq_k - col0);
-  load_tile_async<T, D, kBc, kThreads>(Vs, static_cast<const T*>(p.v) + kv_offset + col0 * kv_stride, kv_stride,
-                                       p.seq_k - col0);
+  load_tile_async<T, D, kBc, kThreads, kCopyUnroll>(Ks, static_cast<const T*>(p.k) + kv_offset + col0 * kv_stride,
+                                                    kv_stride, p.seq_k - col0);
+  load_tile_async<T, D, kBc, kThreads, kCopyUnroll>(Vs, static_cast<const T*>(p.v) + kv_offset + col0 * kv_stride,
+                                                    kv_stride, p.seq_k - col0);
   cp_async_commit();
 
   // The first Q block that sees any key of this block (the mask is monotone in the row).
@@ -231,10 +232,10 @@ __global__ void __launch_bounds__(BwdConfig<D>::kThreads) backward_kernel(const 
   const auto prefetch_tiles = [&](int item, int stage) {
     const int row0 = item_row0(item);
     const std::int64_t offset = (std::int64_t(b) * p.seq_q * p.heads_q + item_head(item)) * D + row0 * q_stride;
-    load_tile_async<T, D, kBr, kThreads>(Qs0 + stage * kBr * kPitch<D>, static_cast<const T*>(p.q) + offset, q_stride,
-                                         p.seq_q - row0);
-    load_tile_async<T, D, kBr, kThreads>(dOs0 + stage * kBr * kPitch<D>, static_cast<const T*>(p.d_o) + offset,
-                                         q_stride, p.seq_q - row0);
+    load_tile_async<T, D, kBr, kThreads, kCopyUnroll>(Qs0 + stage * kBr * kPitch<D>,
+                                                      static_cast<const T*>(p.q) + offset, q_stride, p.seq_q - row0);
+    load_tile_async<T, D, kBr, kThreads, kCopyUnroll>(dOs0 + stage * kBr * kPitch<D>,
+                                                      static_cast<const T*>(p.d_o) + offset, q_stride, p.seq_q - row0);
     cp_async_commit();
   };
   // Row threadIdx.x (< Br) of an item: L in log2 units, and D. exp2(S - (+inf)) = 0, so rows past the

@@ -21,8 +21,8 @@
 // Bc = 64 at d=128 (was 32) is 7-14% faster on the H100 (A/B in bench/results/h100-fa2-notes.md): half
 // the barriers and softmax passes per key.
 // Two things make it fit (ptxas -v, sm_90):
-//  * the cp.async copy loop is rolled (fa2_tile.cuh): unrolled, it kept ~30 registers of
-//    precomputed addresses live across the K/V loop;
+//  * the cp.async copies walk one pointer per thread (fa2_tile.cuh): the plain unrolled loop kept
+//    ~30 registers of precomputed addresses live across the K/V loop;
 //  * at d=96 and d=128, V_{j+1}'s copy is issued after the softmax, right before P_ij V_j (K_{j+1}'s
 //    stays at the top): that branch ends ptxas's basic block there. In one block with the softmax,
 //    ptxas schedules P_ij V_j's loads into it, where S_ij (64 registers) and O_i (128) are live, and
@@ -60,6 +60,7 @@ struct FwdConfig {
   // (see the header). Elsewhere the copies stay together: a branch between the exp2's and the P V
   // mma's once cost d=64 4-5% (the warp vote, bench/results/h100-fa2-notes.md).
   static constexpr bool kLateV = D == 96 || D == 128;
+  static constexpr int kCopyUnroll = 4;  // cp.async copies per thread issued back to back (fa2_tile.cuh)
   static constexpr int kBr = kWarps * kMTiles * 16;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kSmemBytes = (kBr + 2 * 2 * kBc) * kPitch<D> * 2;  // Q, 2 stages of K and V
@@ -69,6 +70,7 @@ template <class T, int D, bool kDropout>
 __global__ void __launch_bounds__(FwdConfig<D>::kThreads) forward_kernel(const Params p) {
   using Cfg = FwdConfig<D>;
   constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kM = Cfg::kMTiles, kThreads = Cfg::kThreads;
+  constexpr int kCopyUnroll = Cfg::kCopyUnroll;
   constexpr int kNT = kBc / 8;  // n-tiles of S per row block
   constexpr int kDT = D / 8;    // n-tiles of O
   extern __shared__ __align__(16) unsigned char smem_bytes[];
@@ -92,10 +94,10 @@ __global__ void __launch_bounds__(FwdConfig<D>::kThreads) forward_kernel(const P
   const int last_key = last_visible_key(p.align, last_row, p.seq_q, p.seq_k);
   const int Tc = last_key < 0 ? 0 : last_key / kBc + 1;
 
-  load_tile_async<T, D, kBr, kThreads>(Qs, q + row0 * q_stride, q_stride, p.seq_q - row0);
+  load_tile_async<T, D, kBr, kThreads, kCopyUnroll>(Qs, q + row0 * q_stride, q_stride, p.seq_q - row0);
   if (Tc > 0) {
-    load_tile_async<T, D, kBc, kThreads>(Ks, k, kv_stride, p.seq_k);
-    load_tile_async<T, D, kBc, kThreads>(Vs, v, kv_stride, p.seq_k);
+    load_tile_async<T, D, kBc, kThreads, kCopyUnroll>(Ks, k, kv_stride, p.seq_k);
+    load_tile_async<T, D, kBc, kThreads, kCopyUnroll>(Vs, v, kv_stride, p.seq_k);
   }
   cp_async_commit();
 
@@ -130,11 +132,11 @@ __global__ void __launch_bounds__(FwdConfig<D>::kThreads) forward_kernel(const P
     if (j + 1 < Tc) {
       const int next_row = (j + 1) * kBc;
       const int stage = (j + 1) & 1;
-      load_tile_async<T, D, kBc, kThreads>(Ks + stage * kBc * kPitch<D>, k + next_row * kv_stride, kv_stride,
-                                           p.seq_k - next_row);
+      load_tile_async<T, D, kBc, kThreads, kCopyUnroll>(Ks + stage * kBc * kPitch<D>, k + next_row * kv_stride,
+                                                        kv_stride, p.seq_k - next_row);
       if constexpr (!Cfg::kLateV)
-        load_tile_async<T, D, kBc, kThreads>(Vs + stage * kBc * kPitch<D>, v + next_row * kv_stride, kv_stride,
-                                             p.seq_k - next_row);
+        load_tile_async<T, D, kBc, kThreads, kCopyUnroll>(Vs + stage * kBc * kPitch<D>, v + next_row * kv_stride,
+                                                          kv_stride, p.seq_k - next_row);
     }
     cp_async_commit();
     const T* Kj = Ks + (j & 1) * kBc * kPitch<D>;  // (Bc, D)
@@ -243,8 +245,8 @@ __global__ void __launch_bounds__(FwdConfig<D>::kThreads) forward_kernel(const P
     if constexpr (Cfg::kLateV) {
       if (j + 1 < Tc) {
         const int next_row = (j + 1) * kBc;
-        load_tile_async<T, D, kBc, kThreads>(Vs + ((j + 1) & 1) * kBc * kPitch<D>, v + next_row * kv_stride, kv_stride,
-                                             p.seq_k - next_row);
+        load_tile_async<T, D, kBc, kThreads, kCopyUnroll>(Vs + ((j + 1) & 1) * kBc * kPitch<D>,
+                                                          v + next_row * kv_stride, kv_stride, p.seq_k - next_row);
       }
       cp_async_commit();
     }

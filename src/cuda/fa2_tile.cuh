@@ -26,21 +26,45 @@ static_assert(((32 / 8 + 1) & 1) && ((64 / 8 + 1) & 1) && ((96 / 8 + 1) & 1) && 
 // Copy rows [0, kRows) of a (rows, D) global tile (row stride `stride` elements) into shared memory;
 // rows >= rows_valid are zero-filled (a sequence that is no multiple of the block). All kThreads
 // threads of the block take part; the copies are asynchronous (commit and wait by the caller).
-// The loop is rolled on purpose (ptxas -v, sm_90): unrolled, the compiler precomputes every chunk's
-// 64-bit address once and keeps them all live across the K/V loop, ~30 registers that made the
-// forward spill at Bc = 64 (d = 128) and the backward at d = 64 and 128. The price, measured on the
-// H100, is a forward ~10-15% slower than an unrolled copy that spills (bench/results/h100-fa2-notes.md).
-template <class T, int D, int kRows, int kThreads>
+//
+// kUnroll says how the copies are issued, because it decides registers and speed (H100, ptxas -v;
+// bench/results/h100-fa2-notes.md):
+//  * > 1 (the forward): kUnroll copies back to back; thread x copies the 16-byte chunk x % (D/8) of rows
+//    x / (D/8) + n kRowStep, walking one pointer that is hidden from the optimizer. Fully unrolled
+//    with plain indexing, the compiler precomputed every chunk's 64-bit address once and kept them
+//    live across the K/V loop (~30 registers: Bc = 64 spilled at d = 128); fully rolled, the forward
+//    was 10-15% slower (the copies stopped overlapping the math after the barrier).
+//  * 1 (the backward, at 255 registers): a rolled loop over chunks c = n kThreads + x. Any unrolling
+//    spills its d = 64 and d = 128 kernels; rolled costs it only 2-3%.
+template <class T, int D, int kRows, int kThreads, int kUnroll>
 __device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, std::int64_t stride, int rows_valid) {
   constexpr int kChunksPerRow = D / 8;  // 8 elements = 16 bytes
-  constexpr int kChunks = kRows * kChunksPerRow;
+  const int x = static_cast<int>(threadIdx.x);
+  if constexpr (kUnroll == 1) {
+    constexpr int kChunks = kRows * kChunksPerRow;
 #pragma unroll 1
-  for (int n = 0; n < (kChunks + kThreads - 1) / kThreads; ++n) {
-    const int c = n * kThreads + static_cast<int>(threadIdx.x);
-    if (kChunks % kThreads == 0 || c < kChunks) {
-      const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
-      const bool valid = r < rows_valid;
-      cp_async_16(smem_addr(smem + r * kPitch<D> + col), valid ? gmem + r * stride + col : gmem, valid);
+    for (int n = 0; n < (kChunks + kThreads - 1) / kThreads; ++n) {
+      const int c = n * kThreads + x;
+      if (kChunks % kThreads == 0 || c < kChunks) {
+        const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+        const bool valid = r < rows_valid;
+        cp_async_16(smem_addr(smem + r * kPitch<D> + col), valid ? gmem + r * stride + col : gmem, valid);
+      }
+    }
+  } else {
+    constexpr int kRowStep = kThreads / kChunksPerRow;  // rows per pass of the block (d = 96: a few threads idle)
+    constexpr int kSteps = (kRows + kRowStep - 1) / kRowStep;
+    const int r0 = x / kChunksPerRow, col = x % kChunksPerRow * 8;
+    if (r0 >= kRowStep) return;
+    const std::uint32_t dst = smem_addr(smem + r0 * kPitch<D> + col);
+    const T* src = gmem + r0 * stride + col;
+#pragma unroll kUnroll
+    for (int n = 0; n < kSteps; ++n) {
+      if (kRows % kRowStep != 0 && r0 + n * kRowStep >= kRows) break;
+      const bool valid = n * kRowStep < rows_valid - r0;
+      cp_async_16(dst + static_cast<std::uint32_t>(n * kRowStep * kPitch<D> * sizeof(T)), valid ? src : gmem, valid);
+      src += kRowStep * stride;
+      asm volatile("" : "+l"(src));  // opaque: one add per copy instead of one live address per copy
     }
   }
 }
