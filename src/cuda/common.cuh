@@ -85,13 +85,19 @@ inline std::pair<std::size_t, std::size_t> device_memory_info() {
 
 inline std::string mebibytes(std::size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
-// Throws InputError unless one block of `kernel_name` may use `bytes` of shared memory on the current
-// GPU (its opt-in limit: 227 KiB on sm_90, 163 KiB on sm_80, 99 KiB on sm_86/89).
-inline void require_shared_memory(std::size_t bytes, const std::string& kernel_name) {
+// The shared memory one block may opt in to on the current GPU: 227 KiB on sm_90, 163 KiB on sm_80,
+// 99 KiB on sm_86/89.
+inline std::size_t shared_memory_per_block() {
   int device = 0, limit = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (bytes > static_cast<std::size_t>(limit))
+  return static_cast<std::size_t>(limit);
+}
+
+// Throws InputError unless one block of `kernel_name` may use `bytes` of shared memory on this GPU.
+inline void require_shared_memory(std::size_t bytes, const std::string& kernel_name) {
+  const std::size_t limit = shared_memory_per_block();
+  if (bytes > limit)
     throw InputError(kernel_name + " needs " + std::to_string(bytes >> 10) +
                      " KiB of shared memory per block, but this GPU allows " + std::to_string(limit >> 10) +
                      " KiB (an H100 allows 227 KiB).");

@@ -5,7 +5,9 @@
 // ldmatrix, cp.async) in fa2_mma.cuh; the padded shared-memory tiles in fa2_tile.cuh.
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <iterator>
+#include <string>
 
 #include "../core/philox.hpp"
 #include "common.cuh"
@@ -37,6 +39,9 @@ cuda::fa2::Params make_params(const Problem& p) {
   params.drop_threshold = dropout_threshold(p.options.dropout_p);
   params.drop_rescale = static_cast<float>(1.0 / (1.0 - p.options.dropout_p));
   params.seed = p.options.seed;
+  // The backward's compact tiles are chosen by shared-memory size; this lets a test run them on an H100.
+  const char* compact = std::getenv("FLASHLAB_FA2_COMPACT_BACKWARD");
+  params.compact_backward = compact != nullptr && std::string(compact) == "1";
   return params;
 }
 

@@ -55,16 +55,20 @@ constexpr float kLog2e = 1.4426950408889634f;
 // Block shape per head dim. 8 warps; each of the three products gets its own warp grid, so that
 // every warp owns a 32 x 32 (or larger) piece of it: each ldmatrix fragment then feeds two or four
 // mma's instead of one or two (the shared-memory bytes per FLOP are what bound mma.sync on the H100).
-template <int D>
+// kCompact: Br = Bc = 64 at every head dim, for GPUs that give a block less shared memory than an H100
+// (227 KiB): an A100 has 163 KiB, and the full tiles need 171 (d = 128) and 178 KiB (d = 64); compact,
+// 121 and 72 KiB. Compiled for d = 64 and 128 only; picked at launch (launch_main) when the full tiles do
+// not fit; FLASHLAB_FA2_COMPACT_BACKWARD=1 forces it (tests).
+template <int D, bool kCompact>
 struct BwdConfig {
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * 32;
   // d = 64: 128 query rows per step (FlashAttention-2's sm80 shape too): twice the math per barrier and
   // per K_j, V_j fragment, +9-13% backward on the H100 over Br = 64; at d >= 96 the registers forbid it.
-  static constexpr int kBr = D == 64 ? 128 : 64;
+  static constexpr int kBr = D == 64 && !kCompact ? 128 : 64;
   // D <= 128: 128 keys per block, so each Q_i, dO_i tile fetched and each dQ_i atomic serves twice the
   // keys of Bc = 64. D = 256: dK_j, dV_j alone take 128 registers per thread at 64 keys.
-  static constexpr int kBc = D <= 128 ? 128 : 64;
+  static constexpr int kBc = D <= 128 && !kCompact ? 128 : 64;
   // S_ij, dP_ij (Br, Bc) over 2 x 4 warps: 32 query rows x Bc/4 keys each.
   static constexpr int kSdpWarpsN = 4;
   static constexpr int kSdpMT = kBr / (kWarps / kSdpWarpsN) / 16;  // m-tiles per warp
@@ -151,9 +155,9 @@ __device__ __forceinline__ void warp_mma_abt(float (&acc)[kMT][kNT][4], std::uin
   }
 }
 
-template <class T, int D, bool kDropout>
-__global__ void __launch_bounds__(BwdConfig<D>::kThreads) backward_kernel(const Params p) {
-  using Cfg = BwdConfig<D>;
+template <class T, int D, bool kDropout, bool kCompact>
+__global__ void __launch_bounds__(BwdConfig<D, kCompact>::kThreads) backward_kernel(const Params p) {
+  using Cfg = BwdConfig<D, kCompact>;
   constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kThreads = Cfg::kThreads, kPS = Cfg::kPitchS;
   constexpr int kSdpMT = Cfg::kSdpMT, kSdpNT = Cfg::kSdpNT, kKvMT = Cfg::kKvMT, kKvNT = Cfg::kKvNT;
   constexpr int kDqMT = Cfg::kDqMT, kDqNT = Cfg::kDqNT, kCopyUnroll = Cfg::kCopyUnroll;
@@ -422,15 +426,27 @@ __global__ void __launch_bounds__(BwdConfig<D>::kThreads) backward_kernel(const 
     }
 }
 
-template <class T, int D, bool kDropout>
-void launch_main(const Params& p) {
-  using Cfg = BwdConfig<D>;
-  auto kernel = backward_kernel<T, D, kDropout>;
+template <class T, int D, bool kDropout, bool kCompact>
+void launch_tiles(const Params& p) {
+  using Cfg = BwdConfig<D, kCompact>;
+  auto kernel = backward_kernel<T, D, kDropout, kCompact>;
   require_shared_memory(Cfg::kSmemBytes, "cuda-fa2 backward at head dim " + std::to_string(D));
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const dim3 grid((p.seq_k + Cfg::kBc - 1) / Cfg::kBc, p.batch * p.heads_kv);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes>>>(p);
   CUDA_CHECK_LAUNCH();
+}
+
+// The full tiles where they fit in the GPU's shared memory, else the compact ones (BwdConfig).
+template <class T, int D, bool kDropout>
+void launch_main(const Params& p) {
+  using Full = BwdConfig<D, false>;
+  // Compact tiles exist where the full ones outgrow an A100 (d = 32 and 96 fit, d = 256 fits no Ampere).
+  if constexpr (D == 64 || D == 128) {
+    if (p.compact_backward || Full::kSmemBytes > shared_memory_per_block())
+      return launch_tiles<T, D, kDropout, true>(p);
+  }
+  launch_tiles<T, D, kDropout, false>(p);
 }
 
 template <class T>

@@ -30,6 +30,8 @@ struct Params {
   std::uint32_t drop_threshold = 0;  // core/philox.hpp dropout_threshold(p)
   float drop_rescale = 1;            // 1 / (1 - p)
   std::uint64_t seed = 0;
+  // Backward: use the compact tiles even where the full ones fit (FLASHLAB_FA2_COMPACT_BACKWARD=1; tests).
+  bool compact_backward = false;
 };
 
 // Head dims with a compiled configuration; anything else is rejected before launch (variant table).

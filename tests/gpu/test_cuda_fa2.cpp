@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <sstream>
 #include <string>
@@ -89,6 +90,23 @@ TEST_CASE("cuda-fa2 matches naive attention for every supported head dim, fp16 a
     for (int d : {32, 64, 96, 128, 256}) {
       check_problem(shape_of(2, 3, 3, 113, 157, d), causal_opts(CausalAlign::None), dtype);
       check_problem(shape_of(1, 2, 2, 130, 77, d), causal_opts(CausalAlign::BottomRight), dtype);
+    }
+}
+
+// Sets an environment variable for one scope, and restores its absence after.
+struct ScopedEnv {
+  const char* name;
+  ScopedEnv(const char* n, const char* value) : name(n) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name); }
+};
+
+TEST_CASE("cuda-fa2's compact backward tiles (what a GPU with less shared memory than an H100 runs) match too") {
+  const ScopedEnv compact("FLASHLAB_FA2_COMPACT_BACKWARD", "1");
+  for (DType dtype : kDtypes)
+    for (int d : {64, 128}) {
+      check_problem(shape_of(2, 3, 3, 113, 157, d), causal_opts(CausalAlign::None), dtype);
+      check_problem(shape_of(1, 4, 2, 130, 77, d), causal_opts(CausalAlign::BottomRight, 0.1), dtype);
+      check_problem(shape_of(1, 2, 1, 257, 257, d), causal_opts(CausalAlign::TopLeft), dtype);
     }
 }
 
