@@ -49,28 +49,7 @@ EOF
 PYTHONUNBUFFERED=1 python3 .deps/tools/sdpa_bench.py --head-dim $head_dims --seq $seqs --causal $causals \
   --backends flash cudnn --json "$out/sdpa.json" >"$out/sdpa.log" 2>&1 || { tail -20 "$out/sdpa.log"; exit 1; }
 
-# Ratio table: TFLOP/s ours / flash (forward, forward+backward); cudnn for reference.
-python3 - "$out/flashlab_cuda-fa2.json" "$out/sdpa.json" <<'EOF'
-import json, sys
-ours = json.load(open(sys.argv[1]))
-peers = json.load(open(sys.argv[2]))
-def key(d, causal, n): return (d, bool(causal), n)
-flops = lambda b, h, n, d, causal: 4.0 * b * h * n * n * d * (0.5 if causal else 1.0)
-mine = {}
-for r in ours["rows"]:
-    if r.get("status") != "ok": continue
-    causal = r["causal"] != "none"
-    f = flops(r["batch"], r["heads_q"], r["seq_q"], r["head_dim"], causal)
-    fwd = f / r["forward_ms"] / 1e9
-    both = 3.5 * f / (r["forward_ms"] + r["backward_ms"]) / 1e9 if r.get("backward_ms", -1) > 0 else float("nan")
-    mine[key(r["head_dim"], causal, r["seq_q"])] = (fwd, both)
-peer = {}
-for r in peers:
-    if "fwd_tflops" in r: peer[(r["backend"],) + key(r["head_dim"], r["causal"], r["seq"])] = (r["fwd_tflops"], r.get("fwdbwd_tflops", float("nan")))
-print(f"# {ours.get('device', '?')}: bf16, B*N = 16384, H*d = 2048; TFLOP/s (fwd | fwd+bwd)")
-print(f"{'d':>3} {'causal':>6} {'N':>6} | {'ours':>11} | {'flash':>11} | {'cudnn':>11} | {'fwd ratio':>9} {'f+b ratio':>9}")
-for k in sorted(mine):
-    o = mine[k]; f = peer.get(("flash",) + k, (float("nan"),) * 2); c = peer.get(("cudnn",) + k, (float("nan"),) * 2)
-    print(f"{k[0]:>3} {int(k[1]):>6} {k[2]:>6} | {o[0]:5.0f} {o[1]:5.0f} | {f[0]:5.0f} {f[1]:5.0f} | {c[0]:5.0f} {c[1]:5.0f} | "
-          f"{o[0] / f[0]:9.2f} {o[1] / f[1]:9.2f}")
-EOF
+# Ratio table (ours / flash, cudnn beside) and one merged JSON of both result sets, the form kept in
+# bench/results/.
+python3 scripts/fa2_vs_sdpa_table.py "$out/flashlab_cuda-fa2.json" "$out/sdpa.json" "$out/fa2-vs-sdpa.json" \
+  "scripts/bench_vs_sdpa.sh at $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
