@@ -278,20 +278,27 @@ __global__ void __launch_bounds__(BwdConfig<D, kCompact>::kThreads) backward_ker
     const bool needs_mask = tile_needs_mask(p.align, row0, col0 + kBc, p.seq_q, p.seq_k);
     float pr[kSdpMT][kSdpNT][4] = {};  // S_ij, then P_ij (before dropout), fp32
     warp_mma_abt<T, kSdpMT, kSdpNT, D, kPitch<D>>(pr, q_frag + stage_bytes, k_frag);
+    // Two copies of the loop: only tiles that straddle the diagonal or the end of the keys pay for the mask.
+    const auto exponentiate = [&]<bool kMasked>() {
 #pragma unroll
-    for (int mi = 0; mi < kSdpMT; ++mi)
+      for (int mi = 0; mi < kSdpMT; ++mi)
 #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int row = row0 + sdp_row0 + mi * 16 + g + 8 * hf;
-        const float L = Ls[sdp_row0 + mi * 16 + g + 8 * hf];
-        const int last =
-            (needs_mask ? last_visible_key(p.align, row, p.seq_q, p.seq_k) : p.seq_k) - col0 - sdp_col0 - 2 * t;
+        for (int hf = 0; hf < 2; ++hf) {
+          const int row = row0 + sdp_row0 + mi * 16 + g + 8 * hf;
+          const float L = Ls[sdp_row0 + mi * 16 + g + 8 * hf];
+          int last = 0;  // the last visible key, relative to this lane's first column
+          if constexpr (kMasked) last = last_visible_key(p.align, row, p.seq_q, p.seq_k) - col0 - sdp_col0 - 2 * t;
 #pragma unroll
-        for (int nt = 0; nt < kSdpNT; ++nt)
+          for (int nt = 0; nt < kSdpNT; ++nt)
 #pragma unroll
-          for (int e = 0; e < 2; ++e)
-            pr[mi][nt][2 * hf + e] = nt * 8 + e > last ? 0.f : fast_exp2(pr[mi][nt][2 * hf + e] * p.scale_log2 - L);
-      }
+            for (int e = 0; e < 2; ++e) {
+              const float prob = fast_exp2(pr[mi][nt][2 * hf + e] * p.scale_log2 - L);
+              pr[mi][nt][2 * hf + e] = kMasked && nt * 8 + e > last ? 0.f : prob;
+            }
+        }
+    };
+    if (needs_mask) exponentiate.template operator()<true>();
+    else exponentiate.template operator()<false>();
 
     // dP_ij = dO_i V_j^T; dS_ij = P_ij o (dP_ij - D_i); dropout on both. P and dS go to shared memory.
     float dp[kSdpMT][kSdpNT][4] = {};
