@@ -21,6 +21,13 @@ constexpr double kLog2e = 1.4426950408889634;
 
 void check_problem(const Problem& p, DType dtype, bool backward) {
   check_supported(find_variant("cuda-fa2"), p, dtype, backward);
+  // One row of thread blocks per (batch, head): the grid's y dimension. The kernels also rely on it
+  // for 32-bit offsets within a tile (row < 128 times heads_q * head_dim < 2^31).
+  constexpr std::int64_t kMaxGridY = 65535;
+  const std::int64_t rows = std::int64_t(p.shape.batch) * p.shape.heads_q;
+  if (rows > kMaxGridY)
+    throw InputError("cuda-fa2 runs one row of thread blocks per (batch, query head), and batch x heads_q = " +
+                     std::to_string(rows) + " exceeds the GPU's limit of " + std::to_string(kMaxGridY) + " rows");
 }
 
 cuda::fa2::Params make_params(const Problem& p) {

@@ -87,7 +87,11 @@ struct BwdConfig {
   static_assert(kSdpNT % 2 == 0 && kKvNT % 2 == 0 && kDqNT % 2 == 0, "ldmatrix_x4 loads n-tiles in pairs");
   static_assert(kDqWarpCols % kDqPassCols == 0, "dQ passes must cover the warp's columns");
 
-  static constexpr int kCopyUnroll = 1;  // rolled cp.async loops: unrolled, d = 64 and 128 spill (fa2_tile.cuh)
+  // cp.async copies per thread issued back to back (fa2_tile.cuh); the dropout kernels use the rolled
+  // index loop (0): with the stepped one, d = 128 spills 16 bytes. H100, d = 64, N = 4k: the index loop
+  // cost ~200 instructions per warp and step, ~11% of the kernel's (ncu, bench/results/h100-fa2-notes.md).
+  template <bool kDropout>
+  static constexpr int kCopyUnroll = kDropout ? 0 : 4;
   static constexpr int kPitchS = kBc + kPad;  // P and dS tiles (Br, Bc), padded like the others
   static constexpr int kSmemBytes = (2 * kBc + 2 * 2 * kBr) * kPitch<D> * 2  // K_j, V_j; two stages of Q_i, dO_i
                                     + 2 * kBr * kPitchS * 2                  // P_ij, dS_ij
@@ -160,7 +164,7 @@ __global__ void __launch_bounds__(BwdConfig<D, kCompact>::kThreads) backward_ker
   using Cfg = BwdConfig<D, kCompact>;
   constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kThreads = Cfg::kThreads, kPS = Cfg::kPitchS;
   constexpr int kSdpMT = Cfg::kSdpMT, kSdpNT = Cfg::kSdpNT, kKvMT = Cfg::kKvMT, kKvNT = Cfg::kKvNT;
-  constexpr int kDqMT = Cfg::kDqMT, kDqNT = Cfg::kDqNT, kCopyUnroll = Cfg::kCopyUnroll;
+  constexpr int kDqMT = Cfg::kDqMT, kDqNT = Cfg::kDqNT, kCopyUnroll = Cfg::template kCopyUnroll<kDropout>;
   extern __shared__ __align__(16) unsigned char smem_bytes[];
   T* Ks = reinterpret_cast<T*>(smem_bytes);  // (Bc, D)
   T* Vs = Ks + kBc * kPitch<D>;              // (Bc, D)
@@ -361,10 +365,15 @@ __global__ void __launch_bounds__(BwdConfig<D, kCompact>::kThreads) backward_ker
 
     // dQ_i += dS_ij K_j (scaled in convert_dq_kernel) on this warp's (rows, columns), added to dQ_accum
     // four neighbouring columns per atomic: the two lanes t, t^1 of a quad swap one column pair each.
-    float* dq_rows = p.dq_accum + q_offset + row0 * q_stride;
+    // This lane's first dQ element (row g of the warp's rows; its first quad's column), and how many of
+    // its rows exist. Offsets within the item fit in 32 bits: the grid already bounds heads_q by 65535.
+    const bool even = (t & 1) == 0;
+    const int q_pitch = p.heads_q * D;
+    float* dq_lane =
+        p.dq_accum + q_offset + row0 * q_stride + ((dq_row0 + g) * q_pitch + dq_col0 + (even ? 2 * t : 2 * t + 6));
+    const int lane_rows = p.seq_q - row0 - dq_row0 - g;
 #pragma unroll 1  // d = 256: two passes; rolled, so the second does not double the live registers
     for (int pc = 0; pc < Cfg::kDqWarpCols; pc += Cfg::kDqPassCols) {
-      const int pc0 = dq_col0 + pc;
       float acc[kDqMT][kDqNT][4] = {};
 #pragma unroll
       for (int kk = 0; kk < kBc / 16; ++kk) {
@@ -386,22 +395,20 @@ __global__ void __launch_bounds__(BwdConfig<D, kCompact>::kThreads) backward_ker
       for (int mi = 0; mi < kDqMT; ++mi)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
-          const int r = dq_row0 + mi * 16 + g + 8 * hf;
+          const int r = mi * 16 + 8 * hf;  // row of this lane, relative to its first
 #pragma unroll
           for (int np = 0; np < kDqNT / 2; ++np) {
             // Lane t holds columns 2t, 2t+1 of n-tiles 2np (lo) and 2np+1 (hi). Even t keeps lo and takes
             // its neighbour's lo (columns 2t+2, 2t+3); odd t keeps hi and takes its neighbour's hi.
             const float* lo = acc[mi][2 * np] + 2 * hf;
             const float* hi = acc[mi][2 * np + 1] + 2 * hf;
-            const bool even = (t & 1) == 0;
             const float give0 = even ? hi[0] : lo[0], give1 = even ? hi[1] : lo[1];
             const float take0 = __shfl_xor_sync(0xffffffffu, give0, 1);
             const float take1 = __shfl_xor_sync(0xffffffffu, give1, 1);
-            if (row0 + r >= p.seq_q) continue;
-            const int c = pc0 + np * 16 + (even ? 2 * t : 8 + 2 * (t - 1));
+            if (r >= lane_rows) continue;
             const float4 quad =
                 even ? make_float4(lo[0], lo[1], take0, take1) : make_float4(take0, take1, hi[0], hi[1]);
-            add_quad_to_global(dq_rows + r * q_stride + c, quad);
+            add_quad_to_global(dq_lane + (r * q_pitch + pc + np * 16), quad);
           }
         }
     }

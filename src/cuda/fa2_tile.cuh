@@ -29,18 +29,18 @@ static_assert(((32 / 8 + 1) & 1) && ((64 / 8 + 1) & 1) && ((96 / 8 + 1) & 1) && 
 //
 // kUnroll says how the copies are issued, because it decides registers and speed (H100, ptxas -v;
 // bench/results/h100-fa2-notes.md):
-//  * > 1 (the forward): kUnroll copies back to back; thread x copies the 16-byte chunk x % (D/8) of rows
-//    x / (D/8) + n kRowStep, walking one pointer that is hidden from the optimizer. Fully unrolled
-//    with plain indexing, the compiler precomputed every chunk's 64-bit address once and kept them
-//    live across the K/V loop (~30 registers: Bc = 64 spilled at d = 128); fully rolled, the forward
-//    was 10-15% slower (the copies stopped overlapping the math after the barrier).
-//  * 1 (the backward, at 255 registers): a rolled loop over chunks c = n kThreads + x. Any unrolling
-//    spills its d = 64 and d = 128 kernels; rolled costs it only 2-3%.
+//  * >= 1: thread x copies the 16-byte chunk x % (D/8) of rows x / (D/8) + n kRowStep, walking one
+//    pointer that is hidden from the optimizer, kUnroll copies back to back. Fully unrolled with plain
+//    indexing, the compiler precomputed every chunk's 64-bit address once and kept them live across
+//    the K/V loop (~30 registers: the forward's Bc = 64 spilled at d = 128).
+//  * 0: a rolled loop over chunk indices c = n kThreads + x, which keeps the fewest registers live
+//    but recomputes a 64-bit address per copy (~24 instructions instead of ~5). Only the backward's
+//    dropout kernels need it: with the Philox state they have no register to spare.
 template <class T, int D, int kRows, int kThreads, int kUnroll>
 __device__ __forceinline__ void load_tile_async(T* smem, const T* gmem, std::int64_t stride, int rows_valid) {
   constexpr int kChunksPerRow = D / 8;  // 8 elements = 16 bytes
   const int x = static_cast<int>(threadIdx.x);
-  if constexpr (kUnroll == 1) {
+  if constexpr (kUnroll == 0) {
     constexpr int kChunks = kRows * kChunksPerRow;
 #pragma unroll 1
     for (int n = 0; n < (kChunks + kThreads - 1) / kThreads; ++n) {

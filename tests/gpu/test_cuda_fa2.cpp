@@ -161,6 +161,19 @@ TEST_CASE("cuda-fa2 fully masked rows give O = 0 and LSE = -inf, never NaN") {
     }
 }
 
+TEST_CASE("cuda-fa2 rejects more (batch, head) rows than the grid holds, before touching the GPU") {
+  const Problem p{shape_of(2, 32768, 1, 1, 1, 32), Options{}};  // batch 2 x 32768 query heads = 65536 rows
+  const Qkv in = random_qkv(p.shape, DType::BF16, 1);
+  try {
+    (void)find_variant("cuda-fa2").forward(p, DType::BF16, in, nullptr);
+    FAIL("65536 (batch, head) rows were accepted");
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    CHECK_MESSAGE(msg.find("65536") != std::string::npos, msg);
+    CHECK_MESSAGE(msg.find("65535") != std::string::npos, msg);
+  }
+}
+
 TEST_CASE("cuda-fa2 rejects an unsupported head dim with the supported list") {
   const Problem p{shape_of(1, 1, 1, 16, 16, 80), Options{}};
   const Variant& fa2 = find_variant("cuda-fa2");
