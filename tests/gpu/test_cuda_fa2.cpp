@@ -30,7 +30,7 @@ std::string describe(const Problem& p, DType dtype, std::uint64_t seed) {
   std::ostringstream os;
   os << to_string(dtype) << " B=" << s.batch << " Hq=" << s.heads_q << " Hkv=" << s.heads_kv << " Sq=" << s.seq_q
      << " Sk=" << s.seq_k << " d=" << s.head_dim << " causal=" << to_string(p.options.causal)
-     << " dropout=" << p.options.dropout_p << " seed=" << seed;
+     << " dropout=" << p.options.dropout_p << " scale=" << p.softmax_scale() << " seed=" << seed;
   return os.str();
 }
 
@@ -125,6 +125,17 @@ TEST_CASE("cuda-fa2 causal, both alignments, large enough to skip tiles (d=128)"
       check_problem(shape_of(1, 1, 1, 300, 700, 128), causal_opts(align), dtype);
       check_problem(shape_of(1, 1, 1, 700, 300, 128), causal_opts(align), dtype);
     }
+}
+
+TEST_CASE("cuda-fa2 applies a given softmax scale, a negative one too (the forward negates Q for it)") {
+  for (DType dtype : kDtypes)
+    for (double scale : {0.35, -0.2})
+      for (CausalAlign align : {CausalAlign::None, CausalAlign::BottomRight})
+        for (int d : {64, 128}) {
+          Options o = causal_opts(align);
+          o.scale = scale;
+          check_problem(shape_of(1, 2, 2, 150, 203, d), o, dtype);
+        }
 }
 
 TEST_CASE("cuda-fa2 GQA and MQA: dK and dV sum over the query heads of a group") {
