@@ -89,7 +89,7 @@ struct BwdConfig {
 
   // cp.async copies per thread issued back to back (fa2_tile.cuh); the dropout kernels use the rolled
   // index loop (0): with the stepped one, d = 128 spills 16 bytes. H100, d = 64, N = 4k: the index loop
-  // cost ~200 instructions per warp and step, ~11% of the kernel's (ncu, bench/results/h100-fa2-notes.md).
+  // cost ~200 of a warp's ~1670 instructions per step (ncu, bench/results/h100-fa2-notes.md).
   template <bool kDropout>
   static constexpr int kCopyUnroll = kDropout ? 0 : 4;
   static constexpr int kPitchS = kBc + kPad;  // P and dS tiles (Br, Bc), padded like the others
