@@ -5,7 +5,8 @@
 #
 # On the lent GPU machine, from the repository root, with .deps carried (scripts/make_deps.sh):
 #   bash scripts/bench_vs_sdpa.sh "$OUT"        # builds flashlab (preset `device`) first
-# Environment: SEQS, HEAD_DIMS, CAUSAL (0/1 lists) narrow the sweep; SKIP_BUILD=1 reuses build-device.
+# Environment: SEQS, HEAD_DIMS, CAUSAL (0/1 lists) narrow the sweep; SKIP_BUILD=1 reuses build-device;
+# RUN_LABEL goes into the merged JSON's "command" (say which tree ran: the device copy's git may be stale).
 set -euo pipefail
 out=${1:-${OUT:-bench-out}}
 mkdir -p "$out"
@@ -52,4 +53,4 @@ PYTHONUNBUFFERED=1 python3 .deps/tools/sdpa_bench.py --head-dim $head_dims --seq
 # Ratio table (ours / flash, cudnn beside) and one merged JSON of both result sets, the form kept in
 # bench/results/.
 python3 scripts/fa2_vs_sdpa_table.py "$out/flashlab_cuda-fa2.json" "$out/sdpa.json" "$out/fa2-vs-sdpa.json" \
-  "scripts/bench_vs_sdpa.sh at $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+  "scripts/bench_vs_sdpa.sh${RUN_LABEL:+ ($RUN_LABEL)}"

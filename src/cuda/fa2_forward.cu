@@ -10,7 +10,8 @@
 //    loads hide behind the math; one barrier per K/V tile.
 //  * S_ij never leaves the registers: its fp32 C fragments are exponentiated in place and re-packed
 //    as the A fragment of P_ij V_j (fa2_mma.cuh, pack_a_from_c).
-//  * The softmax scale is folded into exp2: exp(scale * s - m) = exp2(scale * log2e * s - m').
+//  * The softmax scale is folded into exp2: exp(scale * s - m) = exp2(scale * log2e * s - m'), one
+//    FFMA per score on the raw S (a negative scale negates Q_i once instead; see the kernel).
 //  * Causal: tiles that are fully masked are never visited, and only the tiles that straddle the
 //    diagonal (or the end of the keys) pay for the element mask (core/mask.hpp).
 //  * Each warp owns kMTiles * 16 query rows, so every K/V fragment loaded by ldmatrix feeds kMTiles
