@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on the lent GPU machine: build everything (preset `device`), run every GPU test suite
-# (CTest label `gpu`: kernels and GPU lessons), compute-sanitizer on small cases, repeat the fa2 suite
+# (CTest label `gpu`: kernels and GPU lessons) and the kernel build checks (label `cuda-build`, which
+# need the toolkit's cuobjdump), compute-sanitizer on small cases, repeat the fa2 suite
 # to catch an error that moves between runs, and print the variant table and a full `flashlab check`.
 # Logs go to $1 (default $OUT). The benchmark against PyTorch is scripts/bench_vs_sdpa.sh.
 #   device run: bash scripts/gpu_session.sh "$OUT"     (carry .deps; make it with scripts/make_deps.sh)
@@ -18,6 +19,10 @@ echo "== GPU tests (ctest -L gpu)"
 ctest --test-dir build-device -L gpu --output-on-failure >"$out/ctest-gpu.log" 2>&1
 status=$?
 tail -12 "$out/ctest-gpu.log"
+
+echo "== kernel build checks (ctest -L cuda-build: no register spills; HMMA in every cuda-fa2 kernel's SASS)"
+ctest --test-dir build-device -L cuda-build --output-on-failure >"$out/ctest-cuda-build.log" 2>&1 || status=1
+grep -E "Passed|Failed|Skipped|kernels in the SASS|functions compiled" "$out/ctest-cuda-build.log"
 
 echo "== compute-sanitizer (small cases, forward and backward)"
 for tool in memcheck racecheck; do
