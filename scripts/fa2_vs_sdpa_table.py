@@ -5,8 +5,8 @@ usage: fa2_vs_sdpa_table.py OURS.json SDPA.json [MERGED.json "what ran"]
 
 Prints TFLOP/s ours / flash / cudnn (forward | forward+backward) and the ratios ours / flash.
 With MERGED.json, also writes one file holding both raw result sets, the setting and the ratio rows
-(the form kept in bench/results/). FLOPs: forward 4 B H N^2 d (halved when causal), fwd+bwd 3.5x that,
-the convention of the FlashAttention papers and of sdpa_bench.py.
+(the form kept in bench/results/). FLOPs are the ones `flashlab bench` counted (core/flops.hpp: the
+FlashAttention papers' convention, the same as sdpa_bench.py's), recovered from its TFLOP/s and times.
 """
 import json
 import sys
@@ -14,19 +14,16 @@ import sys
 ours = json.load(open(sys.argv[1]))
 peers = json.load(open(sys.argv[2]))
 
-
-def flops(b, h, n, d, causal):
-    return 4.0 * b * h * n * n * d * (0.5 if causal else 1.0)
-
-
 mine = {}
 for r in ours["rows"]:
     if r.get("status") != "ok":
         continue
     causal = r["causal"] != "none"
-    f = flops(r["batch"], r["heads_q"], r["seq_q"], r["head_dim"], causal)
-    fwd = f / r["forward_ms"] / 1e9
-    both = 3.5 * f / (r["forward_ms"] + r["backward_ms"]) / 1e9 if r.get("backward_ms", -1) > 0 else float("nan")
+    fwd = r["forward_tflops"]
+    both = float("nan")
+    if r.get("backward_ms", -1) > 0:  # TFLOP/s x ms = 1e9 FLOPs, for each pass
+        work = fwd * r["forward_ms"] + r["backward_tflops"] * r["backward_ms"]
+        both = work / (r["forward_ms"] + r["backward_ms"])
     mine[(r["head_dim"], causal, r["seq_q"])] = (fwd, both, r["batch"], r["heads_q"])
 peer = {}
 for r in peers:

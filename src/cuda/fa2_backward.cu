@@ -368,7 +368,7 @@ __global__ void __launch_bounds__(BwdConfig<D, kCompact>::kThreads) backward_ker
     // dQ_i += dS_ij K_j (scaled in convert_dq_kernel) on this warp's (rows, columns), added to dQ_accum
     // four neighbouring columns per atomic: the two lanes t, t^1 of a quad swap one column pair each.
     // This lane's first dQ element (row g of the warp's rows; its first quad's column), and how many of
-    // its rows exist. Offsets within the item fit in 32 bits: the grid already bounds heads_q by 65535.
+    // its rows exist. Offsets within the item fit in 32 bits: fa2.cu refuses batch x heads_q > 65535.
     const bool even = (t & 1) == 0;
     const int q_pitch = p.heads_q * D;
     float* dq_lane =
