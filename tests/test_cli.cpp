@@ -13,9 +13,9 @@
 
 #include "cli.hpp"
 #include "core/npy.hpp"
-#include "core/variants.hpp"
+#include "registry/variants.hpp"
 #include "cpu_reference/tiled.hpp"
-#include "cpu_reference/traffic.hpp"
+#include "model/traffic.hpp"
 
 using namespace flashlab;
 

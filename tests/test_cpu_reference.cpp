@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/tolerance.hpp"
-#include "core/variants.hpp"
+#include "registry/variants.hpp"
 #include "cpu_reference/cpu_variants.hpp"
 #include "cpu_reference/naive.hpp"
 #include "cpu_reference/tiled.hpp"

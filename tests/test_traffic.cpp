@@ -13,7 +13,8 @@
 #include "cpu_reference/cpu_variants.hpp"
 #include "cpu_reference/naive.hpp"
 #include "cpu_reference/tiled.hpp"
-#include "cpu_reference/traffic.hpp"
+#include "model/traffic.hpp"
+#include "registry/variants.hpp"
 
 using namespace flashlab;
 

@@ -14,7 +14,7 @@
 #include "core/tolerance.hpp"
 #include "cpu_reference/naive.hpp"
 #include "cpu_reference/tiled.hpp"
-#include "cpu_reference/traffic.hpp"
+#include "model/traffic.hpp"
 #include "lesson.hpp"
 
 using namespace flashlab;

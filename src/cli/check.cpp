@@ -6,7 +6,7 @@
 #include <map>
 #include <optional>
 
-#include "commands.hpp"
+#include "cli/commands.hpp"
 #include "core/tolerance.hpp"
 #include "cpu_reference/naive.hpp"
 
@@ -143,7 +143,7 @@ void print_variant_list(std::ostream& out) {
     std::vector<std::string> dtypes;
     for (DType d : v.dtypes) dtypes.push_back(to_string(d));
     t.add({v.name, to_string(v.device), join(dtypes, ","), yes(v.supports.causal), yes(v.supports.dropout),
-           yes(v.supports.gqa), yes(v.supports.backward && v.backward), v.head_dims.describe(), yes(v.available()),
+           yes(v.supports.gqa), yes(v.has_backward()), v.head_dims.describe(), yes(v.available()),
            v.summary});
   }
   t.print(out);

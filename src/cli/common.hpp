@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/problem.hpp"
-#include "core/variants.hpp"
+#include "registry/variants.hpp"
 
 namespace flashlab::cli {
 

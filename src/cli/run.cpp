@@ -1,7 +1,7 @@
 // flashlab run: one variant on .npy inputs, writing .npy outputs, so NumPy / PyTorch users can check
 // FlashLab against their own code and the other way round. The shape comes from the files:
 // q (B, S_q, H_q, D), k and v (B, S_k, H_kv, D), dO like q.
-#include "commands.hpp"
+#include "cli/commands.hpp"
 #include "core/npy.hpp"
 
 namespace flashlab::cli {

@@ -3,7 +3,7 @@
 // that our TFLOP/s and the peers' are the same unit: forward = 4 * B * H_q * S_q * S_k * d (two
 // matmuls of 2 * S_q * S_k * d each), halved when causal; backward = 2.5x forward (five matmuls
 // instead of two).
-#include "problem.hpp"
+#include "core/problem.hpp"
 
 namespace flashlab {
 

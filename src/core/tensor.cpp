@@ -1,9 +1,9 @@
-#include "tensor.hpp"
+#include "core/tensor.hpp"
 
 #include <random>
 #include <sstream>
 
-#include "half.hpp"
+#include "core/half.hpp"
 
 namespace flashlab {
 

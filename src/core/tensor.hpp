@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "problem.hpp"
+#include "core/problem.hpp"
 
 namespace flashlab {
 

@@ -8,8 +8,8 @@
 // NaN never passes; matching infinities (LSE of a fully masked row) count as equal.
 #include <string>
 
-#include "problem.hpp"
-#include "tensor.hpp"
+#include "core/problem.hpp"
+#include "core/tensor.hpp"
 
 namespace flashlab {
 

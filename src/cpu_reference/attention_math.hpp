@@ -5,10 +5,10 @@
 #include <cmath>
 #include <limits>
 
-#include "../core/mask.hpp"
-#include "../core/philox.hpp"
-#include "../core/problem.hpp"
-#include "../core/tensor.hpp"
+#include "core/mask.hpp"
+#include "core/philox.hpp"
+#include "core/problem.hpp"
+#include "core/tensor.hpp"
 
 namespace flashlab::detail {
 

@@ -20,13 +20,13 @@
 // arithmetic block compiled out, so traffic for N = 128k is walked in milliseconds. Both report the
 // same TileEvents (tensor, tile, bytes, direction, loop indices, pseudocode line, SRAM in use) to
 // the observer; the tests check that the two streams are identical.
-#include "tiled.hpp"
+#include "cpu_reference/tiled.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "attention_math.hpp"
+#include "cpu_reference/attention_math.hpp"
 
 namespace flashlab {
 
@@ -859,22 +859,6 @@ void check_forward_out(const Shape& s, const ForwardOut& fwd) {
 
 // ---------------------------------------------------------------------------------------------
 
-Tiling tiling_from_sram(std::int64_t sram_bytes, int head_dim, int bytes_per_element) {
-  if (head_dim < 1 || bytes_per_element < 1)
-    throw InputError("head_dim and bytes per element must be positive to derive block sizes");
-  const std::int64_t M = sram_bytes / bytes_per_element;  // SRAM size in elements
-  const std::int64_t four_d = 4 * std::int64_t{head_dim};
-  if (M < four_d)
-    throw InputError("an SRAM of " + std::to_string(sram_bytes) + " bytes holds " + std::to_string(M) +
-                     " elements, fewer than 4d = " + std::to_string(four_d) +
-                     " (one row each of Q, K, V and O); use at least " + std::to_string(four_d * bytes_per_element) +
-                     " bytes");
-  // Bc = ceil(M / 4d) so that K_j, V_j (and Q_i, O_i) fill the SRAM; Br <= d bounds S_ij by Bc x d.
-  const std::int64_t Bc = (M + four_d - 1) / four_d;
-  const std::int64_t Br = std::min<std::int64_t>(Bc, head_dim);
-  constexpr std::int64_t kMaxBlock = std::numeric_limits<int>::max();
-  return Tiling{static_cast<int>(std::min(Br, kMaxBlock)), static_cast<int>(std::min(Bc, kMaxBlock))};
-}
 
 template <class T>
 ForwardOut tiled_forward(LoopOrder order, const Problem& p, const Qkv& in, Tiling t, TrafficObserver* observer,

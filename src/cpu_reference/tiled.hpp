@@ -7,21 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "../core/problem.hpp"
-#include "../core/tensor.hpp"
-#include "traffic.hpp"
+#include "core/problem.hpp"
+#include "core/tensor.hpp"
+#include "model/tiling.hpp"
+#include "model/traffic.hpp"
 
 namespace flashlab {
-
-// Block sizes: Br query rows by Bc key columns.
-struct Tiling {
-  int Br = 0, Bc = 0;
-};
-
-// The paper's choice for an SRAM of `sram_bytes` (M elements = sram_bytes / bytes_per_element):
-// Bc = ceil(M / 4d), Br = min(Bc, d). Throws InputError when M cannot hold one row each of
-// Q, K, V and O (M < 4d).
-Tiling tiling_from_sram(std::int64_t sram_bytes, int head_dim, int bytes_per_element);
 
 enum class LoopOrder { FA1, FA2 };  // FA1: K/V block loop outer; FA2: Q block loop outer
 

@@ -23,9 +23,8 @@
 // instead of m and l: P_ij = diag(l_i)^-1 exp(S_ij - m_i) = exp(S_ij - L_i), the same numbers.
 #include <algorithm>
 
-#include "../cpu_reference/traffic.hpp"
-#include "cuda_variants.hpp"
-#include "simt_tiles.cuh"
+#include "cuda/cuda_variants.hpp"
+#include "cuda/simt_tiles.cuh"
 
 namespace flashlab {
 namespace cuda {
@@ -290,7 +289,7 @@ void fa1_forward_device(const AttnParams& p, const float* q, const float* k, con
     case 96: return launch_forward<96>(p, q, k, v, o, lse, m, l);
     case 128: return launch_forward<128>(p, q, k, v, o, lse, m, l);
   }
-  throw InputError("cuda-fa1 supports head dims up to " + std::to_string(kSimtMaxHeadDim));
+  throw InputError("cuda-fa1 supports head dims up to " + std::to_string(simt::kMaxHeadDim));
 }
 
 void fa1_backward_device(const AttnParams& p, const float* q, const float* k, const float* v, const float* o,
@@ -301,16 +300,14 @@ void fa1_backward_device(const AttnParams& p, const float* q, const float* k, co
     case 96: return launch_backward<96>(p, q, k, v, o, dO, lse, dq, dk, dv);
     case 128: return launch_backward<128>(p, q, k, v, o, dO, lse, dq, dk, dv);
   }
-  throw InputError("cuda-fa1 supports head dims up to " + std::to_string(kSimtMaxHeadDim));
+  throw InputError("cuda-fa1 supports head dims up to " + std::to_string(simt::kMaxHeadDim));
 }
 
 }  // namespace cuda
 
 using namespace cuda;
 
-ForwardOut cuda_fa1_forward(const Problem& prob, DType dtype, const Qkv& in, TrafficObserver*) {
-  check_supported(find_variant("cuda-fa1"), prob, dtype, false);
-  check_dims(prob.shape, in);
+ForwardOut cuda_fa1_forward(const Problem& prob, DType, const Qkv& in, TrafficObserver*) {
   const AttnParams p = make_params(prob);
   auto q = upload<float>(in.q), k = upload<float>(in.k), v = upload<float>(in.v);
   DeviceBuffer<float> o(p.q_numel()), lse(p.lse_numel()), m(p.lse_numel()), l(p.lse_numel());
@@ -320,9 +317,7 @@ ForwardOut cuda_fa1_forward(const Problem& prob, DType dtype, const Qkv& in, Tra
   return ForwardOut{download(o, q_dims(prob.shape)), download(lse, lse_dims(prob.shape))};
 }
 
-Grads cuda_fa1_backward(const Problem& prob, DType dtype, const Qkv& in, const ForwardOut& fwd, const HostTensor& dO) {
-  check_supported(find_variant("cuda-fa1"), prob, dtype, true);
-  check_dims(prob.shape, in, &dO);
+Grads cuda_fa1_backward(const Problem& prob, DType, const Qkv& in, const ForwardOut& fwd, const HostTensor& dO) {
   const AttnParams p = make_params(prob);
   auto q = upload<float>(in.q), k = upload<float>(in.k), v = upload<float>(in.v);
   auto o = upload<float>(fwd.o), lse = upload<float>(fwd.lse), dout = upload<float>(dO);
@@ -335,8 +330,7 @@ Grads cuda_fa1_backward(const Problem& prob, DType dtype, const Qkv& in, const F
   return Grads{download(dq, q_dims(prob.shape)), download(dk, kv_dims(prob.shape)), download(dv, kv_dims(prob.shape))};
 }
 
-BenchResult cuda_fa1_bench(const Problem& prob, DType dtype, const BenchSettings& settings) {
-  check_supported(find_variant("cuda-fa1"), prob, dtype, settings.backward);
+BenchResult cuda_fa1_bench(const Problem& prob, DType, const BenchSettings& settings) {
   const AttnParams p = make_params(prob);
   PeakScope scope;
   DeviceBuffer<float> q(p.q_numel()), k(p.kv_numel()), v(p.kv_numel()), o(p.q_numel()), lse(p.lse_numel());

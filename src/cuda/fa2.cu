@@ -9,18 +9,19 @@
 #include <iterator>
 #include <string>
 
-#include "../core/philox.hpp"
-#include "common.cuh"
-#include "cuda_variants.hpp"
-#include "fa2_launch.cuh"
+#include "core/philox.hpp"
+#include "cuda/common.cuh"
+#include "cuda/cuda_variants.hpp"
+#include "cuda/fa2_launch.cuh"
 
 namespace flashlab {
 namespace {
 
 constexpr double kLog2e = 1.4426950408889634;
 
-void check_problem(const Problem& p, DType dtype, bool backward) {
-  check_supported(find_variant("cuda-fa2"), p, dtype, backward);
+// The head dim, dtype and options were checked by the registry against cuda/constraints.hpp; what is
+// left is this kernel's own launch limit.
+void check_grid(const Problem& p) {
   // One row of thread blocks per (batch, head): the grid's y dimension. The kernels also rely on it
   // for 32-bit offsets within a tile (row < 128 times heads_q * head_dim < 2^31).
   constexpr std::int64_t kMaxGridY = 65535;
@@ -158,29 +159,18 @@ BenchResult bench_as(const Problem& p, DType dtype, const BenchSettings& setting
 }  // namespace
 
 ForwardOut cuda_fa2_forward(const Problem& p, DType dtype, const Qkv& in, TrafficObserver*) {
-  check_problem(p, dtype, false);
-  check_dims(p.shape, in);
+  check_grid(p);
   return dtype == DType::F16 ? forward_as<__half>(p, dtype, in) : forward_as<__nv_bfloat16>(p, dtype, in);
 }
 
 Grads cuda_fa2_backward(const Problem& p, DType dtype, const Qkv& in, const ForwardOut& fwd, const HostTensor& dO) {
-  check_problem(p, dtype, true);
-  check_dims(p.shape, in, &dO);
-  if (fwd.o.dims != q_dims(p.shape) || fwd.lse.dims != lse_dims(p.shape))
-    throw InputError("the forward outputs passed to the cuda-fa2 backward have shapes " + fwd.o.dims_string() +
-                     " and " + fwd.lse.dims_string() + " but the problem needs O (B, S_q, H_q, D) and LSE (B, H_q, S_q)");
+  check_grid(p);
   return dtype == DType::F16 ? backward_as<__half>(p, dtype, in, fwd, dO)
                              : backward_as<__nv_bfloat16>(p, dtype, in, fwd, dO);
 }
 
-HeadDims cuda_fa2_head_dims() {
-  HeadDims dims;
-  dims.only.assign(std::begin(cuda::fa2::kHeadDims), std::end(cuda::fa2::kHeadDims));
-  return dims;
-}
-
 BenchResult cuda_fa2_bench(const Problem& p, DType dtype, const BenchSettings& settings) {
-  check_problem(p, dtype, settings.backward);
+  check_grid(p);
   return dtype == DType::F16 ? bench_as<__half>(p, dtype, settings) : bench_as<__nv_bfloat16>(p, dtype, settings);
 }
 

@@ -42,12 +42,12 @@
 #include <stdexcept>
 #include <string>
 
-#include "../core/mask.hpp"
-#include "../core/philox.hpp"
-#include "common.cuh"
-#include "fa2_launch.cuh"
-#include "fa2_mma.cuh"
-#include "fa2_tile.cuh"
+#include "core/mask.hpp"
+#include "core/philox.hpp"
+#include "cuda/common.cuh"
+#include "cuda/fa2_launch.cuh"
+#include "cuda/fa2_mma.cuh"
+#include "cuda/fa2_tile.cuh"
 
 namespace flashlab::cuda::fa2 {
 namespace {

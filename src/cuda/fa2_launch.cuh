@@ -3,7 +3,8 @@
 // raw device pointers in layout (B, S, H, D), the problem's extents and the derived constants.
 #include <cstdint>
 
-#include "../core/problem.hpp"
+#include "core/problem.hpp"
+#include "cuda/constraints.hpp"  // kHeadDims: one configuration each
 
 namespace flashlab::cuda::fa2 {
 
@@ -33,9 +34,6 @@ struct Params {
   // Backward: use the compact tiles even where the full ones fit (FLASHLAB_FA2_COMPACT_BACKWARD=1; tests).
   bool compact_backward = false;
 };
-
-// Head dims with a compiled configuration; anything else is rejected before launch (variant table).
-inline constexpr int kHeadDims[] = {32, 64, 96, 128, 256};
 
 // Launch on the default stream; `dtype` is F16 or BF16. Check launches, do not synchronize.
 void launch_forward(DType dtype, const Params&);

@@ -25,9 +25,8 @@
 // D_i = rowsum(dO_i * O_i) is computed once by a small kernel before the main one.
 #include <algorithm>
 
-#include "../cpu_reference/traffic.hpp"
-#include "cuda_variants.hpp"
-#include "simt_tiles.cuh"
+#include "cuda/cuda_variants.hpp"
+#include "cuda/simt_tiles.cuh"
 
 namespace flashlab {
 namespace cuda {
@@ -262,7 +261,7 @@ void fa2_simt_forward_device(const AttnParams& p, const float* q, const float* k
     case 96: return launch_forward<96>(p, q, k, v, o, lse);
     case 128: return launch_forward<128>(p, q, k, v, o, lse);
   }
-  throw InputError("cuda-fa2-simt supports head dims up to " + std::to_string(kSimtMaxHeadDim));
+  throw InputError("cuda-fa2-simt supports head dims up to " + std::to_string(simt::kMaxHeadDim));
 }
 
 // `delta` is scratch of lse_numel() floats; dq is overwritten (zeroed, then accumulated).
@@ -279,16 +278,14 @@ void fa2_simt_backward_device(const AttnParams& p, const float* q, const float* 
     case 96: return launch_backward<96>(p, q, k, v, dO, lse, delta, dq, dk, dv);
     case 128: return launch_backward<128>(p, q, k, v, dO, lse, delta, dq, dk, dv);
   }
-  throw InputError("cuda-fa2-simt supports head dims up to " + std::to_string(kSimtMaxHeadDim));
+  throw InputError("cuda-fa2-simt supports head dims up to " + std::to_string(simt::kMaxHeadDim));
 }
 
 }  // namespace cuda
 
 using namespace cuda;
 
-ForwardOut cuda_fa2_simt_forward(const Problem& prob, DType dtype, const Qkv& in, TrafficObserver*) {
-  check_supported(find_variant("cuda-fa2-simt"), prob, dtype, false);
-  check_dims(prob.shape, in);
+ForwardOut cuda_fa2_simt_forward(const Problem& prob, DType, const Qkv& in, TrafficObserver*) {
   const AttnParams p = make_params(prob);
   auto q = upload<float>(in.q), k = upload<float>(in.k), v = upload<float>(in.v);
   DeviceBuffer<float> o(p.q_numel()), lse(p.lse_numel());
@@ -298,10 +295,8 @@ ForwardOut cuda_fa2_simt_forward(const Problem& prob, DType dtype, const Qkv& in
   return ForwardOut{download(o, q_dims(prob.shape)), download(lse, lse_dims(prob.shape))};
 }
 
-Grads cuda_fa2_simt_backward(const Problem& prob, DType dtype, const Qkv& in, const ForwardOut& fwd,
+Grads cuda_fa2_simt_backward(const Problem& prob, DType, const Qkv& in, const ForwardOut& fwd,
                              const HostTensor& dO) {
-  check_supported(find_variant("cuda-fa2-simt"), prob, dtype, true);
-  check_dims(prob.shape, in, &dO);
   const AttnParams p = make_params(prob);
   auto q = upload<float>(in.q), k = upload<float>(in.k), v = upload<float>(in.v);
   auto o = upload<float>(fwd.o), lse = upload<float>(fwd.lse), dout = upload<float>(dO);
@@ -314,8 +309,7 @@ Grads cuda_fa2_simt_backward(const Problem& prob, DType dtype, const Qkv& in, co
   return Grads{download(dq, q_dims(prob.shape)), download(dk, kv_dims(prob.shape)), download(dv, kv_dims(prob.shape))};
 }
 
-BenchResult cuda_fa2_simt_bench(const Problem& prob, DType dtype, const BenchSettings& settings) {
-  check_supported(find_variant("cuda-fa2-simt"), prob, dtype, settings.backward);
+BenchResult cuda_fa2_simt_bench(const Problem& prob, DType, const BenchSettings& settings) {
   const AttnParams p = make_params(prob);
   PeakScope scope;
   DeviceBuffer<float> q(p.q_numel()), k(p.kv_numel()), v(p.kv_numel()), o(p.q_numel()), lse(p.lse_numel());

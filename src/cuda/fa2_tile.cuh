@@ -8,9 +8,9 @@
 // conflicts, for ldmatrix and for the 16-byte cp.async stores alike, without an XOR swizzle.
 #include <cstdint>
 
-#include "../core/philox.hpp"
-#include "fa2_launch.cuh"
-#include "fa2_mma.cuh"
+#include "core/philox.hpp"
+#include "cuda/fa2_launch.cuh"
+#include "cuda/fa2_mma.cuh"
 
 namespace flashlab::cuda::fa2 {
 

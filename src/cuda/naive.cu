@@ -23,9 +23,9 @@
 #include <algorithm>
 #include <string>
 
-#include "../cpu_reference/naive.hpp"
-#include "cuda_variants.hpp"
-#include "simt_tiles.cuh"
+#include "model/memory.hpp"
+#include "cuda/cuda_variants.hpp"
+#include "cuda/simt_tiles.cuh"
 
 namespace flashlab::cuda {
 namespace {
@@ -224,9 +224,7 @@ void simple_gemm(const GemmCall& g) {
   CUDA_CHECK_LAUNCH();
 }
 
-ForwardOut unfused_forward(const char* variant, GemmFn gemm, const Problem& prob, DType dtype, const Qkv& in) {
-  check_supported(find_variant(variant), prob, dtype, false);
-  check_dims(prob.shape, in);
+ForwardOut unfused_forward(const char* variant, GemmFn gemm, const Problem& prob, DType, const Qkv& in) {
   const AttnParams p = make_params(prob);
   check_fits(variant, prob, p, false);
   auto q = upload<float>(in.q), k = upload<float>(in.k), v = upload<float>(in.v);
@@ -237,10 +235,8 @@ ForwardOut unfused_forward(const char* variant, GemmFn gemm, const Problem& prob
   return ForwardOut{download(o, q_dims(prob.shape)), download(lse, lse_dims(prob.shape))};
 }
 
-Grads unfused_backward(const char* variant, GemmFn gemm, const Problem& prob, DType dtype, const Qkv& in,
+Grads unfused_backward(const char* variant, GemmFn gemm, const Problem& prob, DType, const Qkv& in,
                        const ForwardOut& fwd, const HostTensor& dO) {
-  check_supported(find_variant(variant), prob, dtype, true);
-  check_dims(prob.shape, in, &dO);
   const AttnParams p = make_params(prob);
   check_fits(variant, prob, p, true);
   auto q = upload<float>(in.q), k = upload<float>(in.k), v = upload<float>(in.v);
@@ -255,9 +251,8 @@ Grads unfused_backward(const char* variant, GemmFn gemm, const Problem& prob, DT
   return Grads{download(dq, q_dims(prob.shape)), download(dk, kv_dims(prob.shape)), download(dv, kv_dims(prob.shape))};
 }
 
-BenchResult unfused_bench(const char* variant, GemmFn gemm, const Problem& prob, DType dtype,
+BenchResult unfused_bench(const char* variant, GemmFn gemm, const Problem& prob, DType,
                           const BenchSettings& settings) {
-  check_supported(find_variant(variant), prob, dtype, settings.backward);
   const AttnParams p = make_params(prob);
   check_fits(variant, prob, p, settings.backward);
   PeakScope scope;

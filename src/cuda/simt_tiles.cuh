@@ -16,10 +16,10 @@
 #include <cmath>
 #include <cstdint>
 
-#include "../core/mask.hpp"
-#include "../core/philox.hpp"
-#include "../core/problem.hpp"
-#include "common.cuh"
+#include "core/mask.hpp"
+#include "core/philox.hpp"
+#include "core/problem.hpp"
+#include "cuda/common.cuh"
 
 namespace flashlab::cuda {
 

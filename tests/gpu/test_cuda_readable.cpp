@@ -13,7 +13,7 @@
 
 #include "core/mask.hpp"
 #include "core/tolerance.hpp"
-#include "core/variants.hpp"
+#include "registry/variants.hpp"
 #include "cpu_reference/naive.hpp"
 
 using namespace flashlab;

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/flops.hpp"
-#include "core/variants.hpp"
+#include "registry/variants.hpp"
 #include "panels.hpp"
 
 namespace flashlab::viz {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "cpu_reference/tiled.hpp"
-#include "cpu_reference/traffic.hpp"
+#include "model/traffic.hpp"
 #include "core/problem.hpp"
 
 namespace flashlab::viz {

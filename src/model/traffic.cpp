@@ -1,6 +1,6 @@
 // The traffic model's consumer-side pieces: tensor names, the totals a TrafficCounter keeps, and the
 // L2 level. The events themselves come from the one loop nest per algorithm in tiled.cpp.
-#include "traffic.hpp"
+#include "model/traffic.hpp"
 
 #include <algorithm>
 #include <list>

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "../core/problem.hpp"
+#include "core/problem.hpp"
 
 namespace flashlab {
 
