@@ -162,7 +162,10 @@ TEST_CASE("a bad timeline file is one sentence naming the file and the problem")
   const std::string good = written(small_timeline());
   // Truncated: cut in the middle of the events.
   const std::string cut = read_error(good.substr(0, good.size() / 2));
-  CHECK(cut.find("timeline bad.json is not valid JSON: it ends early at byte") == 0);
+  CHECK(cut.find("timeline bad.json is not valid JSON: it ends early, after") == 0);
+  // Cut inside a string, a number or a keyword: still "ends early".
+  for (std::size_t n : {std::size_t(30), std::size_t(300), good.size() - 3, good.size() - 2})
+    CHECK(read_error(good.substr(0, n)).find("ends early, after") != std::string::npos);
   CHECK(read_error("").find("timeline bad.json is empty") == 0);
   CHECK(read_error("{\"traceEvents\": [}").find("timeline bad.json is not valid JSON: syntax error at byte 1") == 0);
   CHECK(read_error("{\"events\": []}") ==

@@ -45,11 +45,12 @@ std::string role_name(const Timeline& t, std::uint32_t wg) {
 }
 
 // nlohmann's parse error as one sentence: truncated files say so, with the byte where they end.
-[[noreturn]] void throw_parse_error(const json::parse_error& e, const std::string& what) {
+[[noreturn]] void throw_parse_error(const json::parse_error& e, const std::string& what, std::size_t length) {
   const std::string msg = e.what();
-  if (msg.find("unexpected end of input") != std::string::npos)
-    throw InputError(what + " is not valid JSON: it ends early at byte " + std::to_string(e.byte) +
-                     " (a truncated file?)");
+  // The parser read to the last byte (e.byte counts from 1, one past the end inside a string).
+  if (msg.find("unexpected end of input") != std::string::npos || e.byte > length)
+    throw InputError(what + " is not valid JSON: it ends early, after " + std::to_string(length) +
+                     " bytes (a truncated file?)");
   std::string detail;
   if (const auto at = msg.find(" - "); at != std::string::npos) detail = "; " + msg.substr(at + 3);
   throw InputError(what + " is not valid JSON: syntax error at byte " + std::to_string(e.byte) + detail);
@@ -196,7 +197,7 @@ Timeline read_trace_event_json(std::istream& in, const std::string& what) {
   try {
     j = json::parse(text);
   } catch (const json::parse_error& e) {
-    throw_parse_error(e, what);
+    throw_parse_error(e, what, text.size());
   }
   const json* events = nullptr;
   if (j.is_array()) events = &j;  // the format also allows a bare array of events
