@@ -242,6 +242,7 @@ TEST_CASE("the demo scenario names both timelines, relative to its own folder") 
   CHECK(std::filesystem::equivalent(s.timeline_compare, kTimelines / "synthetic-ladder3.trace.json"));
   CHECK(s.panels == std::vector<std::string>{"controls", "pipeline"});
   CHECK_THROWS_WITH_AS(parse_scenario(R"({"timeline": 3})", "t.json"), "t.json: \"timeline\" must be a string, got 3", InputError);
+  CHECK(s.timeline.find("..") == std::string::npos);  // shown in the panel: no "scenarios/../"
   // Paths in a scenario given as text stay as written; an absolute path stays absolute.
   CHECK(parse_scenario(R"({"timeline": "a/b.json"})", "t.json").timeline == "a/b.json");
 }

@@ -140,7 +140,7 @@ Scenario load_scenario_file(const std::string& path) {
   text << in.rdbuf();
   Scenario s = parse_scenario(text.str(), path);
   for (std::string* t : {&s.timeline, &s.timeline_compare})  // relative to the scenario's folder
-    if (!t->empty() && std::filesystem::path(*t).is_relative()) *t = (std::filesystem::path(path).parent_path() / *t).string();
+    if (!t->empty() && std::filesystem::path(*t).is_relative()) *t = (std::filesystem::path(path).parent_path() / *t).lexically_normal().string();
   return s;
 }
 
