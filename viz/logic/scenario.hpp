@@ -40,6 +40,7 @@ struct Scenario {
   int width = 1600, height = 1000;       // window size for screenshots
   std::string caption;                   // drawn in the Controls panel (figures)
   std::uint64_t seed = 1;                // inputs of the Online softmax panel's real run
+  std::string timeline, timeline_compare;  // Pipeline panel: Trace Event JSON files (relative: to the scenario file)
 };
 
 // Parses a scenario from JSON text. Throws InputError (one sentence) on malformed JSON, unknown keys,
