@@ -77,7 +77,7 @@ TEST_CASE("check passes on a small problem and its table has every CPU variant")
       CHECK(r.code == 0);
       CHECK(r.out.find("seed 4242") != std::string::npos);
       Problem p;
-      p.shape = Shape{2, 4, 2, 37, 29, 24};
+      p.shape = Shape{.batch = 2, .heads_q = 4, .heads_kv = 2, .seq_q = 37, .seq_k = 29, .head_dim = 24};
       p.options.causal = parse_causal(causal);
       p.options.dropout_p = 0.1;
       int expected_pass = 0;
@@ -119,7 +119,7 @@ TEST_CASE("check lists a variant that cannot run the problem as SKIP unless it w
 
 TEST_CASE("bad input: one sentence and exit code 2") {
   TempDir dir;
-  const Shape s{1, 4, 2, 8, 6, 16};
+  const Shape s{.batch = 1, .heads_q = 4, .heads_kv = 2, .seq_q = 8, .seq_k = 6, .head_dim = 16};
   const Qkv in = random_qkv(s, DType::F32, 3);
   write_npy(dir.file("q.npy"), in.q, DType::F32);
   write_npy(dir.file("k.npy"), in.k, DType::F32);
@@ -238,7 +238,7 @@ TEST_CASE("bad input: one sentence and exit code 2") {
 
 TEST_CASE("run through .npy files writes what calling the variant directly computes") {
   TempDir dir;
-  const Shape s{2, 4, 2, 19, 23, 16};
+  const Shape s{.batch = 2, .heads_q = 4, .heads_kv = 2, .seq_q = 19, .seq_k = 23, .head_dim = 16};
   for (DType dtype : {DType::F32, DType::F64}) {
     SUBCASE(to_string(dtype)) {
       Problem p;
@@ -321,7 +321,7 @@ TEST_CASE("trace --json totals equal TrafficCounter on the same loop nest") {
         const auto j = nlohmann::json::parse(r.out);
 
         Problem p;
-        p.shape = Shape{1, 1, 1, 100, 70, 32};
+        p.shape = Shape{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 100, .seq_k = 70, .head_dim = 32};
         p.options.causal = CausalAlign::TopLeft;
         const Tiling tiling = tiling_from_sram(4096, 32, 2);
         TrafficCounter counter;
@@ -419,7 +419,7 @@ TEST_CASE("bench reports a size that won't fit as a skipped row and goes on with
 
 TEST_CASE("run --dtype chooses the precision: f16 files computed and written in f32") {
   TempDir dir;
-  const Shape s{1, 2, 2, 9, 13, 8};
+  const Shape s{.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 9, .seq_k = 13, .head_dim = 8};
   const Qkv in = random_qkv(s, DType::F16, 5);  // values representable in f16
   write_npy(dir.file("q.npy"), in.q, DType::F16);
   write_npy(dir.file("k.npy"), in.k, DType::F16);
