@@ -4,7 +4,10 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -304,6 +307,52 @@ TEST_CASE("run through .npy files writes what calling the variant directly compu
       expect_file("dk.npy", g.dk, dtype);
       expect_file("dv.npy", g.dv, dtype);
     }
+  }
+}
+
+TEST_CASE("run computes on through NaN and +-Inf in its inputs and names each such tensor once on stderr") {
+  // As PyTorch does: no error, the outputs are written (rows that see a non-finite value are NaN), and
+  // one sentence per offending tensor says which, how many and the first (b, s, h, d) index.
+  TempDir dir;
+  const Shape s{.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 20, .seq_k = 12, .head_dim = 8};
+  Qkv in = random_qkv(s, DType::F32, 21);
+  HostTensor dO = random_like_o(s, DType::F32, 22);
+  const double inf = std::numeric_limits<double>::infinity();
+  in.q.at(0, 17, 1, 5) = std::nan("");
+  in.q.at(0, 19, 0, 0) = inf;
+  in.q.at(0, 19, 1, 7) = -inf;
+  in.k.at(0, 3, 0, 2) = inf;
+  dO.at(0, 4, 1, 0) = -inf;
+  write_npy(dir.file("q.npy"), in.q, DType::F32);
+  write_npy(dir.file("k.npy"), in.k, DType::F32);
+  write_npy(dir.file("v.npy"), in.v, DType::F32);
+  write_npy(dir.file("do.npy"), dO, DType::F32);
+
+  const CliResult r = cli({"run", "--variant", "cpu-fa2", "--q", dir.file("q.npy"), "--k", dir.file("k.npy"), "--v",
+                           dir.file("v.npy"), "--out", dir.file("o.npy"), "--dout", dir.file("do.npy"), "--dq",
+                           dir.file("dq.npy"), "--dk", dir.file("dk.npy"), "--dv", dir.file("dv.npy")});
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  for (const char* name : {"o.npy", "dq.npy", "dk.npy", "dv.npy"}) CHECK(std::filesystem::exists(dir.file(name)));
+  CHECK(r.err.find("warning: q holds 3 non-finite values (NaN or \u00b1Inf), the first at (0, 17, 1, 5); the outputs "
+                   "of rows that see them will be NaN\n") != std::string::npos);
+  CHECK(r.err.find("warning: k holds 1 non-finite value (NaN or \u00b1Inf), the first at (0, 3, 0, 2);") !=
+        std::string::npos);
+  CHECK(r.err.find("warning: dO holds 1 non-finite value (NaN or \u00b1Inf), the first at (0, 4, 1, 0);") !=
+        std::string::npos);
+  CHECK(r.err.find("warning: v ") == std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 3);
+  // The row of q's NaN comes out NaN, as in PyTorch.
+  const NpyArray o = read_npy(dir.file("o.npy"));
+  CHECK(std::isnan(o.tensor.at(0, 17, 1, 0)));
+
+  SUBCASE("finite inputs: nothing on stderr") {
+    write_npy(dir.file("q.npy"), random_qkv(s, DType::F32, 23).q, DType::F32);
+    write_npy(dir.file("k.npy"), in.v, DType::F32);
+    const CliResult clean = cli({"run", "--variant", "cpu-fa2", "--q", dir.file("q.npy"), "--k", dir.file("k.npy"),
+                                 "--v", dir.file("v.npy"), "--out", dir.file("o.npy")});
+    CHECK(clean.code == 0);
+    CHECK(clean.err.empty());
   }
 }
 

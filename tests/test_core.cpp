@@ -500,3 +500,25 @@ TEST_CASE("check_dims names the tensor whose shape is wrong") {
   HostTensor dO({1, 8, 4, 15});
   CHECK_THROWS_WITH_AS(check_dims(s, in, &dO), doctest::Contains("dO has shape"), InputError);
 }
+
+TEST_CASE("first_non_finite counts NaN and +-Inf and gives the first one's index, outermost dim first") {
+  const Shape s{.batch = 2, .heads_q = 3, .heads_kv = 3, .seq_q = 20, .seq_k = 20, .head_dim = 8};
+  HostTensor q = random_qkv(s, DType::F64, 5).q;  // (2, 20, 3, 8)
+  NonFinite none = first_non_finite(q);
+  CHECK(none.count == 0);
+  CHECK(none.first.empty());
+
+  const double inf = std::numeric_limits<double>::infinity();
+  q.at(1, 2, 0, 0) = std::nan("");  // later in row-major order than the next two
+  q.at(0, 17, 1, 5) = -inf;
+  q.at(0, 19, 2, 7) = inf;
+  const NonFinite found = first_non_finite(q);
+  CHECK(found.count == 3);
+  CHECK(found.first == std::vector<std::int64_t>{0, 17, 1, 5});
+
+  HostTensor flat({7});
+  flat.data[6] = std::nan("");
+  const NonFinite last = first_non_finite(flat);
+  CHECK(last.count == 1);
+  CHECK(last.first == std::vector<std::int64_t>{6});
+}
