@@ -99,40 +99,42 @@ TEST_CASE("traffic totals equal the closed forms of each loop nest (ragged block
 
   SUBCASE("FA2 forward: Q read once, K and V read Tr times, O and L written once") {
     check_totals(count(Algorithm::FA2, Pass::Forward, p, t),
-                 {{{TensorId::Q, Qd}, {TensorId::K, Tr * Kd}, {TensorId::V, Tr * Kd}},
-                  {{TensorId::O, Qd}, {TensorId::LSE, Nv}}});
+                 {.read = {{TensorId::Q, Qd}, {TensorId::K, Tr * Kd}, {TensorId::V, Tr * Kd}},
+                  .written = {{TensorId::O, Qd}, {TensorId::LSE, Nv}}});
   }
   SUBCASE("FA1 forward: K and V read once; Q, O, l, m read Tc times; O, l, m written Tc times") {
     check_totals(count(Algorithm::FA1, Pass::Forward, p, t),
-                 {{{TensorId::K, Kd}, {TensorId::V, Kd}, {TensorId::Q, Tc * Qd}, {TensorId::O, Tc * Qd},
-                   {TensorId::L, Tc * Nv}, {TensorId::M, Tc * Nv}},
-                  {{TensorId::O, Tc * Qd}, {TensorId::L, Tc * Nv}, {TensorId::M, Tc * Nv}}});
+                 {.read = {{TensorId::K, Kd}, {TensorId::V, Kd}, {TensorId::Q, Tc * Qd}, {TensorId::O, Tc * Qd},
+                          {TensorId::L, Tc * Nv}, {TensorId::M, Tc * Nv}},
+                  .written = {{TensorId::O, Tc * Qd}, {TensorId::L, Tc * Nv}, {TensorId::M, Tc * Nv}}});
   }
   SUBCASE("FA2 backward: D pass reads O, dO once; then K, V once, Q, dO, L, D, dQ Tc times; dQ written Tc times, "
           "dK, dV once") {
     check_totals(count(Algorithm::FA2, Pass::Backward, p, t),
-                 {{{TensorId::O, Qd}, {TensorId::dO, Qd + Tc * Qd}, {TensorId::K, Kd}, {TensorId::V, Kd},
-                   {TensorId::Q, Tc * Qd}, {TensorId::LSE, Tc * Nv}, {TensorId::D, Tc * Nv}, {TensorId::dQ, Tc * Qd}},
-                  {{TensorId::D, Nv}, {TensorId::dQ, Tc * Qd}, {TensorId::dK, Kd}, {TensorId::dV, Kd}}});
+                 {.read = {{TensorId::O, Qd}, {TensorId::dO, Qd + Tc * Qd}, {TensorId::K, Kd}, {TensorId::V, Kd},
+                          {TensorId::Q, Tc * Qd}, {TensorId::LSE, Tc * Nv}, {TensorId::D, Tc * Nv},
+                          {TensorId::dQ, Tc * Qd}},
+                  .written = {{TensorId::D, Nv}, {TensorId::dQ, Tc * Qd}, {TensorId::dK, Kd}, {TensorId::dV, Kd}}});
   }
   SUBCASE("FA1 backward: K, V once; Q, O, dO, dQ, l, m Tc times; dQ written Tc times, dK, dV once") {
     check_totals(count(Algorithm::FA1, Pass::Backward, p, t),
-                 {{{TensorId::K, Kd}, {TensorId::V, Kd}, {TensorId::Q, Tc * Qd}, {TensorId::O, Tc * Qd},
-                   {TensorId::dO, Tc * Qd}, {TensorId::dQ, Tc * Qd}, {TensorId::L, Tc * Nv}, {TensorId::M, Tc * Nv}},
-                  {{TensorId::dQ, Tc * Qd}, {TensorId::dK, Kd}, {TensorId::dV, Kd}}});
+                 {.read = {{TensorId::K, Kd}, {TensorId::V, Kd}, {TensorId::Q, Tc * Qd}, {TensorId::O, Tc * Qd},
+                          {TensorId::dO, Tc * Qd}, {TensorId::dQ, Tc * Qd}, {TensorId::L, Tc * Nv},
+                          {TensorId::M, Tc * Nv}},
+                  .written = {{TensorId::dQ, Tc * Qd}, {TensorId::dK, Kd}, {TensorId::dV, Kd}}});
   }
   SUBCASE("standard forward: S and P each written once and read once; Q once, K and V Tr times, O once") {
     check_totals(count(Algorithm::Standard, Pass::Forward, p, t),
-                 {{{TensorId::Q, Qd}, {TensorId::K, Tr * Kd}, {TensorId::S, NN}, {TensorId::P, NN},
-                   {TensorId::V, Tr * Kd}},
-                  {{TensorId::S, NN}, {TensorId::P, NN}, {TensorId::O, Qd}}});
+                 {.read = {{TensorId::Q, Qd}, {TensorId::K, Tr * Kd}, {TensorId::S, NN}, {TensorId::P, NN},
+                          {TensorId::V, Tr * Kd}},
+                  .written = {{TensorId::S, NN}, {TensorId::P, NN}, {TensorId::O, Qd}}});
   }
   SUBCASE("standard backward: P read twice, dP written once read once, dS written once read twice") {
     check_totals(count(Algorithm::Standard, Pass::Backward, p, t),
-                 {{{TensorId::P, 2 * NN}, {TensorId::dO, Tc * Qd + Qd}, {TensorId::V, Tr * Kd}, {TensorId::dP, NN},
-                   {TensorId::dS, 2 * NN}, {TensorId::K, Tr * Kd}, {TensorId::Q, Tc * Qd}},
-                  {{TensorId::dV, Kd}, {TensorId::dP, NN}, {TensorId::dS, NN}, {TensorId::dQ, Qd},
-                   {TensorId::dK, Kd}}});
+                 {.read = {{TensorId::P, 2 * NN}, {TensorId::dO, Tc * Qd + Qd}, {TensorId::V, Tr * Kd},
+                          {TensorId::dP, NN}, {TensorId::dS, 2 * NN}, {TensorId::K, Tr * Kd}, {TensorId::Q, Tc * Qd}},
+                  .written = {{TensorId::dV, Kd}, {TensorId::dP, NN}, {TensorId::dS, NN}, {TensorId::dQ, Qd},
+                             {TensorId::dK, Kd}}});
   }
 }
 

@@ -181,11 +181,11 @@ TEST_CASE("lesson 01: softmax_row is the safe softmax of the row") {
     std::string what;
   };
   const Case cases[] = {
-      {{0.5}, "a single score (its softmax is 1)"},
-      {{1.0, 2.0, 3.0, -1.0}, "small scores"},
-      {{0.25, 0.25, 0.25}, "equal scores (1/3 each)"},
-      {{1000.0, 1001.0, 1002.0, 999.5}, "large scores near 1000"},
-      {{-1000.0, -1001.0, -999.0}, "very negative scores near -1000"},
+      {.scores = {0.5}, .what = "a single score (its softmax is 1)"},
+      {.scores = {1.0, 2.0, 3.0, -1.0}, .what = "small scores"},
+      {.scores = {0.25, 0.25, 0.25}, .what = "equal scores (1/3 each)"},
+      {.scores = {1000.0, 1001.0, 1002.0, 999.5}, .what = "large scores near 1000"},
+      {.scores = {-1000.0, -1001.0, -999.0}, .what = "very negative scores near -1000"},
   };
   for (const Case& c : cases) {
     INFO("scores: " << c.what);

@@ -323,11 +323,11 @@ TEST_CASE("lesson 02: the online softmax update on one row, scripted scores") {
     std::string what;
   };
   const Case cases[] = {
-      {{{0.5, -1.0, 2.0}}, "one block: the update is a plain softmax"},
-      {{{0.0, 1.0}, {5.0, 2.0}}, "a later block has a larger max: the past must be rescaled"},
-      {{{3.0, 1.0}, {-1.0, 0.0, 2.5}}, "a later block has a smaller max: m stays"},
-      {{{-30.0}, {0.0, -5.0}, {40.0}, {41.0, 41.0}}, "the max rises in every block, by a lot"},
-      {{{1000.0, 998.0}, {1003.0}, {1001.0, 1002.5}}, "scores near 1000: only exp(s - m) survives"},
+      {.blocks = {{0.5, -1.0, 2.0}}, .what = "one block: the update is a plain softmax"},
+      {.blocks = {{0.0, 1.0}, {5.0, 2.0}}, .what = "a later block has a larger max: the past must be rescaled"},
+      {.blocks = {{3.0, 1.0}, {-1.0, 0.0, 2.5}}, .what = "a later block has a smaller max: m stays"},
+      {.blocks = {{-30.0}, {0.0, -5.0}, {40.0}, {41.0, 41.0}}, .what = "the max rises in every block, by a lot"},
+      {.blocks = {{1000.0, 998.0}, {1003.0}, {1001.0, 1002.5}}, .what = "scores near 1000: only exp(s - m) survives"},
   };
   std::uint64_t seed = 1;
   for (const Case& c : cases) {
