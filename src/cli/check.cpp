@@ -1,8 +1,9 @@
 // flashlab check: every variant of the table, on the same fresh random inputs, against naive attention
-// in double (DESIGN.md, Numerics). The inputs are drawn once in double and rounded to each dtype, and
-// the reference runs on the rounded inputs, so a variant is judged only on its own arithmetic. For
-// f16/bf16 the bound is FlashAttention's rule: a multiple of naive attention's own error in that
-// precision (core/tolerance.hpp).
+// in double. The inputs are drawn once in double and rounded to each dtype, and the reference runs on
+// the rounded inputs, so a variant is judged only on its own arithmetic. For f16/bf16 the bound is
+// FlashAttention's rule: a multiple of naive attention's own error in that precision
+// (core/tolerance.hpp). The inputs are always drawn here, never read from files: NaN or Inf in user
+// data is `flashlab run`'s concern (cli/common.hpp, warn_non_finite).
 #include <map>
 #include <optional>
 

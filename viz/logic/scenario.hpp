@@ -14,7 +14,7 @@
 
 namespace flashlab::viz {
 
-// The H100 the project measured (shared/GPU.md, 2026-11-22): the app's one GPU preset.
+// The H100 the project measured (2026-11-22): the app's one GPU preset.
 struct GpuPreset {
   const char* name = "NVIDIA H100 80GB HBM3 (measured)";
   double hbm_bytes_per_s = 3.0e12;        // device-to-device copy, bytes read + written
