@@ -44,6 +44,7 @@
 
 #include "core/mask.hpp"
 #include "core/philox.hpp"
+#include "cuda/dispatch.cuh"
 #include "cuda/common.cuh"
 #include "cuda/fa2_launch.cuh"
 #include "cuda/fa2_mma.cuh"
@@ -102,7 +103,7 @@ struct BwdConfig {
 
 // D_i = sum_d dO[i, d] O[i, d] in fp32; one warp per (batch, row, head).
 template <class T>
-__global__ void dsum_kernel(const Params p) {
+__global__ void D_i_kernel(const Params p) {
   const std::int64_t warp = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const std::int64_t rows = std::int64_t(p.batch) * p.seq_q * p.heads_q;
@@ -116,7 +117,7 @@ __global__ void dsum_kernel(const Params p) {
   for (int d = lane; d < p.head_dim; d += 32) sum += static_cast<float>(o[d]) * static_cast<float>(d_o[d]);
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  if (lane == 0) p.d_sum[(std::int64_t(b) * p.heads_q + h) * p.seq_q + s] = sum;
+  if (lane == 0) p.D_i[(std::int64_t(b) * p.heads_q + h) * p.seq_q + s] = sum;
 }
 
 template <class T>
@@ -175,7 +176,7 @@ __global__ void __launch_bounds__(BwdConfig<D, kCompact>::kThreads) backward_ker
   T* Ps = dOs0 + 2 * kBr * kPitch<D>;        // (Br, Bc): P_ij after dropout
   T* dSs = Ps + kBr * kPS;                   // (Br, Bc)
   float* Ls0 = reinterpret_cast<float*>(dSs + kBr * kPS);  // (2, Br): L_i * log2(e), +inf for empty rows
-  float* Ds0 = Ls0 + 2 * kBr;                              // (2, Br)
+  float* D_i_s0 = Ls0 + 2 * kBr;                           // (2, Br): D_i
 
   const int n_block = static_cast<int>(blockIdx.x);
   const int b = static_cast<int>(blockIdx.y) / p.heads_kv, h_kv = static_cast<int>(blockIdx.y) % p.heads_kv;
@@ -250,16 +251,16 @@ __global__ void __launch_bounds__(BwdConfig<D, kCompact>::kThreads) backward_ker
   };
   // Row threadIdx.x (< Br) of an item: L in log2 units, and D. exp2(S - (+inf)) = 0, so rows past the
   // end and rows that saw no key (L = -inf) contribute nothing.
-  const auto read_row_stats = [&](int item, float& L2, float& Dr) {
+  const auto read_row_stats = [&](int item, float& L2, float& D_i) {
     const int row = item_row0(item) + static_cast<int>(threadIdx.x);
     const std::int64_t at = (std::int64_t(b) * p.heads_q + item_head(item)) * p.seq_q + row;
     const float L = row < p.seq_q ? p.lse[at] : -INFINITY;
     L2 = L == -INFINITY ? INFINITY : L * kLog2e;
-    Dr = row < p.seq_q ? p.d_sum[at] : 0.f;
+    D_i = row < p.seq_q ? p.D_i[at] : 0.f;
   };
   if (n_items > 0) {
     prefetch_tiles(0, 0);
-    if (threadIdx.x < kBr) read_row_stats(0, Ls0[threadIdx.x], Ds0[threadIdx.x]);
+    if (threadIdx.x < kBr) read_row_stats(0, Ls0[threadIdx.x], D_i_s0[threadIdx.x]);
   }
 
   for (int item = 0; item < n_items; ++item) {
@@ -267,15 +268,15 @@ __global__ void __launch_bounds__(BwdConfig<D, kCompact>::kThreads) backward_ker
     const int h = item_head(item), row0 = item_row0(item);
     const std::int64_t q_offset = (std::int64_t(b) * p.seq_q * p.heads_q + h) * D;
     const float* Ls = Ls0 + stage * kBr;
-    const float* Ds = Ds0 + stage * kBr;
+    const float* D_i_s = D_i_s0 + stage * kBr;
     const std::uint32_t stage_bytes = stage * kStageBytes;  // Q_i, dO_i of this item
     // Item `item` has landed, and every warp is done with the other stage and with P, dS.
     cp_async_wait<0>();
     __syncthreads();
-    float next_L2 = 0.f, next_D = 0.f;
+    float next_L2 = 0.f, next_D_i = 0.f;
     if (item + 1 < n_items) {
       prefetch_tiles(item + 1, stage ^ 1);
-      if (threadIdx.x < kBr) read_row_stats(item + 1, next_L2, next_D);
+      if (threadIdx.x < kBr) read_row_stats(item + 1, next_L2, next_D_i);
     }
 
     // S_ij = Q_i K_j^T on this warp's (32 rows, Bc/4 keys), then P_ij = exp2(scale log2e S - L log2e)
@@ -314,7 +315,7 @@ __global__ void __launch_bounds__(BwdConfig<D, kCompact>::kThreads) backward_ker
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const int r = sdp_row0 + mi * 16 + g + 8 * hf;  // row within the block
-        const float Dr = Ds[r];
+        const float D_i = D_i_s[r];
         std::uint32_t keep = 0;
         if constexpr (kDropout) keep = dropout_keep_bits<kSdpNT>(p, b, h, row0 + r, col0 + sdp_col0 + 2 * t, t);
 #pragma unroll
@@ -331,7 +332,7 @@ __global__ void __launch_bounds__(BwdConfig<D, kCompact>::kThreads) backward_ker
               kept[e] *= z;  // P after dropout, what O used
               dprob *= z;    // dP w.r.t. the undropped P
             }
-            ds[e] = prob * (dprob - Dr);
+            ds[e] = prob * (dprob - D_i);
           }
           *reinterpret_cast<std::uint32_t*>(Ps + r * kPS + c) = MmaType<T>::pack(kept[0], kept[1]);
           *reinterpret_cast<std::uint32_t*>(dSs + r * kPS + c) = MmaType<T>::pack(ds[0], ds[1]);
@@ -416,7 +417,7 @@ __global__ void __launch_bounds__(BwdConfig<D, kCompact>::kThreads) backward_ker
     }
     if (item + 1 < n_items && threadIdx.x < kBr) {
       Ls0[(stage ^ 1) * kBr + threadIdx.x] = next_L2;
-      Ds0[(stage ^ 1) * kBr + threadIdx.x] = next_D;
+      D_i_s0[(stage ^ 1) * kBr + threadIdx.x] = next_D_i;
     }
   }
 
@@ -469,21 +470,13 @@ template <class T>
 void launch_for_dtype(const Params& p) {
   constexpr int kThreads = 256;
   const std::int64_t rows = std::int64_t(p.batch) * p.seq_q * p.heads_q;
-  dsum_kernel<T><<<static_cast<unsigned>((rows * 32 + kThreads - 1) / kThreads), kThreads>>>(p);
+  D_i_kernel<T><<<static_cast<unsigned>((rows * 32 + kThreads - 1) / kThreads), kThreads>>>(p);
   CUDA_CHECK_LAUNCH();
 
-  auto pick = [&]<int D>() {
+  dispatch_head_dim<kHeadDims>(p.head_dim, "cuda-fa2 backward", [&]<int D>() {
     if (p.dropout) launch_main<T, D, true>(p);
     else launch_main<T, D, false>(p);
-  };
-  switch (p.head_dim) {
-    case 32: pick.template operator()<32>(); break;
-    case 64: pick.template operator()<64>(); break;
-    case 96: pick.template operator()<96>(); break;
-    case 128: pick.template operator()<128>(); break;
-    case 256: pick.template operator()<256>(); break;
-    default: throw std::logic_error("cuda-fa2 backward: head_dim " + std::to_string(p.head_dim) + " has no kernel");
-  }
+  });
 
   const std::int64_t n = rows * p.head_dim;
   convert_dq_kernel<T><<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads>>>(p, n);

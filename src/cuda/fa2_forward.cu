@@ -41,6 +41,7 @@
 #include "core/mask.hpp"
 #include "core/philox.hpp"
 #include "cuda/common.cuh"
+#include "cuda/dispatch.cuh"
 #include "cuda/fa2_launch.cuh"
 #include "cuda/fa2_mma.cuh"
 #include "cuda/fa2_tile.cuh"
@@ -307,18 +308,10 @@ void launch(const Params& p) {
 
 template <class T>
 void launch_for_dtype(const Params& p) {
-  auto pick = [&]<int D>() {
+  dispatch_head_dim<kHeadDims>(p.head_dim, "cuda-fa2 forward", [&]<int D>() {
     if (p.dropout) launch<T, D, true>(p);
     else launch<T, D, false>(p);
-  };
-  switch (p.head_dim) {
-    case 32: return pick.template operator()<32>();
-    case 64: return pick.template operator()<64>();
-    case 96: return pick.template operator()<96>();
-    case 128: return pick.template operator()<128>();
-    case 256: return pick.template operator()<256>();
-    default: throw std::logic_error("cuda-fa2 forward: head_dim " + std::to_string(p.head_dim) + " has no kernel");
-  }
+  });
 }
 
 }  // namespace
