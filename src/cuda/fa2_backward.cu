@@ -1,7 +1,7 @@
 // cuda-fa2 backward: FlashAttention-2 (Dao, 2023, Algorithm 2) on tensor cores.
 //
 // Three kernels:
-//  1. dsum_kernel: D_i = rowsum(dO_i o O_i), one warp per row (the term that replaces rowsum(P o dP)).
+//  1. D_i_kernel: D_i = rowsum(dO_i o O_i), one warp per row (the term that replaces rowsum(P o dP)).
 //  2. backward_kernel: one thread block per K/V block j (and batch, K/V head); K_j, V_j stay in shared
 //     memory while the block walks every Q block i that sees them, recomputing S_ij and P_ij from the
 //     saved L_i instead of storing the N x N matrices:
@@ -26,15 +26,14 @@
 // 2 x 4 warps over (Br, Bc), dK/dV as 4 x 2 over (Bc, D), dQ as 2 x 4 over (Br, D). No row
 // reductions are needed (L_i and D_i are known), so any split of the rows over warps is free.
 //
-// Shape of the block, and why (bench/results/h100-fa2-notes.md has the measurements): the first
-// version ran Bc = 64 with warps of 16 rows or keys, so each ldmatrix fed at most two mma's and dQ
-// reloaded dS for every 16 columns; ~1.3 mma per ldmatrix left the kernel bound by shared-memory
-// bandwidth at ~170 TFLOP/s on the H100. With Bc = 128 (d <= 128) and 32 x 32 warp tiles it is ~2.2,
-// the ratio of FlashAttention-2's own sm80 kernels, and every Q_i, dO_i load and dQ atomic serves
-// twice the keys; at d = 64 the block also takes Br = 128 query rows per step. H100, bf16, d = 128,
-// N = 4k: the backward went from ~170 to ~265 TFLOP/s. Then, by the profiler (same mma and ldmatrix
-// counts as PyTorch's FA2, 21% more instructions): the mask only on tiles that need it, a stepped copy
-// loop and 32-bit dQ offsets took ~25% of the instructions away, +4-12% (~280 at d = 128, N = 4k).
+// Shape of the block, and why (bench/results/h100-fa2-notes.md has the measurements): with Bc = 64
+// and warps of 16 rows or keys, each ldmatrix feeds at most two mma's and dQ reloads dS for every 16
+// columns; ~1.3 mma per ldmatrix leaves the kernel bound by shared-memory bandwidth. With Bc = 128
+// (d <= 128) and 32 x 32 warp tiles it is ~2.2, the ratio of FlashAttention-2's own sm80 kernels, and
+// every Q_i, dO_i load and dQ atomic serves twice the keys; at d = 64 the block also takes Br = 128
+// query rows per step. With the same mma and ldmatrix counts as PyTorch's FA2, what is left is
+// instruction count, which the profiler pointed at: the mask only on tiles that need it, a stepped
+// copy loop and 32-bit dQ offsets.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -44,8 +43,8 @@
 
 #include "core/mask.hpp"
 #include "core/philox.hpp"
-#include "cuda/dispatch.cuh"
 #include "cuda/common.cuh"
+#include "cuda/dispatch.cuh"
 #include "cuda/fa2_launch.cuh"
 #include "cuda/fa2_mma.cuh"
 #include "cuda/fa2_tile.cuh"
@@ -67,7 +66,8 @@ struct BwdConfig {
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * 32;
   // d = 64: 128 query rows per step (FlashAttention-2's sm80 shape too): twice the math per barrier and
-  // per K_j, V_j fragment, +9-13% backward on the H100 over Br = 64; at d >= 96 the registers forbid it.
+  // per K_j, V_j fragment (measured against Br = 64: bench/results/h100-fa2-notes.md); at d >= 96 the
+  // registers forbid it.
   static constexpr int kBr = D == 64 && !kCompact ? 128 : 64;
   // D <= 128: 128 keys per block, so each Q_i, dO_i tile fetched and each dQ_i atomic serves twice the
   // keys of Bc = 64. D = 256: dK_j, dV_j alone take 128 registers per thread at 64 keys.
@@ -91,8 +91,9 @@ struct BwdConfig {
   static_assert(kDqWarpCols % kDqPassCols == 0, "dQ passes must cover the warp's columns");
 
   // cp.async copies per thread issued back to back (fa2_tile.cuh); the dropout kernels use the rolled
-  // index loop (0): with the stepped one, d = 128 spills 16 bytes. H100, d = 64, N = 4k: the index loop
-  // cost ~200 of a warp's ~1670 instructions per step (ncu, bench/results/h100-fa2-notes.md).
+  // index loop (0): with the stepped one, d = 128 spills 16 bytes. Elsewhere the stepped loop, because
+  // the index loop's address arithmetic is a visible share of a step's instructions (ncu:
+  // bench/results/h100-fa2-notes.md).
   template <bool kDropout>
   static constexpr int kCopyUnroll = kDropout ? 0 : 4;
   static constexpr int kPitchS = kBc + kPad;  // P and dS tiles (Br, Bc), padded like the others
@@ -249,7 +250,7 @@ __global__ void __launch_bounds__(BwdConfig<D, kCompact>::kThreads) backward_ker
                                                       static_cast<const T*>(p.d_o) + offset, q_stride, p.seq_q - row0);
     cp_async_commit();
   };
-  // Row threadIdx.x (< Br) of an item: L in log2 units, and D. exp2(S - (+inf)) = 0, so rows past the
+  // Row threadIdx.x (< Br) of an item: L_i in log2 units, and D_i. exp2(S - (+inf)) = 0, so rows past the
   // end and rows that saw no key (L = -inf) contribute nothing.
   const auto read_row_stats = [&](int item, float& L2, float& D_i) {
     const int row = item_row0(item) + static_cast<int>(threadIdx.x);

@@ -37,7 +37,7 @@ struct Params {
 
 // Launch on the default stream; `dtype` is F16 or BF16. Check launches, do not synchronize.
 void launch_forward(DType dtype, const Params&);
-// D = rowsum(dO o O), the K/V-outer main kernel (dK, dV; dQ into dq_accum), dQ conversion.
+// D_i = rowsum(dO_i o O_i), the K/V-outer main kernel (dK, dV; dQ into dq_accum), dQ conversion.
 // dq_accum must be zeroed by the caller.
 void launch_backward(DType dtype, const Params&);
 

@@ -16,7 +16,7 @@
 // fusion buys from what a tuned GEMM buys.
 //
 // Backward (same materialized style): recompute S, then P = exp(S - L) from the saved L, and
-//   dV = dropout(P)^T dO,  dP = dropout_mask(dO V^T),  D_i = rowsum(P o dP),  dS = P o (dP - D),
+//   dV = dropout(P)^T dO,  dP = dropout_mask(dO V^T),  D_i = rowsum(P o dP),  dS = P o (dP - D_i),
 //   dQ = scale dS K,  dK = scale dS^T Q,
 // with S, P, dP, dS all (B, H_q, S_q, S_k) in HBM. GQA: the query heads of a group add into the same
 // dK, dV (GEMMs with beta = 1 after the first head).
@@ -103,7 +103,7 @@ __global__ void probs_from_lse_kernel(AttnParams p, float* __restrict__ S_to_Pd,
 }
 
 // Backward, step 4: dP <- dP o Z / (1 - p) (the gradient reaching P through dropout), D_i =
-// rowsum(P o dP), dS = P o (dP - D). One warp per row.
+// rowsum(P o dP), dS = P o (dP - D_i). One warp per row.
 __global__ void softmax_backward_kernel(AttnParams p, const float* __restrict__ P, const float* __restrict__ dP,
                                         float* __restrict__ dS) {
   const long long w = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / kWarp;
