@@ -17,7 +17,7 @@ struct Params {
   float* lse = nullptr;     // (B, H_q, S_q), natural log
   // Backward only.
   const void* d_o = nullptr;   // (B, S_q, H_q, D)
-  float* d_sum = nullptr;      // (B, H_q, S_q): D = rowsum(dO o O)
+  float* D_i = nullptr;        // (B, H_q, S_q): D_i = rowsum(dO_i o O_i)
   float* dq_accum = nullptr;   // (B, S_q, H_q, D) fp32, zeroed, atomics
   void* dq = nullptr;          // (B, S_q, H_q, D)
   void* dk = nullptr;          // (B, S_k, H_kv, D)
@@ -37,7 +37,7 @@ struct Params {
 
 // Launch on the default stream; `dtype` is F16 or BF16. Check launches, do not synchronize.
 void launch_forward(DType dtype, const Params&);
-// D = rowsum(dO o O), the K/V-outer main kernel (dK, dV; dQ into dq_accum), dQ conversion.
+// D_i = rowsum(dO_i o O_i), the K/V-outer main kernel (dK, dV; dQ into dq_accum), dQ conversion.
 // dq_accum must be zeroed by the caller.
 void launch_backward(DType dtype, const Params&);
 
