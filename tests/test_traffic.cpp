@@ -13,6 +13,7 @@
 #include "cpu_reference/cpu_variants.hpp"
 #include "cpu_reference/naive.hpp"
 #include "cpu_reference/tiled.hpp"
+#include "model/pseudocode.hpp"
 #include "model/traffic.hpp"
 #include "registry/variants.hpp"
 
