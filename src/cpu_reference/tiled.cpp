@@ -21,7 +21,12 @@ void check_tiling(Tiling t, int bytes_per_element) {
     throw InputError("bytes per element must be positive, got " + std::to_string(bytes_per_element));
 }
 
-Algorithm algorithm_of(LoopOrder order) { return order == LoopOrder::FA1 ? Algorithm::FA1 : Algorithm::FA2; }
+// Standard attention has no tiled loop nest with arithmetic: its numbers are naive.cpp's.
+void check_tiled_algorithm(Algorithm algorithm) {
+  if (algorithm == Algorithm::Standard)
+    throw InputError("the tiled loop nests are FA1 and FA2; standard attention's numbers come from "
+                     "naive_forward and naive_backward (its traffic from count_traffic)");
+}
 
 void check_forward_out(const Shape& s, const ForwardOut& fwd) {
   if (fwd.o.dims != q_dims(s) || fwd.lse.dims != lse_dims(s))
@@ -32,9 +37,9 @@ void check_forward_out(const Shape& s, const ForwardOut& fwd) {
 }  // namespace
 
 template <class T>
-ForwardOut tiled_forward(LoopOrder order, const Problem& p, const Qkv& in, Tiling t, TrafficObserver* observer,
+ForwardOut tiled_forward(Algorithm algorithm, const Problem& p, const Qkv& in, Tiling t, TrafficObserver* observer,
                          int bytes_per_element) {
-  const Algorithm algorithm = algorithm_of(order);
+  check_tiled_algorithm(algorithm);
   validate(p);
   check_dims(p.shape, in);
   check_tiling(t, bytes_per_element);
@@ -45,9 +50,9 @@ ForwardOut tiled_forward(LoopOrder order, const Problem& p, const Qkv& in, Tilin
 }
 
 template <class T>
-Grads tiled_backward(LoopOrder order, const Problem& p, const Qkv& in, const ForwardOut& fwd, const HostTensor& dO,
+Grads tiled_backward(Algorithm algorithm, const Problem& p, const Qkv& in, const ForwardOut& fwd, const HostTensor& dO,
                      Tiling t, TrafficObserver* observer, int bytes_per_element) {
-  const Algorithm algorithm = algorithm_of(order);
+  check_tiled_algorithm(algorithm);
   validate(p);
   check_dims(p.shape, in, &dO);
   check_forward_out(p.shape, fwd);
@@ -58,11 +63,11 @@ Grads tiled_backward(LoopOrder order, const Problem& p, const Qkv& in, const For
   return g;
 }
 
-template ForwardOut tiled_forward<double>(LoopOrder, const Problem&, const Qkv&, Tiling, TrafficObserver*, int);
-template ForwardOut tiled_forward<float>(LoopOrder, const Problem&, const Qkv&, Tiling, TrafficObserver*, int);
-template Grads tiled_backward<double>(LoopOrder, const Problem&, const Qkv&, const ForwardOut&, const HostTensor&,
+template ForwardOut tiled_forward<double>(Algorithm, const Problem&, const Qkv&, Tiling, TrafficObserver*, int);
+template ForwardOut tiled_forward<float>(Algorithm, const Problem&, const Qkv&, Tiling, TrafficObserver*, int);
+template Grads tiled_backward<double>(Algorithm, const Problem&, const Qkv&, const ForwardOut&, const HostTensor&,
                                       Tiling, TrafficObserver*, int);
-template Grads tiled_backward<float>(LoopOrder, const Problem&, const Qkv&, const ForwardOut&, const HostTensor&,
+template Grads tiled_backward<float>(Algorithm, const Problem&, const Qkv&, const ForwardOut&, const HostTensor&,
                                      Tiling, TrafficObserver*, int);
 
 void count_traffic(Algorithm algorithm, Pass pass, const Problem& p, Tiling t, int bytes_per_element,

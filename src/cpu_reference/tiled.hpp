@@ -11,16 +11,17 @@
 
 namespace flashlab {
 
-enum class LoopOrder { FA1, FA2 };  // FA1: K/V block loop outer; FA2: Q block loop outer
+// The loop order is the algorithm: FA1 keeps the K/V block loop outer, FA2 the Q block loop (in the
+// forward pass; both keep K/V outer in the backward pass). Algorithm::Standard is an InputError here.
 
 // Tiled forward in T (double or float). The observer sees bytes of bytes_per_element per element
 // (the dtype a GPU would move, not T).
 template <class T>
-ForwardOut tiled_forward(LoopOrder, const Problem&, const Qkv&, Tiling, TrafficObserver* = nullptr,
+ForwardOut tiled_forward(Algorithm, const Problem&, const Qkv&, Tiling, TrafficObserver* = nullptr,
                          int bytes_per_element = 2);
 // Tiled backward: recomputes S and P from the saved LSE (FA2) or m, l (FA1); D = rowsum(dO * O).
 template <class T>
-Grads tiled_backward(LoopOrder, const Problem&, const Qkv&, const ForwardOut&, const HostTensor& dO, Tiling,
+Grads tiled_backward(Algorithm, const Problem&, const Qkv&, const ForwardOut&, const HostTensor& dO, Tiling,
                      TrafficObserver* = nullptr, int bytes_per_element = 2);
 
 // Count-only: the events of `algorithm`'s loop nest (Standard, FA1, FA2) for the problem, without
