@@ -106,8 +106,8 @@ TEST_CASE("traffic totals equal the closed forms of each loop nest (ragged block
   SUBCASE("FA1 forward: K and V read once; Q, O, l, m read Tc times; O, l, m written Tc times") {
     check_totals(count(Algorithm::FA1, Pass::Forward, p, t),
                  {{{TensorId::K, Kd}, {TensorId::V, Kd}, {TensorId::Q, Tc * Qd}, {TensorId::O, Tc * Qd},
-                   {TensorId::L, Tc * Nv}, {TensorId::M, Tc * Nv}},
-                  {{TensorId::O, Tc * Qd}, {TensorId::L, Tc * Nv}, {TensorId::M, Tc * Nv}}});
+                   {TensorId::l, Tc * Nv}, {TensorId::m, Tc * Nv}},
+                  {{TensorId::O, Tc * Qd}, {TensorId::l, Tc * Nv}, {TensorId::m, Tc * Nv}}});
   }
   SUBCASE("FA2 backward: D pass reads O, dO once; then K, V once, Q, dO, L, D, dQ Tc times; dQ written Tc times, "
           "dK, dV once") {
@@ -119,7 +119,7 @@ TEST_CASE("traffic totals equal the closed forms of each loop nest (ragged block
   SUBCASE("FA1 backward: K, V once; Q, O, dO, dQ, l, m Tc times; dQ written Tc times, dK, dV once") {
     check_totals(count(Algorithm::FA1, Pass::Backward, p, t),
                  {{{TensorId::K, Kd}, {TensorId::V, Kd}, {TensorId::Q, Tc * Qd}, {TensorId::O, Tc * Qd},
-                   {TensorId::dO, Tc * Qd}, {TensorId::dQ, Tc * Qd}, {TensorId::L, Tc * Nv}, {TensorId::M, Tc * Nv}},
+                   {TensorId::dO, Tc * Qd}, {TensorId::dQ, Tc * Qd}, {TensorId::l, Tc * Nv}, {TensorId::m, Tc * Nv}},
                   {{TensorId::dQ, Tc * Qd}, {TensorId::dK, Kd}, {TensorId::dV, Kd}}});
   }
   SUBCASE("standard forward: S and P each written once and read once; Q once, K and V Tr times, O once") {

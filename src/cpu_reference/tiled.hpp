@@ -19,7 +19,8 @@ namespace flashlab {
 template <class T>
 ForwardOut tiled_forward(Algorithm, const Problem&, const Qkv&, Tiling, TrafficObserver* = nullptr,
                          int bytes_per_element = 2);
-// Tiled backward: recomputes S and P from the saved LSE (FA2) or m, l (FA1); D = rowsum(dO * O).
+// Tiled backward: recomputes S and P from the saved statistics (FA2: the LSE L; FA1: m and l, whose
+// numbers it takes from L = m + log(l)) and D_i = rowsum(dO_i o O_i).
 template <class T>
 Grads tiled_backward(Algorithm, const Problem&, const Qkv&, const ForwardOut&, const HostTensor& dO, Tiling,
                      TrafficObserver* = nullptr, int bytes_per_element = 2);

@@ -24,7 +24,7 @@ template <class T>
 struct BackwardTiles {
   Mat<T> Qi, Kj, Vj, dOi, Oi, dQi, dKj, dVj;  // (Br or Bc, d)
   Mat<T> Pij, Pdrop, dPij;                     // (Br, Bc)
-  Col<T> Di;                                   // rowsum(dO o O) of the rows, (Br)
+  Col<T> D_i;                                  // rowsum(dO_i o O_i), (Br)
 };
 
 // One (batch, head) of a backward nest: its tensors "in HBM" and the tiles on chip.
@@ -110,7 +110,7 @@ void backward_step(BackwardHead<T>& hd, const Problem& p, const Blocks& bk, T ta
   t.dPij.noalias() = t.dOi * t.Vj.transpose();  // (Br, Bc)
   apply_dropout(t.dPij, p, b, h, r0, c0);
   // dS_ij = P_ij o (dP_ij - D_i), in place of dP_ij.
-  t.dPij = (t.Pij.array() * (t.dPij.array().colwise() - t.Di)).matrix();
+  t.dPij = (t.Pij.array() * (t.dPij.array().colwise() - t.D_i)).matrix();
   t.dQi.noalias() += tau * (t.dPij * t.Kj);               // (Br, d)
   t.dKj.noalias() += tau * (t.dPij.transpose() * t.Qi);   // (Bc, d)
   hd.dQh.middleRows(r0, ri) = t.dQi;
@@ -143,7 +143,7 @@ void fa1_backward_nest(const Problem& p, const Blocks& bk, const BackwardArgs& a
           const int r0 = bk.row0(i), ri = bk.rows(i), cj = kb.cj;
           const TileRef Q_i{TensorId::Q, i, 0, ri, d}, O_i{TensorId::O, i, 0, ri, d};
           const TileRef dO_i{TensorId::dO, i, 0, ri, d}, dQ_i{TensorId::dQ, i, 0, ri, d};
-          const TileRef l_i{TensorId::L, i, 0, ri, 1}, m_i{TensorId::M, i, 0, ri, 1}, D_i{TensorId::D, i, 0, ri, 1};
+          const TileRef l_i{TensorId::l, i, 0, ri, 1}, m_i{TensorId::m, i, 0, ri, 1}, D_i{TensorId::D, i, 0, ri, 1};
           const TileRef S_ij{TensorId::S, i, j, ri, cj}, P_ij{TensorId::P, i, j, ri, cj};
           const TileRef dP_ij{TensorId::dP, i, j, ri, cj}, dS_ij{TensorId::dS, i, j, ri, cj};
           tr.at(bh, i, j);
@@ -161,7 +161,7 @@ void fa1_backward_nest(const Problem& p, const Blocks& bk, const BackwardArgs& a
             t.Qi = hd.Qh.middleRows(r0, ri);
             t.Oi = hd.Oh.middleRows(r0, ri);
             t.dOi = hd.dOh.middleRows(r0, ri);
-            t.Di = (t.dOi.array() * t.Oi.array()).rowwise().sum();  // line 15
+            t.D_i = (t.dOi.array() * t.Oi.array()).rowwise().sum();  // line 15
             backward_step(hd, p, bk, tau, b, h, i, j);
           }
           tr.store(dQ_i, kDQ);
@@ -236,7 +236,7 @@ void fa2_backward_nest(const Problem& p, const Blocks& bk, const BackwardArgs& a
           if constexpr (kArith) {
             t.Qi = hd.Qh.middleRows(r0, ri);
             t.dOi = hd.dOh.middleRows(r0, ri);
-            t.Di = Dh.segment(r0, ri);
+            t.D_i = Dh.segment(r0, ri);
             backward_step(hd, p, bk, tau, b, h, i, j);
           }
           tr.store(dQ_i, kDQ);

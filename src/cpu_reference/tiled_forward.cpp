@@ -62,7 +62,7 @@ void fa1_forward_nest(const Problem& p, const Blocks& bk, const ForwardArgs& a, 
           if (skip_tile(p, bk, i, j)) continue;
           const int r0 = bk.row0(i), ri = bk.rows(i);
           const TileRef Q_i{TensorId::Q, i, 0, ri, d}, O_i{TensorId::O, i, 0, ri, d};
-          const TileRef l_i{TensorId::L, i, 0, ri, 1}, m_i{TensorId::M, i, 0, ri, 1};
+          const TileRef l_i{TensorId::l, i, 0, ri, 1}, m_i{TensorId::m, i, 0, ri, 1};
           const TileRef S_ij{TensorId::S, i, j, ri, cj}, P_ij{TensorId::P, i, j, ri, cj};
           tr.at(bh, i, j);
           tr.load(Q_i, kLoadQOStats);
@@ -142,7 +142,7 @@ void fa2_forward_nest(const Problem& p, const Blocks& bk, const ForwardArgs& a, 
       for (int i = 0; i < bk.Tr; ++i) {
         const int r0 = bk.row0(i), ri = bk.rows(i);
         const TileRef Q_i{TensorId::Q, i, 0, ri, d}, O_i{TensorId::O, i, 0, ri, d};
-        const TileRef m_i{TensorId::M, i, 0, ri, 1}, l_i{TensorId::L, i, 0, ri, 1}, L_i{TensorId::LSE, i, 0, ri, 1};
+        const TileRef m_i{TensorId::m, i, 0, ri, 1}, l_i{TensorId::l, i, 0, ri, 1}, L_i{TensorId::LSE, i, 0, ri, 1};
         tr.at(bh, i, -1);
         tr.load(Q_i, kLoadQ);
         tr.create(O_i, kInitOnChip);
