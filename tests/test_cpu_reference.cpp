@@ -1,5 +1,5 @@
 // src/cpu_reference, the numbers: tiled FA1 and FA2 (forward and backward) equal naive attention in
-// double for every shape and mode the issue lists; naive's gradients equal finite differences; the
+// double for every shape and mode below; naive's gradients equal finite differences; the
 // float variants pass the tolerance rule; dropout drops the same elements everywhere, at rate p;
 // fully masked rows give O = 0, LSE = -inf and zero gradients; bad input is an InputError.
 #include <doctest/doctest.h>
