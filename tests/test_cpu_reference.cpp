@@ -1,5 +1,5 @@
 // src/cpu_reference, the numbers: tiled FA1 and FA2 (forward and backward) equal naive attention in
-// double for every shape and mode the project supports; naive's gradients equal finite differences; the
+// double for every shape and mode below; naive's gradients equal finite differences; the
 // float variants pass the tolerance rule; dropout drops the same elements everywhere, at rate p;
 // fully masked rows give O = 0, LSE = -inf and zero gradients; bad input is an InputError.
 #include <doctest/doctest.h>
@@ -58,8 +58,8 @@ void check_tiled_equals_naive(const Problem& p, std::vector<Tiling> tilings = {{
   const ForwardOut ref = naive_forward<double>(p, in);
   const Grads gref = naive_backward<double>(p, in, ref, dO);
   for (const Tiling t : tilings)
-    for (const LoopOrder order : {LoopOrder::FA1, LoopOrder::FA2}) {
-      const std::string what = describe(p, order == LoopOrder::FA1 ? "fa1" : "fa2") + " Br=" + std::to_string(t.Br) +
+    for (const Algorithm order : {Algorithm::FA1, Algorithm::FA2}) {
+      const std::string what = describe(p, to_string(order)) + " Br=" + std::to_string(t.Br) +
                                " Bc=" + std::to_string(t.Bc);
       const ForwardOut out = tiled_forward<double>(order, p, in, t);
       check_within_rule(out.o, ref.o, DType::F64, Quantity::Forward, what + " O");
@@ -174,10 +174,10 @@ TEST_CASE("bottom-right causal with seq_q > seq_k: rows that see no key give O =
     Grads g = naive_backward<double>(p, in, f, dO);
     runs.push_back({"naive", f, g});
   }
-  for (const LoopOrder order : {LoopOrder::FA1, LoopOrder::FA2}) {
+  for (const Algorithm order : {Algorithm::FA1, Algorithm::FA2}) {
     ForwardOut f = tiled_forward<double>(order, p, in, Tiling{.Br = 8, .Bc = 4});
     Grads g = tiled_backward<double>(order, p, in, f, dO, Tiling{.Br = 8, .Bc = 4});
-    runs.push_back({order == LoopOrder::FA1 ? "fa1" : "fa2", f, g});
+    runs.push_back({to_string(order), f, g});
   }
   for (const Run& r : runs) {
     CAPTURE(r.name);
@@ -461,19 +461,22 @@ TEST_CASE("bad input is an InputError with one sentence") {
       CHECK_THROWS_AS(find_variant(name).forward(p, DType::F16, in, nullptr), InputError);
   }
   SUBCASE("non-positive block sizes") {
-    CHECK_THROWS_AS(tiled_forward<double>(LoopOrder::FA2, p, in, Tiling{.Br = 0, .Bc = 16}), InputError);
-    CHECK_THROWS_AS(tiled_forward<double>(LoopOrder::FA1, p, in, Tiling{.Br = 16, .Bc = -1}), InputError);
+    CHECK_THROWS_AS(tiled_forward<double>(Algorithm::FA2, p, in, Tiling{.Br = 0, .Bc = 16}), InputError);
+    CHECK_THROWS_AS(tiled_forward<double>(Algorithm::FA1, p, in, Tiling{.Br = 16, .Bc = -1}), InputError);
+  }
+  SUBCASE("standard attention has no tiled nest") {
+    CHECK_THROWS_AS(tiled_forward<double>(Algorithm::Standard, p, in, Tiling{.Br = 8, .Bc = 8}), InputError);
+    CHECK_THROWS_AS(tiled_backward<double>(Algorithm::Standard, p, in, naive_forward<double>(p, in), in.q, Tiling{.Br = 8, .Bc = 8}),
+                    InputError);
   }
   SUBCASE("mismatched shapes") {
     Qkv wrong = in;
     wrong.k = HostTensor({1, 15, 2, 8});
-    CHECK_THROWS_AS(tiled_forward<double>(LoopOrder::FA2, p, wrong, Tiling{.Br = 8, .Bc = 8}), InputError);
+    CHECK_THROWS_AS(tiled_forward<double>(Algorithm::FA2, p, wrong, Tiling{.Br = 8, .Bc = 8}), InputError);
     CHECK_THROWS_AS(naive_forward<double>(p, wrong), InputError);
     const ForwardOut f = naive_forward<double>(p, in);
-    CHECK_THROWS_AS(
-        tiled_backward<double>(LoopOrder::FA2, p, in, f, HostTensor({1, 16, 2, 4}), Tiling{.Br = 8, .Bc = 8}),
-        InputError);
-    CHECK_THROWS_AS(tiled_backward<double>(LoopOrder::FA1, p, in, ForwardOut{}, in.q, Tiling{.Br = 8, .Bc = 8}),
+    CHECK_THROWS_AS(tiled_backward<double>(Algorithm::FA2, p, in, f, HostTensor({1, 16, 2, 4}), Tiling{.Br = 8, .Bc = 8}),
                     InputError);
+    CHECK_THROWS_AS(tiled_backward<double>(Algorithm::FA1, p, in, ForwardOut{}, in.q, Tiling{.Br = 8, .Bc = 8}), InputError);
   }
 }

@@ -245,7 +245,7 @@ std::string diagnose_tiled(const Problem& p, const Qkv& in, int Br, int Bc) {
   const lesson::TiledResult yours = lesson::tiled_attention(in.q.data, in.k.data, in.v.data, s.seq_q, s.seq_k,
                                                             s.head_dim, p.softmax_scale(), Br, Bc);
   const ForwardOut naive = naive_forward<double>(p, in);
-  const ForwardOut tiled = tiled_forward<double>(LoopOrder::FA2, p, in, Tiling{.Br = Br, .Bc = Bc});
+  const ForwardOut tiled = tiled_forward<double>(Algorithm::FA2, p, in, Tiling{.Br = Br, .Bc = Bc});
   std::ostringstream why;
   if (yours.O.size() != naive.o.data.size() || yours.lse.size() != naive.lse.data.size()) {
     why << "your tiled_attention returned O of " << yours.O.size() << " and lse of " << yours.lse.size()

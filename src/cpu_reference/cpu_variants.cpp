@@ -37,20 +37,18 @@ void check_naive_fits(const Problem& p, DType dtype, bool backward) {
                      " bytes of memory are available; use cpu-fa2, whose extra memory is O(seq_q)");
 }
 
-LoopOrder order_of(Algorithm a) { return a == Algorithm::FA1 ? LoopOrder::FA1 : LoopOrder::FA2; }
-
 ForwardOut tiled_variant_forward(Algorithm a, const Problem& p, DType dtype, const Qkv& in,
                                  TrafficObserver* obs) {
   const Tiling t = cpu_variant_tiling(p.shape.head_dim);
-  return dtype == DType::F64 ? tiled_forward<double>(order_of(a), p, in, t, obs, dtype_bytes(dtype))
-                             : tiled_forward<float>(order_of(a), p, in, t, obs, dtype_bytes(dtype));
+  return dtype == DType::F64 ? tiled_forward<double>(a, p, in, t, obs, dtype_bytes(dtype))
+                             : tiled_forward<float>(a, p, in, t, obs, dtype_bytes(dtype));
 }
 
 Grads tiled_variant_backward(Algorithm a, const Problem& p, DType dtype, const Qkv& in,
                              const ForwardOut& fwd, const HostTensor& dO) {
   const Tiling t = cpu_variant_tiling(p.shape.head_dim);
-  return dtype == DType::F64 ? tiled_backward<double>(order_of(a), p, in, fwd, dO, t, nullptr, dtype_bytes(dtype))
-                             : tiled_backward<float>(order_of(a), p, in, fwd, dO, t, nullptr, dtype_bytes(dtype));
+  return dtype == DType::F64 ? tiled_backward<double>(a, p, in, fwd, dO, t, nullptr, dtype_bytes(dtype))
+                             : tiled_backward<float>(a, p, in, fwd, dO, t, nullptr, dtype_bytes(dtype));
 }
 
 }  // namespace
