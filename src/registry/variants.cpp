@@ -111,12 +111,12 @@ BenchResult Variant::bench(const Problem& p, DType dtype, const BenchSettings& s
   return bench_fn(p, dtype, settings);
 }
 
-const Variant& find_variant(const std::string& name) {
+const Variant& find_variant(std::string_view name) {
   for (const Variant& v : variants())
     if (v.name == name) return v;
   std::string known;
   for (const Variant& v : variants()) known += (known.empty() ? "" : ", ") + v.name;
-  throw InputError("unknown variant '" + name + "': known variants are " + known);
+  throw InputError("unknown variant '" + std::string(name) + "': known variants are " + known);
 }
 
 void check_supported(const Variant& v, const Problem& p, DType dtype, bool backward) {

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/bench.hpp"
@@ -65,8 +66,9 @@ struct Variant {
 };
 
 const std::vector<Variant>& variants();
-// Throws InputError listing the known names when `name` is not one.
-const Variant& find_variant(const std::string& name);
+// Throws InputError listing the known names when `name` is not one. (A string_view, not a const
+// std::string&: a reference to a temporary name would make GCC 13 warn about the returned reference.)
+const Variant& find_variant(std::string_view name);
 
 // Throws InputError (one sentence) unless the variant can run this problem in this dtype:
 // head dim, dtype, causal, dropout, GQA, backward, availability.
