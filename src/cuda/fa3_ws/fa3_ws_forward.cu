@@ -741,7 +741,9 @@ int block_cols(int head_dim) {
 
 void launch_forward(DType dtype, const Params& p, cudaStream_t stream, LadderStep step) {
   if (dtype != DType::F16 && dtype != DType::BF16) throw std::invalid_argument("cuda-fa3-ws takes f16 or bf16 inputs.");
-  dispatch_head_dim(p.head_dim, [] <int D>() {});  // reject an unsupported head dim before touching the GPU
+  int checked_dim = 0;
+  dispatch_head_dim(p.head_dim, [&]<int D>() { checked_dim = D; });  // reject an unsupported head dim before touching the GPU
+  (void)checked_dim;
   require_hopper();
   if (p.seq_q == 0 || p.batch == 0 || p.heads_q == 0) return;
   dispatch_head_dim(p.head_dim, [&]<int D>() {

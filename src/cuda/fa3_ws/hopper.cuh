@@ -177,10 +177,13 @@ __device__ __forceinline__ void mbar_arrive(std::uint64_t* bar) { (void)ptx::mba
 // harness), a wait that never completes prints which barrier and traps instead of hanging the GPU.
 __device__ __forceinline__ void mbar_wait(std::uint64_t* bar, std::uint32_t parity) {
 #ifdef FLASHLAB_FA3_WAIT_TIMEOUT
-  constexpr long long kSpinLimit = 1ll << 26;
-  long long spins = 0;
+  constexpr std::uint64_t kTimeoutNs = 4000000000ull;  // 4 s: far beyond any wait of a healthy pipeline
+  std::uint64_t start = 0;
   while (!ptx::mbarrier_try_wait_parity(bar, parity)) {
-    if (++spins == kSpinLimit) {
+    std::uint64_t now;
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(now));
+    if (start == 0) start = now;
+    if (now - start > kTimeoutNs) {
       printf("cuda-fa3-ws: mbarrier wait timed out: block %d thread %d barrier smem+0x%x parity %u\n",
              static_cast<int>(blockIdx.x), static_cast<int>(threadIdx.x),
              static_cast<unsigned>(__cvta_generic_to_shared(bar)), parity);
