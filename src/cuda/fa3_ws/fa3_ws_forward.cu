@@ -103,6 +103,23 @@ struct KernelConfig : StepConfig<kStep>, HeadConfig<D> {
   using Smem = SmemLayout<D, Step::kBr>;
 };
 
+// The value of x, which the compiler cannot see through (keeps loop-invariant math inside a loop).
+template <class X>
+__device__ __forceinline__ X opaque(X x) {
+  if constexpr (sizeof(X) == 8) {
+    std::uint64_t u;
+    memcpy(&u, &x, 8);
+    asm volatile("mov.b64 %0, %0;\n" : "+l"(u));
+    memcpy(&x, &u, 8);
+  } else {
+    std::uint32_t u;
+    memcpy(&u, &x, 4);
+    asm volatile("mov.b32 %0, %0;\n" : "+r"(u));
+    memcpy(&x, &u, 4);
+  }
+  return x;
+}
+
 __device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx: exp2(-inf) = +0
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
@@ -302,7 +319,7 @@ struct Consumer {
   static constexpr int kKSteps = kBc / 16;  // k-steps of P_ij V_j
 
   const Params& p;
-  const Loader<Cfg>& loader;  // used by ladder step 1 only (no producer warpgroup)
+  const Loader<Cfg>* loader;  // used by ladder step 1 only (no producer warpgroup)
   unsigned char* smem;
   std::uint64_t* bars;
   int c;    // consumer index: rows 64 c .. 64 c + 63 of the tile
@@ -377,19 +394,31 @@ struct Consumer {
     }
     sm.online_softmax(s, p.scale_log2, corr);
     // Dropout acts on P_ij after its row sum (l_i normalizes the undropped softmax): keep / (1 - p).
+    // The keep bits are drawn first, one Philox call at a time in a rolled loop (bit 2 i + e of
+    // keep[hf] is column col0 + 8 i + 2 t + e), then applied with constant shifts: unrolled, the
+    // calls' temporaries were live at once and spilled beside S_ij, O_i and P_ij (ptxas -v).
     if constexpr (kDropout) {
+      std::uint32_t keep[2] = {0u, 0u};
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const int row = row_of(tile, hf);
-#pragma unroll
+#pragma unroll 1
         for (int i = 0; i < kNS / 4; ++i) {
           // Columns col0 + 8 i + 2 t + {0, 1} are draws 2 (t % 2) + {0, 1} of group (col0 + 8 i + 2 t) / 4.
           const Philox4 r = dropout_draws4(p.seed, tile.b, tile.h, row, (col0 + 8 * i + 2 * t) >> 2);
           const std::uint32_t u0 = (t & 1) ? r.x[2] : r.x[0], u1 = (t & 1) ? r.x[3] : r.x[1];
-          s[4 * i + 2 * hf] *= u0 >= p.drop_threshold ? p.drop_rescale : 0.f;
-          s[4 * i + 2 * hf + 1] *= u1 >= p.drop_threshold ? p.drop_rescale : 0.f;
+          keep[hf] |= (static_cast<std::uint32_t>(u0 >= p.drop_threshold) | (static_cast<std::uint32_t>(u1 >= p.drop_threshold) << 1))
+                      << (2 * i);
         }
       }
+      static_assert(kNS / 2 <= 32, "two keep bits per n-tile fit one word per row");
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+        for (int i = 0; i < kNS / 4; ++i) {
+          s[4 * i + 2 * hf] *= (keep[hf] >> (2 * i)) & 1u ? p.drop_rescale : 0.f;
+          s[4 * i + 2 * hf + 1] *= (keep[hf] >> (2 * i + 1)) & 1u ? p.drop_rescale : 0.f;
+        }
     }
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
@@ -429,7 +458,7 @@ struct Consumer {
     softmax_block(s, tile, 0, sm, corr, pf);  // O_i is still 0: no rescale
 
     for (int j = 1; j < n; ++j) {
-      if (issues_loads() && j + kStages - 1 < n) loader.template load_kv<true>(tile, j + kStages - 1, kv_iter + j + kStages - 1);
+      if (issues_loads() && j + kStages - 1 < n) loader->template load_kv<true>(tile, j + kStages - 1, kv_iter + j + kStages - 1);
       wait_full(Smem::kKFull + stage_of(j), phase_of(j));
       wait_full(Smem::kVFull + stage_of(j - 1), phase_of(j - 1));
       turn_wait();
@@ -459,7 +488,7 @@ struct Consumer {
         reg_fence(pf);  // P_{i,j-1} stays in its registers until its GEMM is done
         TL::record(p, wg, TimelineEvent::WgmmaWaited, t0);
         release(Smem::kVEmpty + stage_of(j - 1));
-        if (issues_loads() && j + kStages - 1 < n) loader.template load_kv<false>(tile, j + kStages - 1, kv_iter + j + kStages - 1);
+        if (issues_loads() && j + kStages - 1 < n) loader->template load_kv<false>(tile, j + kStages - 1, kv_iter + j + kStages - 1);
         OnlineSoftmax<kBc>::rescale(o, corr);
 #pragma unroll
         for (int ks = 0; ks < kKSteps; ++ks)
@@ -474,7 +503,7 @@ struct Consumer {
         TL::record(p, wg, TimelineEvent::WgmmaWaited, t0);
         release(Smem::kKEmpty + stage_of(j));
         release(Smem::kVEmpty + stage_of(j - 1));
-        if (issues_loads() && j + kStages - 1 < n) loader.template load_kv<false>(tile, j + kStages - 1, kv_iter + j + kStages - 1);
+        if (issues_loads() && j + kStages - 1 < n) loader->template load_kv<false>(tile, j + kStages - 1, kv_iter + j + kStages - 1);
         softmax_block(s, tile, j, sm, corr, pf);
         OnlineSoftmax<kBc>::rescale(o, corr);
       }
@@ -543,10 +572,10 @@ struct Consumer {
     for (int ti = sched.first(); ti < sched.total; ti = sched.next(ti), ++tile_iter) {
       const Tile tile = make_tile<kBr, kBc>(p, ti);
       if (issues_loads()) {  // ladder step 1: this warpgroup is its own producer
-        loader.load_q(tile, tile_iter);
+        loader->load_q(tile, tile_iter);
         for (int j = 0; j < kStages && j < tile.n_blocks; ++j) {
-          loader.template load_kv<true>(tile, j, kv_iter + j);
-          loader.template load_kv<false>(tile, j, kv_iter + j);
+          loader->template load_kv<true>(tile, j, kv_iter + j);
+          loader->template load_kv<false>(tile, j, kv_iter + j);
         }
       }
       float o[kNO];  // O_i  // (64, d) per consumer, unnormalized
@@ -555,9 +584,22 @@ struct Consumer {
       OnlineSoftmax<kBc> sm;
       sm.init();
       wait_full(Smem::kQFull, tile_iter & 1);  // also when n = 0: O_i goes out through Q_i's space
-      if (tile.n_blocks > 0) mainloop(tile, kv_iter, o, sm);
+      // Persistent loop: the per-thread shared-memory addresses and fragment coordinates are the same for
+      // every tile, and hoisted out of the loop they stayed live across it (64 epilogue offsets, the
+      // descriptors) and spilled 68 bytes at d = 128. Passing them through an opaque move per tile keeps
+      // them where they are used (d = 128: no spill; d = 256 still spills ~200 bytes: see the notes).
+      Consumer self = *this;
+      if constexpr (Cfg::kPersistent) {
+        self.smem = opaque(smem);
+        self.bars = opaque(bars);
+        self.warp = opaque(warp);
+        self.g = opaque(g);
+        self.t = opaque(t);
+        self.c = opaque(c);
+      }
+      if (tile.n_blocks > 0) self.mainloop(tile, kv_iter, o, sm);
       kv_iter += tile.n_blocks;
-      epilogue(tile, o, sm);
+      self.epilogue(tile, o, sm);
     }
   }
 };
@@ -611,11 +653,11 @@ __global__ void __launch_bounds__(StepConfig<kStep>::kThreads, 1)
     } else {
       // ---- consumers
       setmaxnreg_inc<kConsumerRegs>();
-      const Consumer<T, D, kStep, kDropout, kTimeline> consumer{p, loader, smem, bars, wg - 1, wg, tid, tid / 32, lane / 4, lane % 4};
+      const Consumer<T, D, kStep, kDropout, kTimeline> consumer{p, &loader, smem, bars, wg - 1, wg, tid, tid / 32, lane / 4, lane % 4};
       consumer.run(sched);
     }
   } else {
-    const Consumer<T, D, kStep, kDropout, kTimeline> consumer{p, loader, smem, bars, 0, wg, tid, tid / 32, lane / 4, lane % 4};
+    const Consumer<T, D, kStep, kDropout, kTimeline> consumer{p, &loader, smem, bars, 0, wg, tid, tid / 32, lane / 4, lane % 4};
     consumer.run(sched);
   }
 }
