@@ -5,7 +5,7 @@
 //  --check  : every ladder step x head dim x dtype x case vs a CPU double reference, with the
 //             FlashAttention rule max|O - O_ref| <= 2 max|O_lowp - O_ref| + 1e-5 and |LSE - LSE_ref| <= 1e-3.
 //  --bench  : TFLOP/s per ladder step, bf16, B N = 16384 tokens, H d = 2048.
-// Default: --probes --check. Options: --steps 1,2,.. --dims 64,.. --seed N --log FILE. Exit 1 on any FAIL.
+// Default: --probes --check. Options: --steps 1,2,.. --dims 64,.. --ns 4096,.. (bench N) --seed N --log FILE. Exit 1 on any FAIL.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -581,7 +581,7 @@ __global__ void fill_random_kernel(std::uint16_t* x, std::size_t n, std::uint32_
   }
 }
 
-void run_bench(const std::vector<int>& steps, const std::vector<int>& dims) {
+void run_bench(const std::vector<int>& steps, const std::vector<int>& dims, const std::vector<int>& ns) {
   constexpr int kTokens = 16384, kHidden = 2048, kWarm = 5, kIters = 20;
   const std::size_t n = std::size_t(kTokens) * kHidden;
   auto* dq = dev_alloc<std::uint16_t>(n);
@@ -602,7 +602,7 @@ void run_bench(const std::vector<int>& steps, const std::vector<int>& dims) {
   SAY("\n");
   for (int D : dims)
     for (bool causal : {false, true})
-      for (int N : {512, 1024, 2048, 4096, 8192, 16384}) {
+      for (int N : ns) {
         Params p;
         p.q = dq;
         p.k = dk;
@@ -657,7 +657,8 @@ std::vector<int> parse_list(const char* s) {
 
 int main(int argc, char** argv) {
   bool probes = false, check = false, bench = false;
-  std::vector<int> steps = {1, 2, 3, 4, 5}, dims(std::begin(kHeadDims), std::end(kHeadDims));
+  std::vector<int> steps = {1, 2, 3, 4, 5}, dims(std::begin(kHeadDims), std::end(kHeadDims)),
+                   ns = {512, 1024, 2048, 4096, 8192, 16384};
   std::uint64_t seed = std::random_device{}();
   const char* log_path = nullptr;
   for (int i = 1; i < argc; ++i) {
@@ -667,10 +668,11 @@ int main(int argc, char** argv) {
     else if (a == "--bench") bench = true;
     else if (a == "--steps" && i + 1 < argc) steps = parse_list(argv[++i]);
     else if (a == "--dims" && i + 1 < argc) dims = parse_list(argv[++i]);
+    else if (a == "--ns" && i + 1 < argc) ns = parse_list(argv[++i]);
     else if (a == "--seed" && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--log" && i + 1 < argc) log_path = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--probes] [--check] [--bench] [--steps 1,2,..] [--dims 64,..] [--seed N] [--log FILE]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--probes] [--check] [--bench] [--steps 1,2,..] [--dims 64,..] [--ns 4096,..] [--seed N] [--log FILE]\n", argv[0]);
       return 2;
     }
   }
@@ -688,7 +690,7 @@ int main(int argc, char** argv) {
     summary.push_back(std::string("probes: ") + (f ? std::to_string(f) + " FAIL" : "all PASS"));
   }
   if (check) fails += run_checks(steps, dims, seed, summary);
-  if (bench) run_bench(steps, dims);
+  if (bench) run_bench(steps, dims, ns);
   SAY("---- summary (pass/total per ladder step; %zu cases each) ----\n", std::size(kCases));
   for (const auto& s : summary) SAY("%s\n", s.c_str());
   SAY("%s\n", fails ? "RESULT: FAIL" : "RESULT: PASS");

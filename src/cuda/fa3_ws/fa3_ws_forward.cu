@@ -356,14 +356,16 @@ struct Consumer {
 
   // S_ij = Q_i K_j^T  // (64, Bc) per consumer; both operands K-major in shared memory.
   __device__ void issue_s(float (&s)[kNS], int stage) const {
-    const std::uint32_t qa = q_addr(), ka = k_addr(stage);
+    // Opaque bases: the 2 D / 16 descriptors are recomputed at each issue instead of being hoisted out of
+    // the K/V loop and held live (d = 256 step 5: 232 -> 136 bytes spilled; with tid opaque too: 0).
+    const std::uint32_t qa = opaque(q_addr()), ka = opaque(k_addr(stage));
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
       wgmma_ss<T, kBc>(s, desc_k_major(qa, kBr, kk), desc_k_major(ka, kBc, kk), kk > 0 ? 1 : 0);
   }
   // O_i += P_ij V_j  // (64, d) += (64, Bc) (Bc, d); P_ij from registers, V_j MN-major in shared memory.
   __device__ void issue_pv(float (&o)[kNO], const std::uint32_t (&pf)[kKSteps][4], int stage) const {
-    const std::uint32_t va = v_addr(stage);
+    const std::uint32_t va = opaque(v_addr(stage));
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) wgmma_rs<T, D>(o, pf[ks], desc_mn_major(va, kBc, ks), 1);
   }
@@ -374,8 +376,7 @@ struct Consumer {
   // Mask (only tiles crossing the diagonal or the end of the keys), online softmax, dropout, and P_ij
   // packed as the A fragments of the next GEMM: k-step ks is S columns 16 ks .. 16 ks + 15, i.e.
   // accumulator n-tiles 2 ks and 2 ks + 1, which is exactly m16n8k16's A layout per warp.
-  __device__ void softmax_block(float (&s)[kNS], const Tile& tile, int j, OnlineSoftmax<kBc>& sm, float (&corr)[2],
-                                std::uint32_t (&pf)[kKSteps][4]) const {
+  __device__ void softmax_block(float (&s)[kNS], const Tile& tile, int j, OnlineSoftmax<kBc>& sm, float (&corr)[2]) const {
     const std::uint64_t t0 = TL::now();
     const int col0 = j * kBc;
     const float mask_val = p.scale_log2 >= 0.f ? -INFINITY : INFINITY;
@@ -420,6 +421,14 @@ struct Consumer {
           s[4 * i + 2 * hf + 1] *= (keep[hf] >> (2 * i + 1)) & 1u ? p.drop_rescale : 0.f;
         }
     }
+    TL::record(p, wg, TimelineEvent::Softmax, t0);
+  }
+  // P_ij (fp32, in S_ij's registers) -> the A fragments of P_ij V_j. Under intra-warpgroup overlap this
+  // runs only after the previous P V has been waited: packed while that GEMM was in flight (into a second
+  // array copied over at the loop's end), ptxas coalesced the copy away, so the packing defined the
+  // running wgmma's A registers and ptxas serialized every wgmma of the kernel (C7513). An empty asm
+  // "use" after the wait does not prevent that: it emits no PTX, so ptxas never sees it.
+  __device__ static void pack_p(const float (&s)[kNS], std::uint32_t (&pf)[kKSteps][4]) {
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
       pf[ks][0] = pack2<T>(s[8 * ks + 0], s[8 * ks + 1]);
@@ -427,7 +436,6 @@ struct Consumer {
       pf[ks][2] = pack2<T>(s[8 * ks + 4], s[8 * ks + 5]);
       pf[ks][3] = pack2<T>(s[8 * ks + 6], s[8 * ks + 7]);
     }
-    TL::record(p, wg, TimelineEvent::Softmax, t0);
   }
 
   // The K/V loop of one tile: block 0's S first, then per block j >= 1 S_ij and P_{i,j-1} V_{j-1}
@@ -436,7 +444,9 @@ struct Consumer {
     const int n = tile.n_blocks;
     auto stage_of = [&](int j) { return static_cast<int>((kv_iter + j) % kStages); };
     auto phase_of = [&](int j) { return ((kv_iter + j) / kStages) & 1u; };
-    float s[kNS];                   // S_ij  // (64, Bc)
+    // S_ij is declared afresh per block (never carried around the loop): carried, NVVM gave the masked /
+    // exponentiated values the S accumulator's own PTX registers, written while P V was still in flight,
+    // and ptxas serialized every wgmma of the kernel (C7513). Its first k-step overwrites (scale_d = 0).
     std::uint32_t pf[kKSteps][4];   // P_ij as A fragments  // (64, Bc) in T
     float corr[2];
 
@@ -444,7 +454,7 @@ struct Consumer {
     wait_full(Smem::kKFull + stage_of(0), phase_of(0));
     turn_wait();
     std::uint64_t t0 = TL::now();
-    reg_fence(s);
+    float s[kNS];  // S_i0  // (64, Bc)
     wgmma_fence();
     issue_s(s, stage_of(0));
     wgmma_commit_group();
@@ -455,7 +465,8 @@ struct Consumer {
     reg_fence(s);
     TL::record(p, wg, TimelineEvent::WgmmaWaited, t0);
     release(Smem::kKEmpty + stage_of(0));
-    softmax_block(s, tile, 0, sm, corr, pf);  // O_i is still 0: no rescale
+    softmax_block(s, tile, 0, sm, corr);  // O_i is still 0: no rescale
+    pack_p(s, pf);
 
     for (int j = 1; j < n; ++j) {
       if (issues_loads() && j + kStages - 1 < n) loader->template load_kv<true>(tile, j + kStages - 1, kv_iter + j + kStages - 1);
@@ -463,7 +474,7 @@ struct Consumer {
       wait_full(Smem::kVFull + stage_of(j - 1), phase_of(j - 1));
       turn_wait();
       t0 = TL::now();
-      reg_fence(s);
+      float s[kNS];  // S_ij  // (64, Bc)
       reg_fence(o);
       reg_fence(pf);
       wgmma_fence();
@@ -474,26 +485,22 @@ struct Consumer {
       TL::record(p, wg, TimelineEvent::WgmmaIssued, t0);
       turn_pass();
       if constexpr (Cfg::kIntraOverlap) {
-        // S_ij has landed; P_{i,j-1} V_{j-1} may still run while the softmax of block j does.
+        // S_ij has landed; P_{i,j-1} V_{j-1} may still run while the softmax of block j does (in place,
+        // fp32); P_ij is packed only once that GEMM is done (pack_p says why).
         t0 = TL::now();
         wgmma_wait_group<1>();
         reg_fence(s);
         TL::record(p, wg, TimelineEvent::WgmmaWaited, t0);
         release(Smem::kKEmpty + stage_of(j));
-        std::uint32_t pf_next[kKSteps][4];
-        softmax_block(s, tile, j, sm, corr, pf_next);
+        softmax_block(s, tile, j, sm, corr);
         t0 = TL::now();
         wgmma_wait_group<0>();
         reg_fence(o);
-        reg_fence(pf);  // P_{i,j-1} stays in its registers until its GEMM is done
         TL::record(p, wg, TimelineEvent::WgmmaWaited, t0);
         release(Smem::kVEmpty + stage_of(j - 1));
         if (issues_loads() && j + kStages - 1 < n) loader->template load_kv<false>(tile, j + kStages - 1, kv_iter + j + kStages - 1);
+        pack_p(s, pf);
         OnlineSoftmax<kBc>::rescale(o, corr);
-#pragma unroll
-        for (int ks = 0; ks < kKSteps; ++ks)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) pf[ks][e] = pf_next[ks][e];
       } else {
         t0 = TL::now();
         wgmma_wait_group<0>();
@@ -504,7 +511,8 @@ struct Consumer {
         release(Smem::kKEmpty + stage_of(j));
         release(Smem::kVEmpty + stage_of(j - 1));
         if (issues_loads() && j + kStages - 1 < n) loader->template load_kv<false>(tile, j + kStages - 1, kv_iter + j + kStages - 1);
-        softmax_block(s, tile, j, sm, corr, pf);
+        softmax_block(s, tile, j, sm, corr);
+        pack_p(s, pf);
         OnlineSoftmax<kBc>::rescale(o, corr);
       }
     }
@@ -587,7 +595,7 @@ struct Consumer {
       // Persistent loop: the per-thread shared-memory addresses and fragment coordinates are the same for
       // every tile, and hoisted out of the loop they stayed live across it (64 epilogue offsets, the
       // descriptors) and spilled 68 bytes at d = 128. Passing them through an opaque move per tile keeps
-      // them where they are used (d = 128: no spill; d = 256 still spills ~200 bytes: see the notes).
+      // them where they are used (d = 128: no spill; d = 256: tid too, with the opaque descriptor bases: no spill).
       Consumer self = *this;
       if constexpr (Cfg::kPersistent) {
         self.smem = opaque(smem);
@@ -596,6 +604,7 @@ struct Consumer {
         self.g = opaque(g);
         self.t = opaque(t);
         self.c = opaque(c);
+        self.tid = opaque(tid);
       }
       if (tile.n_blocks > 0) self.mainloop(tile, kv_iter, o, sm);
       kv_iter += tile.n_blocks;
@@ -662,6 +671,7 @@ __global__ void __launch_bounds__(StepConfig<kStep>::kThreads, 1)
   }
 }
 
+#ifndef FLASHLAB_FA3_NO_LAUNCHER  // tools/fa3_harness/one_kernel.sh compiles one kernel without it
 // ---- host launcher -----------------------------------------------------------------------------------------------
 
 void check_cuda(cudaError_t e, const char* what) {
@@ -749,7 +759,9 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
   check_cuda(cudaGetLastError(), "the kernel launch");
 }
 
+#endif  // FLASHLAB_FA3_NO_LAUNCHER
 }  // namespace
+#ifndef FLASHLAB_FA3_NO_LAUNCHER
 
 // TMA needs a 16-byte aligned base and 16-byte multiple strides: a row of one head is d * 2 bytes (128,
 // 256 or 512 for d in {64, 128, 256}), so the S and B strides (H d 2, S H d 2) are multiples of 16 too.
@@ -800,4 +812,5 @@ void launch_forward(DType dtype, const Params& p, cudaStream_t stream, LadderSte
   });
 }
 
+#endif  // FLASHLAB_FA3_NO_LAUNCHER
 }  // namespace flashlab::cuda::fa3ws
