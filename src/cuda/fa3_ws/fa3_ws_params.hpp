@@ -1,0 +1,85 @@
+#pragma once
+// What the host side of cuda-fa3-ws hands to its kernel (fa3_ws_forward.cu): raw device pointers in
+// layout (B, S, H, D), the problem's extents and derived constants (as cuda-fa2's Params), the TMA
+// descriptors, the ablation-ladder step, and the optional timeline buffer.
+#include <cuda.h>  // CUtensorMap (the type only: the encoder is fetched at run time, no libcuda link)
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/problem.hpp"
+
+namespace flashlab::cuda::fa3ws {
+
+// One event of the optional timeline (FLASHLAB_FA3_TIMELINE builds): %globaltimer stamps in ns.
+enum class TimelineEvent : std::uint32_t {
+  TmaIssued,     // producer: a K/V (or Q) copy issued; t_begin = wait for the empty stage began
+  TmaLanded,     // consumer: the wait for a full stage, begin to end
+  WgmmaIssued,   // consumer: S = Q K^T and / or O += P V issued (inside the ping-pong turn)
+  WgmmaWaited,   // consumer: wgmma.wait_group, begin to end
+  Softmax,       // consumer: mask + online softmax, begin to end
+  BarrierWait,   // consumer: waiting for the ping-pong turn, begin to end
+  Epilogue,      // consumer: O, LSE written
+};
+struct TimelineRecord {
+  std::uint32_t block, warpgroup, kind;  // kind: TimelineEvent
+  std::uint32_t pad;
+  std::uint64_t t_begin, t_end;
+};
+// Blocks (blockIdx.x < this) that record, when the timeline is compiled in.
+inline constexpr int kTimelineBlocks = 4;
+
+struct Params {
+  const void* q = nullptr;  // (B, S_q, H_q, D)
+  const void* k = nullptr;  // (B, S_k, H_kv, D)
+  const void* v = nullptr;  // (B, S_k, H_kv, D)
+  void* o = nullptr;        // (B, S_q, H_q, D)
+  float* lse = nullptr;     // (B, H_q, S_q), natural log
+  int batch = 0, heads_q = 0, heads_kv = 0, seq_q = 0, seq_k = 0, head_dim = 0;
+  CausalAlign align = CausalAlign::None;
+  float scale = 0;       // softmax scale
+  float scale_log2 = 0;  // scale * log2(e): exp(scale * s) = exp2(scale_log2 * s)
+  bool dropout = false;
+  std::uint32_t drop_threshold = 0;  // core/philox.hpp dropout_threshold(p)
+  float drop_rescale = 1;            // 1 / (1 - p)
+  std::uint64_t seed = 0;
+  // Timeline (only read by FLASHLAB_FA3_TIMELINE builds): records and an atomic record counter.
+  TimelineRecord* timeline = nullptr;
+  unsigned* timeline_count = nullptr;
+  int timeline_capacity = 0;
+};
+
+// The TMA descriptors of Q, K and V: 4-D (D, H, S, B) views with 128B swizzle, boxes of
+// (64 columns, 1 head, rows, 1 batch). Passed to the kernel as a __grid_constant__ parameter.
+struct TmaMaps {
+  CUtensorMap q, k, v;
+};
+
+// The ablation ladder: each step adds one scheduling idea to the one before (flashlab bench runs them
+// one at a time; the shipped kernel is step 5).
+enum class LadderStep : int {
+  OneWarpgroup = 1,     // one warpgroup, 64 query rows; it issues its own TMA; TMA + wgmma
+  WarpSpecialized = 2,  // + a producer warpgroup (TMA) and two consumer warpgroups, setmaxnreg
+  PingPong = 3,         // + the consumers take turns for their GEMMs (named barriers)
+  IntraOverlap = 4,     // + softmax of block j overlaps P_{j-1} V_{j-1} inside each consumer
+  Persistent = 5,       // + one block per SM walking a tile list, heaviest tiles first
+};
+inline constexpr LadderStep kShippedStep = LadderStep::Persistent;
+inline constexpr int kLadderSteps = 5;
+
+// Head dims with a compiled kernel; anything else is rejected with std::invalid_argument.
+inline constexpr int kHeadDims[] = {64, 128, 256};
+
+// A 4-D (D, H, S, B) TMA descriptor over a (B, S, H, D) tensor of 16-bit `dtype` with boxes of
+// (64, 1, box_rows, 1) and 128B swizzle; throws std::runtime_error naming the failing driver call.
+CUtensorMap make_bshd_tensor_map(const void* base, DType dtype, int batch, int seq, int heads, int head_dim,
+                                 int box_rows);
+// Query rows per block (Br) and keys per K/V tile (Bc) at a ladder step and head dim.
+int block_rows(LadderStep step);
+int block_cols(int head_dim);
+
+// Launch on `stream`; dtype is F16 or BF16. Checks the launch, does not synchronize. Throws
+// std::invalid_argument for an unsupported head dim or a GPU that is not compute capability 9.0.
+void launch_forward(DType dtype, const Params&, cudaStream_t stream, LadderStep step = kShippedStep);
+
+}  // namespace flashlab::cuda::fa3ws

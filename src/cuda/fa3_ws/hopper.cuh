@@ -1,0 +1,212 @@
+#pragma once
+// The Hopper (sm_90a) vocabulary of cuda-fa3-ws, one small named helper per instruction:
+//  * TMA and mbarriers through cuda::ptx (CCCL 3.0): bulk tensor copies that complete on an mbarrier
+//    with a transaction-byte count, and parity waits on those barriers.
+//  * Inline PTX for what CCCL 3.0 does not wrap: wgmma (fence / commit / wait and the mma_async
+//    shapes in wgmma_ops.cuh), setmaxnreg, named barriers (bar.sync / bar.arrive), elect.sync.
+//  * The 128-byte swizzle: where TMA puts element (row, col) of a tile, and the wgmma shared-memory
+//    matrix descriptor that reads it back.
+// Tiles of 16-bit elements are stored as panels of 64 columns (128 bytes, the widest box a 128B
+// swizzle allows): a (rows, d) tile is d / 64 panels of (rows, 64), each rows * 128 bytes, 1024-byte
+// aligned. Inside a panel, row r's 16-byte chunk c sits at chunk c ^ (r % 8): the 8-row x 128-byte
+// "swizzle atom" the copy engine writes and wgmma reads.
+#include <cuda/ptx>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/fa3_ws/wgmma_ops.cuh"
+
+namespace flashlab::cuda::fa3ws {
+
+namespace ptx = ::cuda::ptx;
+
+inline constexpr int kPanelCols = 64;        // 16-bit elements per 128-byte swizzle row
+inline constexpr int kPanelRowBytes = 128;   // bytes per panel row (the swizzle width)
+inline constexpr int kSwizzleAtomRows = 8;   // rows per swizzle atom
+inline constexpr int kSwizzleAtomBytes = kSwizzleAtomRows * kPanelRowBytes;  // 1024: tile alignment
+inline constexpr int kWarpgroupThreads = 128;
+
+// ---- 128-byte swizzle ----------------------------------------------------------------------------
+
+// Byte offset of 16-bit element (row, col) in a (rows, d) tile stored as 128B-swizzled 64-column panels.
+__host__ __device__ constexpr std::uint32_t swizzle128_offset(int row, int col, int rows) {
+  const int panel = col / kPanelCols, c = col % kPanelCols;
+  return static_cast<std::uint32_t>(panel * rows * kPanelRowBytes + row * kPanelRowBytes +
+                                    (((c / 8) ^ (row % kSwizzleAtomRows)) * 16) + (c % 8) * 2);
+}
+
+// ---- wgmma shared-memory matrix descriptor ---------------------------------------------------------
+
+// Descriptor of a 128B-swizzled operand at shared address `addr` (bits 0-13: addr >> 4; 16-29: leading
+// byte offset >> 4; 32-45: stride byte offset >> 4; 49-51 base offset 0 (atoms 1024-aligned); 62-63: 1 = 128B).
+__device__ __forceinline__ std::uint64_t make_smem_desc_sw128(std::uint32_t addr, std::uint32_t lbo_bytes,
+                                                              std::uint32_t sbo_bytes) {
+  constexpr std::uint64_t kSwizzle128 = 1;
+  return static_cast<std::uint64_t>((addr & 0x3FFFFu) >> 4) | (static_cast<std::uint64_t>((lbo_bytes >> 4) & 0x3FFFu) << 16) |
+         (static_cast<std::uint64_t>((sbo_bytes >> 4) & 0x3FFFu) << 32) | (kSwizzle128 << 62);
+}
+// K-major operand (rows = M or N, K along the 128-byte row): SBO = 1024 (next 8 rows); LBO is unused
+// with a swizzle, set to 16 bytes (encoded 1). k-step kk (16 elements = 32 bytes) starts 32 kk bytes into
+// its panel; the hardware applies the swizzle to the address it forms, so the start simply moves.
+__device__ __forceinline__ std::uint64_t desc_k_major(std::uint32_t tile_addr, int tile_rows, int kk) {
+  constexpr int kKPerPanel = kPanelCols / 16;  // 4 k-steps of 16 per 64-column panel
+  const std::uint32_t addr = tile_addr + (kk / kKPerPanel) * tile_rows * kPanelRowBytes + (kk % kKPerPanel) * 32;
+  return make_smem_desc_sw128(addr, 16, kSwizzleAtomBytes);
+}
+// MN-major (transposed) B operand: K runs down the rows (keys of V), N along the 128-byte row (columns
+// of V). PTX ISA canonical layout for 128B swizzle, MN-major: ((T,8,m),(8,k)) : ((1,T,LBO),(8T,SBO)):
+// LBO = bytes from one 64-column panel to the next (tile_rows * 128), SBO = bytes from one group of 8
+// K-rows to the next (1024). k-step s (16 rows) starts 16 * 128 bytes further down the panel.
+__device__ __forceinline__ std::uint64_t desc_mn_major(std::uint32_t tile_addr, int tile_rows, int s) {
+  const std::uint32_t addr = tile_addr + s * 16 * kPanelRowBytes;
+  return make_smem_desc_sw128(addr, tile_rows * kPanelRowBytes, kSwizzleAtomBytes);
+}
+
+// ---- wgmma ---------------------------------------------------------------------------------------------
+
+// Orders this thread's earlier register / shared writes before the next wgmma reads them.
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+// Closes the group of wgmma's issued since the last commit.
+__device__ __forceinline__ void wgmma_commit_group() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// Waits until at most kPending committed wgmma groups are still running.
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait_group() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Keeps the compiler from moving reads / writes of a register that an in-flight wgmma owns across this point.
+__device__ __forceinline__ void reg_fence(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ __forceinline__ void reg_fence(std::uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
+template <class R, int N>
+__device__ __forceinline__ void reg_fence(R (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) reg_fence(r[i]);
+}
+template <class R, int N, int M>
+__device__ __forceinline__ void reg_fence(R (&r)[N][M]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) reg_fence(r[i]);
+}
+
+// d (64 x N) (+)= A (64 x 16) B (16 x N); A and B K-major in shared memory (SS form).
+template <class T, int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  if constexpr (N == 64) kBf16 ? wgmma_ops::ss_m64n64k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_m64n64k16_f16(d, desc_a, desc_b, scale_d);
+  else if constexpr (N == 128) kBf16 ? wgmma_ops::ss_m64n128k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_m64n128k16_f16(d, desc_a, desc_b, scale_d);
+  else if constexpr (N == 256) kBf16 ? wgmma_ops::ss_m64n256k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_m64n256k16_f16(d, desc_a, desc_b, scale_d);
+  else static_assert(N == 64, "wgmma_ss: N must be 64, 128 or 256");
+}
+// d (64 x N) (+)= A (64 x 16, registers) B (16 x N, MN-major in shared memory) (RS form, B transposed).
+template <class T, int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const std::uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  if constexpr (N == 64) kBf16 ? wgmma_ops::rs_m64n64k16_bf16(d, a, desc_b, scale_d) : wgmma_ops::rs_m64n64k16_f16(d, a, desc_b, scale_d);
+  else if constexpr (N == 128) kBf16 ? wgmma_ops::rs_m64n128k16_bf16(d, a, desc_b, scale_d) : wgmma_ops::rs_m64n128k16_f16(d, a, desc_b, scale_d);
+  else if constexpr (N == 256) kBf16 ? wgmma_ops::rs_m64n256k16_bf16(d, a, desc_b, scale_d) : wgmma_ops::rs_m64n256k16_f16(d, a, desc_b, scale_d);
+  else static_assert(N == 64, "wgmma_rs: N must be 64, 128 or 256");
+}
+
+// Two fp32 values rounded to one packed pair of T (the low half is `lo`).
+template <class T>
+__device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const std::uint32_t*>(&h);
+  } else {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const std::uint32_t*>(&h);
+  }
+}
+
+// ---- register reallocation, named barriers, election ----------------------------------------------------
+
+// Raises this warpgroup's register allocation to kRegs per thread (waits until the pool has them).
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  static_assert(kRegs % 8 == 0 && kRegs >= 24 && kRegs <= 256, "setmaxnreg: multiple of 8 in [24, 256]");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+// Lowers this warpgroup's register allocation to kRegs per thread, returning the rest to the pool.
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  static_assert(kRegs % 8 == 0 && kRegs >= 24 && kRegs <= 256, "setmaxnreg: multiple of 8 in [24, 256]");
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+// Waits at hardware barrier `id` until `threads` threads (this one included) have arrived or synced.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// Counts this thread at barrier `id` (of `threads`) without waiting.
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// True in exactly one active lane of the warp (elect.sync).
+__device__ __forceinline__ bool elect_one() {
+  std::uint32_t elected = 0;
+  asm volatile(
+      "{\n.reg .pred P;\n"
+      "elect.sync _|P, %1;\n"
+      "selp.u32 %0, 1, 0, P;\n}\n"
+      : "=r"(elected)
+      : "r"(0xffffffffu));
+  return elected != 0;
+}
+// Reads the global nanosecond timer (for the optional timeline).
+__device__ __forceinline__ std::uint64_t global_timer_ns() {
+  std::uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+
+// ---- mbarriers and TMA (cuda::ptx) ---------------------------------------------------------------------
+
+// One thread: sets the barrier's expected arrival count.
+__device__ __forceinline__ void mbar_init(std::uint64_t* bar, std::uint32_t count) { ptx::mbarrier_init(bar, count); }
+// Makes initialized barriers visible to the copy engine (then a __syncthreads).
+__device__ __forceinline__ void mbar_init_fence() { ptx::fence_mbarrier_init(ptx::sem_release, ptx::scope_cluster); }
+// Counts one arrival and adds `bytes` to the transactions this phase waits for (the TMA issuer).
+__device__ __forceinline__ void mbar_arrive_expect_tx(std::uint64_t* bar, std::uint32_t bytes) {
+  ptx::mbarrier_arrive_expect_tx(ptx::sem_release, ptx::scope_cta, ptx::space_shared, bar, bytes);
+}
+// Counts one arrival (a consumer releasing a stage).
+__device__ __forceinline__ void mbar_arrive(std::uint64_t* bar) { (void)ptx::mbarrier_arrive(bar); }
+// Spins until the barrier's phase with parity `parity` has completed. With FLASHLAB_FA3_WAIT_TIMEOUT (the
+// harness), a wait that never completes prints which barrier and traps instead of hanging the GPU.
+__device__ __forceinline__ void mbar_wait(std::uint64_t* bar, std::uint32_t parity) {
+#ifdef FLASHLAB_FA3_WAIT_TIMEOUT
+  constexpr std::uint64_t kTimeoutNs = 4000000000ull;  // 4 s: far beyond any wait of a healthy pipeline
+  std::uint64_t start = 0;
+  while (!ptx::mbarrier_try_wait_parity(bar, parity)) {
+    std::uint64_t now;
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(now));
+    if (start == 0) start = now;
+    if (now - start > kTimeoutNs) {
+      printf("cuda-fa3-ws: mbarrier wait timed out: block %d thread %d barrier smem+0x%x parity %u\n",
+             static_cast<int>(blockIdx.x), static_cast<int>(threadIdx.x),
+             static_cast<unsigned>(__cvta_generic_to_shared(bar)), parity);
+      __trap();
+    }
+  }
+#else
+  while (!ptx::mbarrier_try_wait_parity(bar, parity)) {
+  }
+#endif
+}
+// Copies one box of a 4-D tensor map into shared memory; completion counts bytes on `bar`.
+__device__ __forceinline__ void tma_load_4d(void* smem_dst, const void* tensor_map, int c0, int c1, int c2, int c3,
+                                            std::uint64_t* bar) {
+  const std::int32_t coords[4] = {c0, c1, c2, c3};
+  ptx::cp_async_bulk_tensor(ptx::space_shared, ptx::space_global, smem_dst, tensor_map, coords, bar);
+}
+// Orders this thread's generic-proxy shared-memory accesses with later async-proxy (TMA / wgmma) ones.
+__device__ __forceinline__ void fence_proxy_async_smem() { ptx::fence_proxy_async(ptx::space_shared); }
+
+// Shared-window address of a generic pointer into shared memory.
+__device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+
+}  // namespace flashlab::cuda::fa3ws

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Builds the standalone cuda-fa3-ws harness into out/fa3/fa3_harness (cudart linked statically: the
+# binary needs only the CUDA driver), and checks the shipped kernel object:
+#   out/fa3/ptxas.txt  ptxas -v of src/cuda/fa3_ws/fa3_ws_forward.cu as shipped (registers, spills, smem)
+#   out/fa3/sass.txt   per kernel: HGMMA and UTMALDG counts from cuobjdump --dump-sass
+# Fails when a kernel spills, has no HGMMA or no UTMALDG, or ptxas ignored setmaxnreg (C7508).
+# The harness links a second object built with -DFLASHLAB_FA3_WAIT_TIMEOUT: a pipeline that deadlocks
+# on an mbarrier prints which one and traps after 4 s instead of hanging the GPU.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
+CUOBJDUMP=${CUOBJDUMP:-/usr/local/cuda/bin/cuobjdump}
+OUT=out/fa3
+mkdir -p "$OUT"
+FLAGS=(-O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -lineinfo -I src)
+
+"$NVCC" "${FLAGS[@]}" -Xptxas -v -c src/cuda/fa3_ws/fa3_ws_forward.cu -o "$OUT/fa3_ws_forward.o" >"$OUT/ptxas.txt" 2>&1 &
+pid_ship=$!
+"$NVCC" "${FLAGS[@]}" -DFLASHLAB_FA3_WAIT_TIMEOUT -c src/cuda/fa3_ws/fa3_ws_forward.cu -o "$OUT/fa3_ws_forward_timeout.o" >"$OUT/build_timeout.txt" 2>&1 &
+pid_dbg=$!
+"$NVCC" "${FLAGS[@]}" -DFLASHLAB_FA3_WAIT_TIMEOUT -c tools/fa3_harness/fa3_harness.cu -o "$OUT/fa3_harness.o" >"$OUT/build_harness.txt" 2>&1 || { cat "$OUT/build_harness.txt"; exit 1; }
+wait $pid_ship || { cat "$OUT/ptxas.txt"; exit 1; }
+wait $pid_dbg || { cat "$OUT/build_timeout.txt"; exit 1; }
+"$NVCC" "${FLAGS[@]}" "$OUT/fa3_harness.o" "$OUT/fa3_ws_forward_timeout.o" -o "$OUT/fa3_harness"
+
+status=0
+# Compiler warnings (ptxas's C7513 "wgmma serialized" note is reported, not fatal).
+if grep -E "warning" "$OUT/ptxas.txt" "$OUT/build_timeout.txt" "$OUT/build_harness.txt"; then
+  echo "build.sh: compiler warnings above"; status=1
+fi
+if grep -q "C7508" "$OUT/ptxas.txt"; then echo "build.sh: ptxas ignored setmaxnreg (C7508)"; status=1; fi
+{ grep -c "C7513" "$OUT/ptxas.txt" || true; } | xargs -I{} echo "build.sh: {} ptxas C7513 notes (wgmma serialized) in the shipped build"
+
+# Registers / spills per kernel instantiation, decoded from the mangled names.
+python3 - "$OUT/ptxas.txt" <<'PY' || status=1
+import re, sys
+txt = open(sys.argv[1]).read()
+bad = 0
+rows = []
+for blk in re.split(r"Compiling entry function '", txt)[1:]:
+    name = blk.split("'")[0]
+    m = re.search(r"fa3_ws_kernelI(?:6__half|13__nv_bfloat16)Li(\d+)ELi(\d)ELb(\d)ELb(\d)", name)
+    if not m: continue
+    dt = "fp16" if "6__half" in name else "bf16"
+    d, step, drop, tl = m.groups()
+    regs = re.search(r"Used (\d+) registers", blk).group(1)
+    spill = int(re.search(r"(\d+) bytes spill stores", blk).group(1))
+    rows.append((int(d), int(step), dt, drop, regs, spill))
+    bad += spill > 0
+for r in sorted(rows):
+    print("ptxas: d=%3d step %d %s dropout=%s  regs %s  spill stores %d%s" % (r[0], r[1], r[2], r[3], r[4], r[5], "  <-- SPILL" if r[5] else ""))
+print("ptxas: %d kernels, %d spill" % (len(rows), bad))
+sys.exit(1 if bad else 0)
+PY
+
+# HGMMA / UTMALDG per kernel in the shipped object (where the toolkit has cuobjdump; run
+# tools/fa3_harness/sass_check.sh on a machine that has it otherwise).
+if ! command -v "$CUOBJDUMP" >/dev/null; then
+  echo "build.sh: no cuobjdump here: SASS check skipped (tools/fa3_harness/sass_check.sh out/fa3/fa3_ws_forward.o)"
+  echo "build.sh: built $OUT/fa3_harness (status $status)"
+  exit $status
+fi
+tools/fa3_harness/sass_check.sh "$OUT/fa3_ws_forward.o" >"$OUT/sass.txt" || status=1
+cat "$OUT/sass.txt" | tail -3
+echo "build.sh: built $OUT/fa3_harness (status $status)"
+exit $status

@@ -1,0 +1,699 @@
+// Standalone harness for cuda-fa3-ws (src/cuda/fa3_ws): runs on an H100 with nothing but the driver.
+//  --probes : unit probes that localise layout bugs: (i) TMA load of a 128B-swizzled tile, read back
+//             through swizzle128_offset; (ii) one wgmma S = Q K^T (SS); (iii) one wgmma O = P V (RS,
+//             V transposed). Each prints PASS/FAIL and the first mismatch.
+//  --check  : every ladder step x head dim x dtype x case vs a CPU double reference, with the
+//             FlashAttention rule max|O - O_ref| <= 2 max|O_lowp - O_ref| + 1e-5 and |LSE - LSE_ref| <= 1e-3.
+//  --bench  : TFLOP/s per ladder step, bf16, B N = 16384 tokens, H d = 2048.
+// Default: --probes --check. Options: --steps 1,2,.. --dims 64,.. --ns 4096,.. (bench N) --seed N --log FILE. Exit 1 on any FAIL.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/half.hpp"
+#include "core/mask.hpp"
+#include "core/philox.hpp"
+#include "cuda/fa3_ws/fa3_ws_params.hpp"
+#include "cuda/fa3_ws/hopper.cuh"
+
+using namespace flashlab;
+using namespace flashlab::cuda::fa3ws;
+
+namespace {
+
+FILE* g_log = nullptr;
+// Prints to stdout (unless quiet) and always to the log file.
+void out(bool quiet, const char* fmt, ...) {
+  va_list a;
+  if (!quiet) {
+    va_start(a, fmt);
+    vprintf(fmt, a);
+    va_end(a);
+    fflush(stdout);
+  }
+  if (g_log) {
+    va_start(a, fmt);
+    vfprintf(g_log, fmt, a);
+    va_end(a);
+    fflush(g_log);
+  }
+}
+#define SAY(...) out(false, __VA_ARGS__)
+#define LOG(...) out(true, __VA_ARGS__)
+
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    SAY("FATAL: %s: %s (the CUDA context is unusable; stopping)\n", what, cudaGetErrorString(e));
+    std::exit(2);
+  }
+}
+
+std::uint16_t to_bits(float f, DType dt) { return dt == DType::BF16 ? float_to_bf16_bits(f) : float_to_f16_bits(f); }
+float from_bits(std::uint16_t h, DType dt) { return dt == DType::BF16 ? bf16_bits_to_float(h) : f16_bits_to_float(h); }
+double round_to(double x, DType dt) { return dt == DType::BF16 ? round_to_bf16(x) : round_to_f16(x); }
+
+// ---- unit probes ---------------------------------------------------------------------------------------
+
+constexpr int kProbeD = 128;   // two 64-column panels: exercises the panel stride too
+constexpr int kProbeRows = 64;  // Q rows (wgmma M)
+constexpr int kProbeBc = 128;   // K rows (S's N)
+constexpr int kProbeKeys = 64;  // P V: keys (K of the GEMM)
+
+// (i) TMA: one box of (rows, D) at (head, row0, batch) into swizzled smem; the raw bytes come back.
+__global__ void probe_tma_kernel(const __grid_constant__ CUtensorMap map, std::uint16_t* raw, int rows, int h, int row0, int b) {
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - smem_u32(smem_raw) % kSwizzleAtomBytes) % kSwizzleAtomBytes);
+  __shared__ std::uint64_t bar;
+  const int bytes = rows * kProbeD * 2;
+  if (threadIdx.x == 0) {
+    mbar_init(&bar, 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    mbar_arrive_expect_tx(&bar, bytes);
+    for (int pnl = 0; pnl < kProbeD / kPanelCols; ++pnl)
+      tma_load_4d(smem + pnl * rows * kPanelRowBytes, &map, pnl * kPanelCols, h, row0, b, &bar);
+  }
+  mbar_wait(&bar, 0);
+  for (int i = threadIdx.x; i < bytes / 2; i += blockDim.x) raw[i] = reinterpret_cast<const std::uint16_t*>(smem)[i];
+}
+
+// Stores a 64 x N wgmma accumulator (fp32) row-major into out (64, N).
+template <int N>
+__device__ void store_acc(const float (&d)[N / 2], float* outp) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  for (int i = 0; i < N / 8; ++i) {
+    const int r = 16 * warp + g, col = 8 * i + 2 * t;
+    outp[r * N + col] = d[4 * i];
+    outp[r * N + col + 1] = d[4 * i + 1];
+    outp[(r + 8) * N + col] = d[4 * i + 2];
+    outp[(r + 8) * N + col + 1] = d[4 * i + 3];
+  }
+}
+
+// (ii) S = Q K^T: Q (64, D) and K (Bc, D) by TMA, the same descriptors as the main kernel's issue_s.
+template <class T>
+__global__ void probe_ss_kernel(const __grid_constant__ CUtensorMap qmap, const __grid_constant__ CUtensorMap kmap, float* s_out) {
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - smem_u32(smem_raw) % kSwizzleAtomBytes) % kSwizzleAtomBytes);
+  unsigned char* qs = smem;
+  unsigned char* ks = smem + kProbeRows * kProbeD * 2;
+  __shared__ std::uint64_t bar;
+  if (threadIdx.x == 0) {
+    mbar_init(&bar, 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    mbar_arrive_expect_tx(&bar, (kProbeRows + kProbeBc) * kProbeD * 2);
+    for (int pnl = 0; pnl < kProbeD / kPanelCols; ++pnl) {
+      tma_load_4d(qs + pnl * kProbeRows * kPanelRowBytes, &qmap, pnl * kPanelCols, 0, 0, 0, &bar);
+      tma_load_4d(ks + pnl * kProbeBc * kPanelRowBytes, &kmap, pnl * kPanelCols, 0, 0, 0, &bar);
+    }
+  }
+  mbar_wait(&bar, 0);
+  float s[kProbeBc / 2];
+  for (int i = 0; i < kProbeBc / 2; ++i) s[i] = 0.f;
+  reg_fence(s);
+  wgmma_fence();
+  for (int kk = 0; kk < kProbeD / 16; ++kk)
+    wgmma_ss<T, kProbeBc>(s, desc_k_major(smem_u32(qs), kProbeRows, kk), desc_k_major(smem_u32(ks), kProbeBc, kk), kk > 0);
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  reg_fence(s);
+  store_acc<kProbeBc>(s, s_out);
+}
+
+// (iii) O = P V: P (64, keys) read from global into the A-fragment layout, V (keys, D) by TMA as the
+// MN-major B operand, the same descriptors as the main kernel's issue_pv.
+template <class T>
+__global__ void probe_rs_kernel(const std::uint16_t* p_in, const __grid_constant__ CUtensorMap vmap, float* o_out) {
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* vs = smem_raw + ((kSwizzleAtomBytes - smem_u32(smem_raw) % kSwizzleAtomBytes) % kSwizzleAtomBytes);
+  __shared__ std::uint64_t bar;
+  if (threadIdx.x == 0) {
+    mbar_init(&bar, 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    mbar_arrive_expect_tx(&bar, kProbeKeys * kProbeD * 2);
+    for (int pnl = 0; pnl < kProbeD / kPanelCols; ++pnl)
+      tma_load_4d(vs + pnl * kProbeKeys * kPanelRowBytes, &vmap, pnl * kPanelCols, 0, 0, 0, &bar);
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  std::uint32_t pf[kProbeKeys / 16][4];
+  auto pair = [&](int r, int c) {
+    return std::uint32_t(p_in[r * kProbeKeys + c]) | (std::uint32_t(p_in[r * kProbeKeys + c + 1]) << 16);
+  };
+  for (int ks = 0; ks < kProbeKeys / 16; ++ks) {
+    const int r = 16 * warp + g, c = 16 * ks + 2 * t;
+    pf[ks][0] = pair(r, c);
+    pf[ks][1] = pair(r + 8, c);
+    pf[ks][2] = pair(r, c + 8);
+    pf[ks][3] = pair(r + 8, c + 8);
+  }
+  mbar_wait(&bar, 0);
+  float o[kProbeD / 2];
+  for (int i = 0; i < kProbeD / 2; ++i) o[i] = 0.f;
+  reg_fence(o);
+  reg_fence(pf);
+  wgmma_fence();
+  for (int ks = 0; ks < kProbeKeys / 16; ++ks) wgmma_rs<T, kProbeD>(o, pf[ks], desc_mn_major(smem_u32(vs), kProbeKeys, ks), 1);
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  reg_fence(o);
+  reg_fence(pf);
+  store_acc<kProbeD>(o, o_out);
+}
+
+template <class X>
+X* dev_alloc(std::size_t n) {
+  X* p = nullptr;
+  cuda_ok(cudaMalloc(&p, std::max<std::size_t>(n, 1) * sizeof(X)), "cudaMalloc");
+  return p;
+}
+
+std::vector<std::uint16_t> random_bits(std::size_t n, DType dt, std::mt19937_64& rng, float sd = 1.f) {
+  std::normal_distribution<float> nd(0.f, sd);
+  std::vector<std::uint16_t> v(n);
+  for (auto& x : v) x = to_bits(nd(rng), dt);
+  return v;
+}
+
+int run_probes(std::uint64_t seed) {
+  const DType dt = DType::BF16;
+  std::mt19937_64 rng(seed);
+  int fails = 0;
+  constexpr int kSmem = 64 * 1024;
+  // (i) TMA: B=2, S=100, H=3 so that rows 100..127 of a 128-row box are out of bounds (zero-filled).
+  {
+    const int B = 2, S = 100, H = 3, rows = 128, h = 1, b = 1;
+    auto src = random_bits(std::size_t(B) * S * H * kProbeD, dt, rng);
+    auto* d_src = dev_alloc<std::uint16_t>(src.size());
+    auto* d_raw = dev_alloc<std::uint16_t>(rows * kProbeD);
+    cuda_ok(cudaMemcpy(d_src, src.data(), src.size() * 2, cudaMemcpyHostToDevice), "memcpy");
+    const CUtensorMap map = make_bshd_tensor_map(d_src, dt, B, S, H, kProbeD, rows);
+    cuda_ok(cudaFuncSetAttribute(probe_tma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "attr");
+    probe_tma_kernel<<<1, 128, kSmem>>>(map, d_raw, rows, h, 0, b);
+    cuda_ok(cudaDeviceSynchronize(), "probe (i) TMA");
+    std::vector<std::uint16_t> raw(rows * kProbeD);
+    cuda_ok(cudaMemcpy(raw.data(), d_raw, raw.size() * 2, cudaMemcpyDeviceToHost), "memcpy");
+    bool ok = true;
+    for (int r = 0; r < rows && ok; ++r)
+      for (int c = 0; c < kProbeD && ok; ++c) {
+        const std::uint16_t want = r < S ? src[((std::size_t(b) * S + r) * H + h) * kProbeD + c] : 0;
+        const std::uint16_t got = raw[swizzle128_offset(r, c, rows) / 2];
+        if (got != want) {
+          SAY("probe (i) TMA 128B swizzle: FAIL at (row %d, col %d): got 0x%04x (%g) want 0x%04x (%g)\n", r, c, got,
+              from_bits(got, dt), want, from_bits(want, dt));
+          ok = false;
+        }
+      }
+    if (ok) SAY("probe (i) TMA 128B swizzle (B=2 S=100 H=3 d=128, box 128 rows, zero-fill past row 100): PASS\n");
+    fails += !ok;
+    cudaFree(d_src);
+    cudaFree(d_raw);
+  }
+  // (ii) S = Q K^T (64 x 128 x 128).
+  {
+    auto q = random_bits(kProbeRows * kProbeD, dt, rng), k = random_bits(kProbeBc * kProbeD, dt, rng);
+    auto* dq = dev_alloc<std::uint16_t>(q.size());
+    auto* dk = dev_alloc<std::uint16_t>(k.size());
+    auto* ds = dev_alloc<float>(kProbeRows * kProbeBc);
+    cuda_ok(cudaMemcpy(dq, q.data(), q.size() * 2, cudaMemcpyHostToDevice), "memcpy");
+    cuda_ok(cudaMemcpy(dk, k.data(), k.size() * 2, cudaMemcpyHostToDevice), "memcpy");
+    const CUtensorMap qm = make_bshd_tensor_map(dq, dt, 1, kProbeRows, 1, kProbeD, kProbeRows);
+    const CUtensorMap km = make_bshd_tensor_map(dk, dt, 1, kProbeBc, 1, kProbeD, kProbeBc);
+    cuda_ok(cudaFuncSetAttribute(probe_ss_kernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "attr");
+    probe_ss_kernel<__nv_bfloat16><<<1, 128, kSmem>>>(qm, km, ds);
+    cuda_ok(cudaDeviceSynchronize(), "probe (ii) wgmma SS");
+    std::vector<float> s(kProbeRows * kProbeBc);
+    cuda_ok(cudaMemcpy(s.data(), ds, s.size() * 4, cudaMemcpyDeviceToHost), "memcpy");
+    bool ok = true;
+    for (int r = 0; r < kProbeRows && ok; ++r)
+      for (int c = 0; c < kProbeBc && ok; ++c) {
+        double want = 0;
+        for (int x = 0; x < kProbeD; ++x) want += double(from_bits(q[r * kProbeD + x], dt)) * from_bits(k[c * kProbeD + x], dt);
+        if (!(std::fabs(s[r * kProbeBc + c] - want) <= 1e-3 * (1 + std::fabs(want)))) {
+          SAY("probe (ii) wgmma SS S = Q K^T: FAIL at (row %d, col %d): got %g want %g\n", r, c, s[r * kProbeBc + c], want);
+          ok = false;
+        }
+      }
+    if (ok) SAY("probe (ii) wgmma SS S = Q K^T (64 x 128, d=128): PASS\n");
+    fails += !ok;
+    cudaFree(dq);
+    cudaFree(dk);
+    cudaFree(ds);
+  }
+  // (iii) O = P V (64 x 128, 64 keys).
+  {
+    auto pm = random_bits(kProbeRows * kProbeKeys, dt, rng), v = random_bits(kProbeKeys * kProbeD, dt, rng);
+    auto* dp = dev_alloc<std::uint16_t>(pm.size());
+    auto* dv = dev_alloc<std::uint16_t>(v.size());
+    auto* d_o = dev_alloc<float>(kProbeRows * kProbeD);
+    cuda_ok(cudaMemcpy(dp, pm.data(), pm.size() * 2, cudaMemcpyHostToDevice), "memcpy");
+    cuda_ok(cudaMemcpy(dv, v.data(), v.size() * 2, cudaMemcpyHostToDevice), "memcpy");
+    const CUtensorMap vm = make_bshd_tensor_map(dv, dt, 1, kProbeKeys, 1, kProbeD, kProbeKeys);
+    cuda_ok(cudaFuncSetAttribute(probe_rs_kernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "attr");
+    probe_rs_kernel<__nv_bfloat16><<<1, 128, kSmem>>>(dp, vm, d_o);
+    cuda_ok(cudaDeviceSynchronize(), "probe (iii) wgmma RS");
+    std::vector<float> o(kProbeRows * kProbeD);
+    cuda_ok(cudaMemcpy(o.data(), d_o, o.size() * 4, cudaMemcpyDeviceToHost), "memcpy");
+    bool ok = true;
+    for (int r = 0; r < kProbeRows && ok; ++r)
+      for (int c = 0; c < kProbeD && ok; ++c) {
+        double want = 0;
+        for (int x = 0; x < kProbeKeys; ++x) want += double(from_bits(pm[r * kProbeKeys + x], dt)) * from_bits(v[x * kProbeD + c], dt);
+        if (!(std::fabs(o[r * kProbeD + c] - want) <= 1e-3 * (1 + std::fabs(want)))) {
+          SAY("probe (iii) wgmma RS O = P V (V MN-major): FAIL at (row %d, col %d): got %g want %g\n", r, c, o[r * kProbeD + c], want);
+          ok = false;
+        }
+      }
+    if (ok) SAY("probe (iii) wgmma RS O = P V (64 x 128, 64 keys, V transposed): PASS\n");
+    fails += !ok;
+    cudaFree(dp);
+    cudaFree(dv);
+    cudaFree(d_o);
+  }
+  return fails;
+}
+
+// ---- CPU references ----------------------------------------------------------------------------------------
+
+struct Case {
+  const char* name;
+  int B, Hq, Hkv, Sq, Sk;
+  CausalAlign align;
+  double dropout, scale;  // scale 0: 1/sqrt(d)
+};
+
+struct Ref {
+  std::vector<double> o, o_lowp;  // (B, Sq, Hq, D)
+  std::vector<double> lse;        // (B, Hq, Sq)
+};
+
+template <class F>
+void parallel_for(int n, F f) {
+  const int threads = std::max(1u, std::min(32u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (int w = 0; w < threads; ++w)
+    pool.emplace_back([&, w] {
+      for (int i = w; i < n; i += threads) f(i);
+    });
+  for (auto& th : pool) th.join();
+}
+
+// Naive attention per (b, h, row): double (O, LSE), and the low-precision twin: fp32 scores and sums, P
+// rounded to the input dtype before P V, O rounded to the dtype.
+Ref reference(const Case& cs, int D, DType dt, const std::vector<std::uint16_t>& q, const std::vector<std::uint16_t>& k,
+              const std::vector<std::uint16_t>& v, std::uint64_t seed) {
+  Ref r;
+  r.o.assign(std::size_t(cs.B) * cs.Sq * cs.Hq * D, 0);
+  r.o_lowp = r.o;
+  r.lse.assign(std::size_t(cs.B) * cs.Hq * cs.Sq, 0);
+  const double scale = cs.scale != 0 ? cs.scale : 1.0 / std::sqrt(double(D));
+  const std::uint32_t thr = dropout_threshold(cs.dropout);
+  const double keep_scale = 1.0 / (1.0 - cs.dropout);
+  std::vector<float> qf(q.size()), kf(k.size()), vf(v.size());
+  for (std::size_t i = 0; i < q.size(); ++i) qf[i] = from_bits(q[i], dt);
+  for (std::size_t i = 0; i < k.size(); ++i) kf[i] = from_bits(k[i], dt);
+  for (std::size_t i = 0; i < v.size(); ++i) vf[i] = from_bits(v[i], dt);
+  const int group = cs.Hq / cs.Hkv;
+  parallel_for(cs.B * cs.Hq * cs.Sq, [&](int idx) {
+    const int row = idx % cs.Sq, h = (idx / cs.Sq) % cs.Hq, b = idx / (cs.Sq * cs.Hq);
+    const int hk = h / group;
+    const float* qr = &qf[((std::size_t(b) * cs.Sq + row) * cs.Hq + h) * D];
+    const int last = last_visible_key(cs.align, row, cs.Sq, cs.Sk);
+    double* orow = &r.o[((std::size_t(b) * cs.Sq + row) * cs.Hq + h) * D];
+    double* lrow = &r.o_lowp[((std::size_t(b) * cs.Sq + row) * cs.Hq + h) * D];
+    double& lse = r.lse[(std::size_t(b) * cs.Hq + h) * cs.Sq + row];
+    if (last < 0) {
+      lse = -INFINITY;
+      return;
+    }
+    const int n = last + 1;
+    std::vector<double> s(n);
+    std::vector<float> sf(n);
+    for (int j = 0; j < n; ++j) {
+      const float* kr = &kf[((std::size_t(b) * cs.Sk + j) * cs.Hkv + hk) * D];
+      double acc = 0;
+      float accf = 0;
+      for (int x = 0; x < D; ++x) {
+        acc += double(qr[x]) * kr[x];
+        accf += qr[x] * kr[x];
+      }
+      s[j] = acc * scale;
+      sf[j] = accf * static_cast<float>(scale);
+    }
+    const double m = *std::max_element(s.begin(), s.end());
+    const float mf = *std::max_element(sf.begin(), sf.end());
+    double l = 0;
+    float lf = 0;
+    std::vector<double> pd(n);
+    std::vector<float> pl(n);
+    for (int j = 0; j < n; ++j) {
+      pd[j] = std::exp(s[j] - m);
+      l += pd[j];
+      pl[j] = std::exp(sf[j] - mf);
+      lf += pl[j];
+    }
+    lse = m + std::log(l);
+    std::vector<float> ol(D, 0.f);
+    for (int j = 0; j < n; ++j) {
+      double pj = pd[j] / l;
+      float plj = pl[j];
+      if (cs.dropout > 0) {
+        const bool keep = dropout_keep(seed, thr, b, h, row, j);
+        pj = keep ? pj * keep_scale : 0.0;
+        plj = keep ? plj * static_cast<float>(keep_scale) : 0.f;
+      }
+      const float plr = static_cast<float>(round_to(plj, dt));
+      const float* vr = &vf[((std::size_t(b) * cs.Sk + j) * cs.Hkv + hk) * D];
+      for (int x = 0; x < D; ++x) {
+        orow[x] += pj * vr[x];
+        ol[x] += plr * vr[x];
+      }
+    }
+    for (int x = 0; x < D; ++x) lrow[x] = round_to(ol[x] / lf, dt);
+  });
+  return r;
+}
+
+// ---- full checks -------------------------------------------------------------------------------------------
+
+const Case kCases[] = {
+    {"1x1", 1, 2, 2, 1, 1, CausalAlign::None, 0, 0},
+    {"1x1000", 1, 2, 2, 1, 1000, CausalAlign::None, 0, 0},
+    {"1000x1", 1, 2, 2, 1000, 1, CausalAlign::None, 0, 0},
+    {"77x333", 1, 2, 1, 77, 333, CausalAlign::None, 0, 0},
+    {"333x77", 1, 2, 2, 333, 77, CausalAlign::None, 0, 0},
+    {"1000x1500", 1, 1, 1, 1000, 1500, CausalAlign::None, 0, 0},
+    {"256x4096 wrap", 1, 1, 1, 256, 4096, CausalAlign::None, 0, 0},
+    {"causal-TL 300x500", 1, 2, 2, 300, 500, CausalAlign::TopLeft, 0, 0},
+    {"causal-TL 500x300", 1, 2, 2, 500, 300, CausalAlign::TopLeft, 0, 0},
+    {"causal-BR 300x500", 1, 2, 2, 300, 500, CausalAlign::BottomRight, 0, 0},
+    {"causal-BR 500x300", 1, 2, 2, 500, 300, CausalAlign::BottomRight, 0, 0},
+    {"causal-TL 1x1000", 1, 1, 1, 1, 1000, CausalAlign::TopLeft, 0, 0},
+    {"GQA 8/2 200x300 BR", 1, 8, 2, 200, 300, CausalAlign::BottomRight, 0, 0},
+    {"MQA 4/1 257x129", 1, 4, 1, 257, 129, CausalAlign::None, 0, 0},
+    {"dropout .1 200x333", 1, 2, 2, 200, 333, CausalAlign::None, 0.1, 0},
+    {"dropout .1 TL 190x190", 1, 2, 1, 190, 190, CausalAlign::TopLeft, 0.1, 0},
+    {"batch 2 130x260", 2, 2, 2, 130, 260, CausalAlign::None, 0, 0},
+    {"batch 2 BR 260x130", 2, 2, 1, 260, 130, CausalAlign::BottomRight, 0, 0},
+    {"scale -0.09 BR 100x200", 1, 2, 2, 100, 200, CausalAlign::BottomRight, 0, -0.09},
+};
+
+struct Tally {
+  int pass = 0, fail = 0;
+};
+
+int run_checks(const std::vector<int>& steps, const std::vector<int>& dims, std::uint64_t seed, std::vector<std::string>& summary) {
+  int total_fail = 0;
+  const std::uint64_t drop_seed = 0x5eed1234abcdull;
+  for (DType dt : {DType::BF16, DType::F16}) {
+    const char* dname = dt == DType::BF16 ? "bf16" : "fp16";
+    for (int D : dims) {
+      std::vector<Tally> tally(6);
+      for (const Case& cs : kCases) {
+        std::mt19937_64 rng(seed ^ (std::uint64_t(D) << 32) ^ std::hash<std::string>{}(cs.name) ^ (dt == DType::BF16 ? 0 : 77));
+        const std::size_t nq = std::size_t(cs.B) * cs.Sq * cs.Hq * D, nk = std::size_t(cs.B) * cs.Sk * cs.Hkv * D;
+        const std::size_t nl = std::size_t(cs.B) * cs.Hq * cs.Sq;
+        auto q = random_bits(nq, dt, rng), k = random_bits(nk, dt, rng), v = random_bits(nk, dt, rng);
+        const Ref ref = reference(cs, D, dt, q, k, v, drop_seed);
+        double lowp_err = 0;
+        for (std::size_t i = 0; i < nq; ++i) lowp_err = std::max(lowp_err, std::fabs(ref.o_lowp[i] - ref.o[i]));
+        const double tol = 2 * lowp_err + 1e-5;
+        auto* dq = dev_alloc<std::uint16_t>(nq);
+        auto* dk = dev_alloc<std::uint16_t>(nk);
+        auto* dv = dev_alloc<std::uint16_t>(nk);
+        auto* d_o = dev_alloc<std::uint16_t>(nq);
+        auto* dl = dev_alloc<float>(nl);
+        cuda_ok(cudaMemcpy(dq, q.data(), nq * 2, cudaMemcpyHostToDevice), "memcpy");
+        cuda_ok(cudaMemcpy(dk, k.data(), nk * 2, cudaMemcpyHostToDevice), "memcpy");
+        cuda_ok(cudaMemcpy(dv, v.data(), nk * 2, cudaMemcpyHostToDevice), "memcpy");
+        Params p;
+        p.q = dq;
+        p.k = dk;
+        p.v = dv;
+        p.o = d_o;
+        p.lse = dl;
+        p.batch = cs.B;
+        p.heads_q = cs.Hq;
+        p.heads_kv = cs.Hkv;
+        p.seq_q = cs.Sq;
+        p.seq_k = cs.Sk;
+        p.head_dim = D;
+        p.align = cs.align;
+        const double scale = cs.scale != 0 ? cs.scale : 1.0 / std::sqrt(double(D));
+        p.scale = static_cast<float>(scale);
+        p.scale_log2 = static_cast<float>(scale * 1.4426950408889634);
+        p.dropout = cs.dropout > 0;
+        p.drop_threshold = dropout_threshold(cs.dropout);
+        p.drop_rescale = static_cast<float>(1.0 / (1.0 - cs.dropout));
+        p.seed = drop_seed;
+        std::string line;
+        for (int step : steps) {
+          cuda_ok(cudaMemset(d_o, 0xff, nq * 2), "poison O");
+          cuda_ok(cudaMemset(dl, 0xff, nl * 4), "poison LSE");
+          try {
+            launch_forward(dt, p, nullptr, static_cast<LadderStep>(step));
+          } catch (const std::exception& e) {
+            SAY("FAIL %s d=%d step %d %s: launch threw: %s\n", dname, D, step, cs.name, e.what());
+            ++tally[step].fail;
+            ++total_fail;
+            line += " X";
+            continue;
+          }
+          char what[160];
+          std::snprintf(what, sizeof what, "kernel %s d=%d step %d case %s", dname, D, step, cs.name);
+          cuda_ok(cudaDeviceSynchronize(), what);
+          std::vector<std::uint16_t> o(nq);
+          std::vector<float> lse(nl);
+          cuda_ok(cudaMemcpy(o.data(), d_o, nq * 2, cudaMemcpyDeviceToHost), "memcpy");
+          cuda_ok(cudaMemcpy(lse.data(), dl, nl * 4, cudaMemcpyDeviceToHost), "memcpy");
+          double err = 0;
+          std::size_t worst = 0;
+          bool nan = false;
+          std::size_t first_nan = 0;
+          for (std::size_t i = 0; i < nq; ++i) {
+            const double g = from_bits(o[i], dt);
+            if (!std::isfinite(g)) {
+              if (!nan) first_nan = i;
+              nan = true;
+              continue;
+            }
+            const double e = std::fabs(g - ref.o[i]);
+            if (e > err) err = e, worst = i;
+          }
+          double lerr = 0;
+          std::size_t lworst = 0;
+          bool lbad = false;
+          for (std::size_t i = 0; i < nl; ++i) {
+            const double w = ref.lse[i], g = lse[i];
+            if (std::isinf(w) && w < 0) {
+              if (!(std::isinf(g) && g < 0)) lbad = true, lworst = i;
+              continue;
+            }
+            if (!std::isfinite(g)) {
+              lbad = true, lworst = i;
+              continue;
+            }
+            const double e = std::fabs(g - w);
+            if (e > lerr) lerr = e, lworst = i;
+          }
+          const bool ok = !nan && err <= tol && !lbad && lerr <= 1e-3;
+          auto where = [&](std::size_t i, char* buf, std::size_t n) {  // (b, row, h, col) of an O index
+            const int col = int(i % D), h = int(i / D % cs.Hq), row = int(i / D / cs.Hq % cs.Sq), b = int(i / D / cs.Hq / cs.Sq);
+            std::snprintf(buf, n, "(b %d, row %d, h %d, col %d)", b, row, h, col);
+          };
+          char buf[96];
+          if (!ok) {
+            ++tally[step].fail;
+            ++total_fail;
+            line += " F";
+            if (nan) {
+              where(first_nan, buf, sizeof buf);
+              SAY("FAIL %s d=%d step %d %s: O not finite at %s (got %g want %g)\n", dname, D, step, cs.name, buf,
+                  from_bits(o[first_nan], dt), ref.o[first_nan]);
+            } else if (err > tol) {
+              where(worst, buf, sizeof buf);
+              SAY("FAIL %s d=%d step %d %s: max|O-ref| %.3g > tol %.3g at %s (got %g want %g)\n", dname, D, step, cs.name, err,
+                  tol, buf, from_bits(o[worst], dt), ref.o[worst]);
+            }
+            if (lbad || lerr > 1e-3) {
+              const int row = int(lworst % cs.Sq), h = int(lworst / cs.Sq % cs.Hq), b = int(lworst / cs.Sq / cs.Hq);
+              SAY("FAIL %s d=%d step %d %s: LSE at (b %d, h %d, row %d) got %g want %g\n", dname, D, step, cs.name, b, h, row,
+                  lse[lworst], ref.lse[lworst]);
+            }
+          } else {
+            ++tally[step].pass;
+            line += " .";
+          }
+          LOG("  %s d=%d step %d %-24s err %.3g tol %.3g lse_err %.3g %s\n", dname, D, step, cs.name, err, tol, lerr, ok ? "PASS" : "FAIL");
+        }
+        LOG("%s d=%3d %-24s steps:%s\n", dname, D, cs.name, line.c_str());
+        cudaFree(dq);
+        cudaFree(dk);
+        cudaFree(dv);
+        cudaFree(d_o);
+        cudaFree(dl);
+      }
+      std::string row = std::string(dname) + " d=" + std::to_string(D) + ":";
+      for (int step : steps)
+        row += "  step" + std::to_string(step) + " " + std::to_string(tally[step].pass) + "/" +
+               std::to_string(tally[step].pass + tally[step].fail);
+      summary.push_back(row);
+    }
+  }
+  return total_fail;
+}
+
+// ---- timing -------------------------------------------------------------------------------------------------
+
+__global__ void fill_random_kernel(std::uint16_t* x, std::size_t n, std::uint32_t salt, bool bf16) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
+    std::uint32_t h = static_cast<std::uint32_t>(i) * 2654435761u ^ salt;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    const float f = (static_cast<float>(h & 0xffff) / 65535.f) * 2.f - 1.f;  // uniform in [-1, 1], never all zero
+    if (bf16) {
+      const __nv_bfloat16 b = __float2bfloat16(f);
+      x[i] = *reinterpret_cast<const std::uint16_t*>(&b);
+    } else {
+      const __half b = __float2half(f);
+      x[i] = *reinterpret_cast<const std::uint16_t*>(&b);
+    }
+  }
+}
+
+void run_bench(const std::vector<int>& steps, const std::vector<int>& dims, const std::vector<int>& ns) {
+  constexpr int kTokens = 16384, kHidden = 2048, kWarm = 5, kIters = 20;
+  const std::size_t n = std::size_t(kTokens) * kHidden;
+  auto* dq = dev_alloc<std::uint16_t>(n);
+  auto* dk = dev_alloc<std::uint16_t>(n);
+  auto* dv = dev_alloc<std::uint16_t>(n);
+  auto* d_o = dev_alloc<std::uint16_t>(n);
+  auto* dl = dev_alloc<float>(std::size_t(kTokens) * kHidden / 64);
+  fill_random_kernel<<<1024, 256>>>(dq, n, 1, true);
+  fill_random_kernel<<<1024, 256>>>(dk, n, 2, true);
+  fill_random_kernel<<<1024, 256>>>(dv, n, 3, true);
+  cuda_ok(cudaDeviceSynchronize(), "fill");
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  SAY("bench bf16, B*N = %d tokens, H*d = %d, TFLOP/s (median of %d after %d warm-ups)\n", kTokens, kHidden, kIters, kWarm);
+  SAY("%4s %6s %6s", "d", "N", "causal");
+  for (int s : steps) SAY("  step%d", s);
+  SAY("\n");
+  for (int D : dims)
+    for (bool causal : {false, true})
+      for (int N : ns) {
+        Params p;
+        p.q = dq;
+        p.k = dk;
+        p.v = dv;
+        p.o = d_o;
+        p.lse = dl;
+        p.batch = kTokens / N;
+        p.heads_q = p.heads_kv = kHidden / D;
+        p.seq_q = p.seq_k = N;
+        p.head_dim = D;
+        p.align = causal ? CausalAlign::BottomRight : CausalAlign::None;
+        p.scale = static_cast<float>(1.0 / std::sqrt(double(D)));
+        p.scale_log2 = p.scale * 1.4426950408889634f;
+        SAY("%4d %6d %6s", D, N, causal ? "yes" : "no");
+        for (int step : steps) {
+          std::vector<float> ms;
+          for (int it = 0; it < kWarm + kIters; ++it) {
+            cudaEventRecord(e0);
+            launch_forward(DType::BF16, p, nullptr, static_cast<LadderStep>(step));
+            cudaEventRecord(e1);
+            cuda_ok(cudaEventSynchronize(e1), "bench kernel");
+            float t = 0;
+            cudaEventElapsedTime(&t, e0, e1);
+            if (it >= kWarm) ms.push_back(t);
+          }
+          std::sort(ms.begin(), ms.end());
+          const double t = ms[ms.size() / 2] * 1e-3;
+          double flops = 4.0 * p.batch * p.heads_q * double(N) * N * D;
+          if (causal) flops /= 2;
+          SAY("  %5.0f", flops / t / 1e12);
+        }
+        SAY("\n");
+      }
+  cudaFree(dq);
+  cudaFree(dk);
+  cudaFree(dv);
+  cudaFree(d_o);
+  cudaFree(dl);
+}
+
+std::vector<int> parse_list(const char* s) {
+  std::vector<int> v;
+  for (const char* c = s; *c;) {
+    v.push_back(std::atoi(c));
+    while (*c && *c != ',') ++c;
+    if (*c == ',') ++c;
+  }
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool probes = false, check = false, bench = false;
+  std::vector<int> steps = {1, 2, 3, 4, 5}, dims(std::begin(kHeadDims), std::end(kHeadDims)),
+                   ns = {512, 1024, 2048, 4096, 8192, 16384};
+  std::uint64_t seed = std::random_device{}();
+  const char* log_path = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--probes") probes = true;
+    else if (a == "--check") check = true;
+    else if (a == "--bench") bench = true;
+    else if (a == "--steps" && i + 1 < argc) steps = parse_list(argv[++i]);
+    else if (a == "--dims" && i + 1 < argc) dims = parse_list(argv[++i]);
+    else if (a == "--ns" && i + 1 < argc) ns = parse_list(argv[++i]);
+    else if (a == "--seed" && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
+    else if (a == "--log" && i + 1 < argc) log_path = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: %s [--probes] [--check] [--bench] [--steps 1,2,..] [--dims 64,..] [--ns 4096,..] [--seed N] [--log FILE]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (!probes && !check && !bench) probes = check = true;
+  if (log_path) g_log = std::fopen(log_path, "a");
+  cudaDeviceProp prop{};
+  cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  SAY("cuda-fa3-ws harness on %s (sm_%d%d, %d SMs); seed %llu\n", prop.name, prop.major, prop.minor,
+      prop.multiProcessorCount, static_cast<unsigned long long>(seed));
+  int fails = 0;
+  std::vector<std::string> summary;
+  if (probes) {
+    const int f = run_probes(seed);
+    fails += f;
+    summary.push_back(std::string("probes: ") + (f ? std::to_string(f) + " FAIL" : "all PASS"));
+  }
+  if (check) fails += run_checks(steps, dims, seed, summary);
+  if (bench) run_bench(steps, dims, ns);
+  SAY("---- summary (pass/total per ladder step; %zu cases each) ----\n", std::size(kCases));
+  for (const auto& s : summary) SAY("%s\n", s.c_str());
+  SAY("%s\n", fails ? "RESULT: FAIL" : "RESULT: PASS");
+  if (g_log) std::fclose(g_log);
+  return fails ? 1 : 0;
+}
