@@ -26,4 +26,13 @@ inline constexpr DType kDTypes[] = {DType::F16, DType::BF16};
 inline constexpr int kHeadDims[] = {32, 64, 96, 128, 256};
 }  // namespace fa2
 
+// cuda-fa3-ws (warp-specialized Hopper kernel: TMA, wgmma, setmaxnreg): compiled only for sm_90a,
+// whose wgmma and setmaxnreg run on compute capability 9.0 alone, so the registry refuses any other GPU.
+// One compiled configuration per listed head dim (and ladder step).
+namespace fa3_ws {
+inline constexpr DType kDTypes[] = {DType::F16, DType::BF16};
+inline constexpr int kHeadDims[] = {64, 128, 256};
+inline constexpr int kComputeCapability = 90;  // major * 10 + minor
+}  // namespace fa3_ws
+
 }  // namespace flashlab::cuda

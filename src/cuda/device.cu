@@ -32,4 +32,16 @@ std::string device_name() {
   return prop.name;
 }
 
+int device_compute_capability() {
+  if (!device_present()) return 0;
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return major * 10 + minor;
+}
+
 }  // namespace flashlab::cuda

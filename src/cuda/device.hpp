@@ -8,5 +8,8 @@ namespace flashlab::cuda {
 
 bool device_present();
 std::string device_name();  // e.g. "NVIDIA H100 80GB HBM3"; "" without a device
+// The current device's compute capability as major * 10 + minor (90 on an H100, 80 on an A100); 0
+// without a device.
+int device_compute_capability();
 
 }  // namespace flashlab::cuda

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/problem.hpp"
+#include "cuda/constraints.hpp"
 
 namespace flashlab::cuda::fa3ws {
 
@@ -67,8 +68,9 @@ enum class LadderStep : int {
 inline constexpr LadderStep kShippedStep = LadderStep::Persistent;
 inline constexpr int kLadderSteps = 5;
 
-// Head dims with a compiled kernel; anything else is rejected with std::invalid_argument.
-inline constexpr int kHeadDims[] = {64, 128, 256};
+// Head dims with a compiled kernel: the one list of cuda/constraints.hpp (the registry checks problems
+// against it); anything else reaching the launcher is rejected with std::invalid_argument.
+using ::flashlab::cuda::fa3_ws::kHeadDims;
 
 // A 4-D (D, H, S, B) TMA descriptor over a (B, S, H, D) tensor of 16-bit `dtype` with boxes of
 // (64, 1, box_rows, 1) and 128B swizzle; throws std::runtime_error naming the failing driver call.
