@@ -37,6 +37,22 @@ ForwardOut cuda_fa2_forward(const Problem&, DType, const Qkv&, TrafficObserver*)
 Grads cuda_fa2_backward(const Problem&, DType, const Qkv&, const ForwardOut&, const HostTensor& dO);
 BenchResult cuda_fa2_bench(const Problem&, DType, const BenchSettings&);
 
+// cuda-fa3-ws: the warp-specialized Hopper forward (TMA, wgmma, producer / consumer warpgroups),
+// fp16/bf16, compute capability 9.0 only; forward only. `step` is the ablation ladder's step, 1..5: each
+// adds one idea to the one before (1 one warpgroup, TMA + wgmma; 2 producer / consumer specialization
+// with setmaxnreg; 3 ping-pong; 4 intra-warpgroup overlap; 5 persistent scheduling, the shipped kernel).
+ForwardOut cuda_fa3_ws_forward_at(int step, const Problem&, DType, const Qkv&);
+BenchResult cuda_fa3_ws_bench_at(int step, const Problem&, DType, const BenchSettings&);
+// The same behind the common signatures, one instantiation per registry row.
+template <int kStep = 5>
+ForwardOut cuda_fa3_ws_forward(const Problem& p, DType dtype, const Qkv& in, TrafficObserver*) {
+  return cuda_fa3_ws_forward_at(kStep, p, dtype, in);
+}
+template <int kStep = 5>
+BenchResult cuda_fa3_ws_bench(const Problem& p, DType dtype, const BenchSettings& settings) {
+  return cuda_fa3_ws_bench_at(kStep, p, dtype, settings);
+}
+
 }  // namespace flashlab
 
 // Internal: the unfused pipeline that cuda-naive and cuda-cublas share (naive.cu), parameterized by
