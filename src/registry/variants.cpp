@@ -19,6 +19,35 @@ std::vector<DType> dtypes_of(const DType (&list)[N]) {
 }
 
 constexpr Supports kEverything{.causal = true, .dropout = true, .gqa = true, .backward = true};
+#ifdef FLASHLAB_HAVE_CUDA
+constexpr Supports kForwardOnly{.causal = true, .dropout = true, .gqa = true, .backward = false};
+#endif
+
+// "Hopper" for 90: the name of the GPU generation of a compute capability, for the refusal sentence.
+std::string gpu_generation(int cc) {
+  if (cc >= 100) return "Blackwell";
+  if (cc >= 90) return "Hopper";
+  if (cc == 89) return "Ada";
+  if (cc >= 80) return "Ampere";
+  if (cc >= 75) return "Turing";
+  if (cc >= 70) return "Volta";
+  return "CUDA";
+}
+std::string describe_capability(int cc) { return std::to_string(cc / 10) + "." + std::to_string(cc % 10); }
+
+// "; cuda-fa2 has one" / "; cpu-naive, cpu-fa1 and cpu-fa2 have one": the variants on the same device
+// that have a backward for this problem's head dim and dtype, for the "no backward" sentence.
+std::string backward_alternatives(const Variant& v, const Problem& p, DType dtype) {
+  std::vector<std::string> names;
+  for (const Variant& w : variants())
+    if (w.device == v.device && w.has_backward() && w.supports_dtype(dtype) && w.head_dims.contains(p.shape.head_dim))
+      names.push_back(w.name);
+  if (names.empty()) return "";
+  std::string list;
+  for (std::size_t n = 0; n < names.size(); ++n)
+    list += (n == 0 ? "" : n + 1 == names.size() ? " and " : ", ") + names[n];
+  return "; " + list + (names.size() == 1 ? " has one" : " have one");
+}
 
 }  // namespace
 
@@ -62,6 +91,38 @@ const std::vector<Variant>& variants() {
        .summary = "FlashAttention-2 on tensor cores (mma.sync, ldmatrix, cp.async), fp32 accumulation",
        .algorithm = Algorithm::FA2,
        .forward_fn = cuda_fa2_forward, .backward_fn = cuda_fa2_backward, .bench_fn = cuda_fa2_bench},
+      // cuda-fa3-ws and its ablation ladder: each step adds one scheduling idea to the one before, so
+      // `flashlab bench --variants cuda-fa3-ws-step1,...,cuda-fa3-ws` shows what each buys. Forward only.
+      {.name = "cuda-fa3-ws-step1", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
+       .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
+       .summary = "FA3 ladder step 1: one warpgroup, 64 query rows, TMA + wgmma (Hopper)", .algorithm = Algorithm::FA2,
+       .forward_fn = cuda_fa3_ws_forward<1>, .bench_fn = cuda_fa3_ws_bench<1>,
+       .needs_compute_capability = cuda::fa3_ws::kComputeCapability},
+      {.name = "cuda-fa3-ws-step2", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
+       .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
+       .summary = "FA3 ladder step 2: + producer / consumer warpgroups (setmaxnreg), mbarrier pipeline",
+       .algorithm = Algorithm::FA2,
+       .forward_fn = cuda_fa3_ws_forward<2>, .bench_fn = cuda_fa3_ws_bench<2>,
+       .needs_compute_capability = cuda::fa3_ws::kComputeCapability},
+      {.name = "cuda-fa3-ws-step3", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
+       .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
+       .summary = "FA3 ladder step 3: + ping-pong (the two consumers take turns on the tensor cores)",
+       .algorithm = Algorithm::FA2,
+       .forward_fn = cuda_fa3_ws_forward<3>, .bench_fn = cuda_fa3_ws_bench<3>,
+       .needs_compute_capability = cuda::fa3_ws::kComputeCapability},
+      {.name = "cuda-fa3-ws-step4", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
+       .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
+       .summary = "FA3 ladder step 4: + intra-warpgroup overlap (softmax of block j+1 during P_j V_j)",
+       .algorithm = Algorithm::FA2,
+       .forward_fn = cuda_fa3_ws_forward<4>, .bench_fn = cuda_fa3_ws_bench<4>,
+       .needs_compute_capability = cuda::fa3_ws::kComputeCapability},
+      {.name = "cuda-fa3-ws", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
+       .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
+       .summary = "FlashAttention-3 design on Hopper: warp-specialized TMA + wgmma, ping-pong, overlap, persistent "
+                  "grid (ladder step 5); forward only",
+       .algorithm = Algorithm::FA2,
+       .forward_fn = cuda_fa3_ws_forward<5>, .bench_fn = cuda_fa3_ws_bench<5>,
+       .needs_compute_capability = cuda::fa3_ws::kComputeCapability},
 #endif
   };
   return table;
@@ -84,7 +145,11 @@ std::string HeadDims::describe() const {
   return os.str();
 }
 
-bool Variant::available() const { return device == Device::Cpu || cuda_device_present(); }
+bool Variant::available() const {
+  if (device == Device::Cpu) return true;
+  return cuda_device_present() &&
+         (needs_compute_capability == 0 || cuda_compute_capability() == needs_compute_capability);
+}
 
 bool Variant::supports_dtype(DType t) const { return std::find(dtypes.begin(), dtypes.end(), t) != dtypes.end(); }
 
@@ -135,17 +200,25 @@ void check_supported(const Variant& v, const Problem& p, DType dtype, bool backw
   if (p.options.dropout_p > 0 && !v.supports.dropout) throw InputError(who + " does not support dropout");
   if (p.shape.heads_q != p.shape.heads_kv && !v.supports.gqa)
     throw InputError(who + " needs heads_q == heads_kv (no grouped-query attention)");
-  if (backward && !v.has_backward()) throw InputError(who + " has no backward pass");
-  if (!v.available())
+  if (backward && !v.has_backward())
+    throw InputError(who + " has no backward pass yet (it is forward only)" + backward_alternatives(v, p, dtype));
+  if (v.device == Device::Cuda && !cuda_device_present())
     throw InputError(who + " needs a CUDA GPU and none is available on this machine");
+  if (!v.available()) {  // a GPU, but not the one the kernel is compiled for
+    const int need = v.needs_compute_capability, have = cuda_compute_capability();
+    throw InputError(who + " needs a " + gpu_generation(need) + " GPU (compute capability " + describe_capability(need) +
+                     "); this GPU is " + cuda_device_name() + " (compute capability " + describe_capability(have) + ")");
+  }
 }
 
 #ifdef FLASHLAB_HAVE_CUDA
 bool cuda_device_present() { return cuda::device_present(); }
 std::string cuda_device_name() { return cuda::device_name(); }
+int cuda_compute_capability() { return cuda::device_compute_capability(); }
 #else
 bool cuda_device_present() { return false; }
 std::string cuda_device_name() { return ""; }
+int cuda_compute_capability() { return 0; }
 #endif
 
 }  // namespace flashlab

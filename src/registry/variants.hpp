@@ -52,8 +52,12 @@ struct Variant {
   ForwardFn forward_fn = nullptr;
   BackwardFn backward_fn = nullptr;  // nullptr when !supports.backward
   BenchFn bench_fn = nullptr;        // nullptr: timed from the host around forward/backward
+  // 0: any GPU. Otherwise the one compute capability (major * 10 + minor) the kernel is compiled for,
+  // e.g. 90 for sm_90a code (wgmma, setmaxnreg), which runs on compute capability 9.0 alone.
+  int needs_compute_capability = 0;
 
-  bool available() const;  // CPU: always; CUDA: built with CUDA and a device is present
+  // CPU: always; CUDA: built with CUDA, a device is present, and it has the compute capability needed.
+  bool available() const;
   bool supports_dtype(DType) const;
   bool has_backward() const { return supports.backward && backward_fn != nullptr; }
   bool has_device_timer() const { return bench_fn != nullptr; }
@@ -71,10 +75,11 @@ const std::vector<Variant>& variants();
 const Variant& find_variant(std::string_view name);
 
 // Throws InputError (one sentence) unless the variant can run this problem in this dtype:
-// head dim, dtype, causal, dropout, GQA, backward, availability.
+// head dim, dtype, causal, dropout, GQA, backward, availability, compute capability.
 void check_supported(const Variant&, const Problem&, DType, bool backward);
 
 bool cuda_device_present();      // false when built without CUDA
 std::string cuda_device_name();  // e.g. "NVIDIA H100 80GB HBM3"; "" without a device
+int cuda_compute_capability();   // major * 10 + minor, e.g. 90; 0 without a device
 
 }  // namespace flashlab
