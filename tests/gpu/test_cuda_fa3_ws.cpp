@@ -1,0 +1,261 @@
+// cuda-fa3-ws (the warp-specialized Hopper forward) and every step of its ablation ladder
+// (cuda-fa3-ws-step1 .. step4, and cuda-fa3-ws = step 5) against naive attention in double, by the
+// FlashAttention rule of core/tolerance.hpp: the kernel's max error may be at most 2x (O, LSE) the error
+// of naive attention run in the same low precision, plus a small slack. Inputs are fresh random numbers
+// each run (the seed is printed on failure); the variant poisons O and LSE with NaN before launching, so
+// an element it never writes fails the comparison. Each case is checked at every ladder step, head dim
+// and dtype, against one reference per (case, head dim, dtype).
+//
+// The kernel is compiled for sm_90a and runs on compute capability 9.0 only: on any other GPU the
+// correctness cases are skipped (with a message saying so) and the refusal sentence is checked instead.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/tolerance.hpp"
+#include "cpu_reference/naive.hpp"
+#include "registry/variants.hpp"
+
+namespace {
+
+using namespace flashlab;
+
+// The ladder, step 1 first; the last is the shipped kernel.
+const char* const kLadder[] = {"cuda-fa3-ws-step1", "cuda-fa3-ws-step2", "cuda-fa3-ws-step3", "cuda-fa3-ws-step4",
+                               "cuda-fa3-ws"};
+constexpr DType kDtypes[] = {DType::F16, DType::BF16};
+constexpr int kHeadDims[] = {64, 128, 256};
+
+bool on_hopper() { return cuda_compute_capability() == 90; }
+
+// True (and a message in the report) when this GPU cannot run the kernel: the caller returns.
+bool skip_unless_hopper() {
+  if (on_hopper()) return false;
+  MESSAGE("skipped: cuda-fa3-ws runs on compute capability 9.0 (Hopper) only, and this GPU is "
+          << cuda_device_name() << " (compute capability " << cuda_compute_capability() / 10 << "."
+          << cuda_compute_capability() % 10 << "); the refusal is checked by its own test case");
+  return true;
+}
+
+std::uint64_t fresh_seed() {
+  static std::random_device device;
+  return (std::uint64_t(device()) << 32) ^ device();
+}
+
+std::string describe(const Problem& p, DType dtype, std::uint64_t seed) {
+  const Shape& s = p.shape;
+  std::ostringstream os;
+  os << to_string(dtype) << " B=" << s.batch << " Hq=" << s.heads_q << " Hkv=" << s.heads_kv << " Sq=" << s.seq_q
+     << " Sk=" << s.seq_k << " d=" << s.head_dim << " causal=" << to_string(p.options.causal)
+     << " dropout=" << p.options.dropout_p << " scale=" << p.softmax_scale() << " seed=" << seed;
+  return os.str();
+}
+
+// One output against the double reference, bounded by the low-precision naive baseline.
+void check_output(const char* name, DType dtype, const HostTensor& out, const HostTensor& ref, const HostTensor& lowp) {
+  const ErrorStats err = compare(out, ref);
+  const ErrorStats baseline = compare(lowp, ref);
+  const Bound bound = tolerance(dtype, Quantity::Forward, err, &baseline);
+  INFO(std::string(name) << ": max abs error " << err.max_abs << " (rel " << err.rel << "), bound " << bound.rule
+                         << (err.has_nan ? ", has NaN (an unwritten or non-finite element)" : ""));
+  CHECK(bound.passes(err));
+}
+
+// The forward of every ladder step, for every head dim and dtype, on fresh random inputs against the
+// CPU references (computed once per head dim and dtype, shared by the five steps).
+void check_problem(Shape shape, const Options& options) {
+  for (DType dtype : kDtypes)
+    for (int d : kHeadDims) {
+      shape.head_dim = d;
+      const Problem p{.shape = shape, .options = options};
+      const std::uint64_t seed = fresh_seed();
+      INFO(describe(p, dtype, seed));
+      const Qkv in = random_qkv(shape, dtype, seed);
+      const ForwardOut ref = naive_forward<double>(p, in);
+      const ForwardOut lowp = naive_forward_lowp(p, dtype, in);
+      for (const char* name : kLadder) {
+        INFO(name);
+        const ForwardOut out = find_variant(name).forward(p, dtype, in, nullptr);
+        check_output("O", dtype, out.o, ref.o, lowp.o);
+        check_output("LSE", dtype, out.lse, ref.lse, lowp.lse);
+      }
+    }
+}
+
+Options opts(CausalAlign align, double dropout_p = 0.0, double scale = 0.0) {
+  Options o;
+  o.causal = align;
+  o.dropout_p = dropout_p;
+  o.scale = scale;
+  o.seed = fresh_seed();
+  return o;
+}
+
+Shape shape(int batch, int heads_q, int heads_kv, int seq_q, int seq_k) {
+  return Shape{.batch = batch, .heads_q = heads_q, .heads_kv = heads_kv, .seq_q = seq_q, .seq_k = seq_k, .head_dim = 64};
+}
+
+// The InputError sentence of `call`, or "" when it does not throw one.
+template <class F>
+std::string refusal(F&& call) {
+  try {
+    call();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("cuda-fa3-ws: the table lists every ladder step, forward only, for the head dims of cuda/constraints.hpp") {
+  for (const char* name : kLadder) {
+    const Variant& v = find_variant(name);
+    CHECK(v.device == Device::Cuda);
+    CHECK(v.head_dims.describe() == "64, 128, 256");
+    CHECK(v.supports_dtype(DType::F16));
+    CHECK(v.supports_dtype(DType::BF16));
+    CHECK_FALSE(v.supports_dtype(DType::F32));
+    CHECK_FALSE(v.has_backward());
+    CHECK(v.has_device_timer());
+    CHECK(v.needs_compute_capability == 90);
+    CHECK(v.available() == on_hopper());
+  }
+}
+
+TEST_CASE("cuda-fa3-ws on a GPU other than Hopper: every step refuses with one sentence, never falls back") {
+  if (on_hopper()) {
+    MESSAGE("this GPU is a Hopper (compute capability 9.0): the refusal does not apply here");
+    return;
+  }
+  const Problem p{.shape = Shape{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 16, .seq_k = 16, .head_dim = 64},
+                  .options = Options{}};
+  const Qkv in = random_qkv(p.shape, DType::F16, 1);
+  const int cc = cuda_compute_capability();
+  const std::string expected = "needs a Hopper GPU (compute capability 9.0); this GPU is " + cuda_device_name() +
+                               " (compute capability " + std::to_string(cc / 10) + "." + std::to_string(cc % 10) + ")";
+  for (const char* name : kLadder) {
+    const Variant& v = find_variant(name);
+    const std::string fwd = refusal([&] { (void)v.forward(p, DType::F16, in, nullptr); });
+    CHECK_MESSAGE(fwd == "variant " + std::string(name) + " " + expected, fwd);
+    const std::string bench = refusal([&] { (void)v.bench(p, DType::F16, BenchSettings{0, 1, false}); });
+    CHECK_MESSAGE(bench == "variant " + std::string(name) + " " + expected, bench);
+  }
+}
+
+TEST_CASE("cuda-fa3-ws, every ladder step: length 1, odd lengths, seq_q != seq_k both ways, no multiple of a block") {
+  if (skip_unless_hopper()) return;
+  check_problem(shape(1, 2, 2, 1, 1), opts(CausalAlign::None));
+  check_problem(shape(1, 2, 2, 1, 300), opts(CausalAlign::None));
+  check_problem(shape(1, 2, 2, 300, 1), opts(CausalAlign::None));
+  check_problem(shape(1, 2, 2, 77, 333), opts(CausalAlign::None));
+  check_problem(shape(1, 2, 2, 333, 77), opts(CausalAlign::None));
+  check_problem(shape(1, 1, 1, 129, 193), opts(CausalAlign::None));  // one past the 128- and 64-row blocks
+}
+
+TEST_CASE("cuda-fa3-ws, every ladder step: many K/V blocks (seq_k = 4096: every pipeline stage wraps many times)") {
+  if (skip_unless_hopper()) return;
+  check_problem(shape(1, 1, 1, 130, 4096), opts(CausalAlign::None));
+  check_problem(shape(1, 1, 1, 70, 4096), opts(CausalAlign::BottomRight));
+}
+
+TEST_CASE("cuda-fa3-ws, every ladder step: causal, top-left and bottom-right, seq_q < seq_k and seq_q > seq_k") {
+  if (skip_unless_hopper()) return;
+  for (CausalAlign align : {CausalAlign::TopLeft, CausalAlign::BottomRight}) {
+    check_problem(shape(1, 2, 2, 200, 330), opts(align));
+    check_problem(shape(1, 2, 2, 330, 200), opts(align));  // bottom-right: the first 130 rows see no key
+  }
+  check_problem(shape(1, 1, 1, 1, 500), opts(CausalAlign::TopLeft));  // one query, one visible key
+}
+
+TEST_CASE("cuda-fa3-ws, every ladder step: GQA and MQA") {
+  if (skip_unless_hopper()) return;
+  check_problem(shape(1, 8, 2, 200, 300), opts(CausalAlign::BottomRight));
+  check_problem(shape(1, 4, 1, 257, 129), opts(CausalAlign::None));
+}
+
+TEST_CASE("cuda-fa3-ws, every ladder step: dropout drops the same elements as the CPU reference (same Philox seed)") {
+  if (skip_unless_hopper()) return;
+  check_problem(shape(1, 2, 2, 200, 333), opts(CausalAlign::None, 0.1));
+  check_problem(shape(1, 4, 2, 190, 190), opts(CausalAlign::TopLeft, 0.3));
+}
+
+TEST_CASE("cuda-fa3-ws, every ladder step: a given softmax scale, and a negative one") {
+  if (skip_unless_hopper()) return;
+  check_problem(shape(1, 2, 2, 150, 203), opts(CausalAlign::None, 0.0, 0.35));
+  check_problem(shape(1, 2, 2, 100, 200), opts(CausalAlign::BottomRight, 0.0, -0.09));
+}
+
+TEST_CASE("cuda-fa3-ws, every ladder step: batch > 1") {
+  if (skip_unless_hopper()) return;
+  check_problem(shape(2, 2, 2, 130, 260), opts(CausalAlign::None));
+  check_problem(shape(3, 2, 1, 260, 130), opts(CausalAlign::BottomRight, 0.1));
+}
+
+TEST_CASE("cuda-fa3-ws, every ladder step: fully masked rows give O = 0 and LSE = -inf, never NaN") {
+  if (skip_unless_hopper()) return;
+  // Bottom-right alignment with seq_q > seq_k: the first seq_q - seq_k queries see no key.
+  const Shape s = Shape{.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 150, .seq_k = 40, .head_dim = 128};
+  const Problem p{.shape = s, .options = opts(CausalAlign::BottomRight)};
+  const Qkv in = random_qkv(s, DType::BF16, fresh_seed());
+  for (const char* name : kLadder) {
+    INFO(name);
+    const ForwardOut out = find_variant(name).forward(p, DType::BF16, in, nullptr);
+    for (int h = 0; h < s.heads_q; ++h)
+      for (int row = 0; row < s.seq_q; ++row) {
+        const bool empty = row < s.seq_q - s.seq_k;
+        const double lse = out.lse.data[std::size_t(h) * s.seq_q + row];
+        CHECK_MESSAGE((empty ? lse == -INFINITY : std::isfinite(lse)), "row " << row << " LSE " << lse);
+        double abs_sum = 0;
+        for (int d = 0; d < s.head_dim; ++d) abs_sum += std::abs(out.o.at(0, row, h, d));
+        if (empty) CHECK_MESSAGE(abs_sum == 0.0, "row " << row << " sees no key but O != 0");
+        else CHECK_MESSAGE(abs_sum > 0.0, "row " << row << " sees keys but O == 0");
+      }
+  }
+}
+
+TEST_CASE("cuda-fa3-ws refuses head dims 32 and 96, f32 and the backward, with one sentence, on any GPU") {
+  const Problem p{.shape = Shape{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 16, .seq_k = 16, .head_dim = 64},
+                  .options = Options{}};
+  for (const char* name : kLadder) {
+    const Variant& v = find_variant(name);
+    for (int d : {32, 96}) {
+      Problem pd = p;
+      pd.shape.head_dim = d;
+      const std::string msg = refusal([&] { (void)v.forward(pd, DType::F16, random_qkv(pd.shape, DType::F16, 1), nullptr); });
+      CHECK_MESSAGE(msg.find("head_dim " + std::to_string(d)) != std::string::npos, msg);
+      CHECK_MESSAGE(msg.find("64, 128, 256") != std::string::npos, msg);
+    }
+    const std::string f32 = refusal([&] { (void)v.forward(p, DType::F32, random_qkv(p.shape, DType::F32, 2), nullptr); });
+    CHECK_MESSAGE(f32.find("f16, bf16") != std::string::npos, f32);
+
+    const Qkv in = random_qkv(p.shape, DType::F16, 3);
+    const ForwardOut fwd{HostTensor(q_dims(p.shape)), HostTensor(lse_dims(p.shape))};
+    const std::string bwd =
+        refusal([&] { (void)v.backward(p, DType::F16, in, fwd, random_like_o(p.shape, DType::F16, 4)); });
+    CHECK_MESSAGE(bwd == "variant " + std::string(name) + " has no backward pass yet (it is forward only); cuda-fa2 has one",
+                  bwd);
+    const std::string bench_bwd = refusal([&] { (void)v.bench(p, DType::F16, BenchSettings{0, 1, true}); });
+    CHECK_MESSAGE(bench_bwd == bwd, bench_bwd);
+  }
+}
+
+TEST_CASE("cuda-fa3-ws refuses more tiles than its 32-bit tile index holds, before allocating anything") {
+  if (skip_unless_hopper()) return;
+  // 65536 query heads x ceil(seq_q / Br) blocks of query rows = 2^31 tiles, one past the limit: Br is 64
+  // at step 1 and 128 from step 2 on. bench checks before it allocates (forward would need the inputs).
+  for (const char* name : kLadder) {
+    const int br = std::string(name) == "cuda-fa3-ws-step1" ? 64 : 128;
+    const Problem p{.shape = Shape{.batch = 1, .heads_q = 65536, .heads_kv = 1, .seq_q = br * 32768, .seq_k = 1,
+                                   .head_dim = 64},
+                    .options = Options{}};
+    const std::string msg = refusal([&] { (void)find_variant(name).bench(p, DType::F16, BenchSettings{0, 1, false}); });
+    CHECK_MESSAGE(msg.find("2147483648 tiles") != std::string::npos, name << ": " << msg);
+    CHECK_MESSAGE(msg.find("2147483647") != std::string::npos, name << ": " << msg);
+  }
+}
