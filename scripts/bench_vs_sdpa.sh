@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# cuda-fa2 against PyTorch's SDPA backends (flash = FlashAttention-2 inside PyTorch, cudnn) on the
-# same card, in ONE run, on the FA2-paper shapes: bf16, B*N = 16384 tokens, H*d = 2048, N = 512..16k,
-# d = 64 and 128, causal and not. Writes both JSONs and prints the ratio table (ours / flash).
+# FlashLab's tensor-core variants (default cuda-fa2 and cuda-fa3-ws) against PyTorch's SDPA backends
+# (flash = FlashAttention-2 inside PyTorch, cudnn) on the same card, in ONE run, on the FA2-paper shapes:
+# bf16, B*N = 16384 tokens, H*d = 2048, N = 512..16k, d = 64, 128 and 256, causal and not. Writes the
+# JSONs and prints, per variant, ours / flash / cuDNN TFLOP/s and the ratios to both (forward, and
+# forward+backward where the variant has a backward).
 #
 # On the lent GPU machine, from the repository root, with .deps carried (scripts/make_deps.sh):
 #   bash scripts/bench_vs_sdpa.sh "$OUT"        # builds flashlab (preset `device`) first
@@ -9,13 +11,17 @@
 # FlashLab, that times torch's scaled_dot_product_attention one backend at a time and reports TFLOP/s
 # in the same convention as core/flops.hpp. Copy it into .deps/tools/ (git-ignored) before the device
 # call; the machine needs PyTorch with CUDA.
-# Environment: SEQS, HEAD_DIMS, CAUSAL (0/1 lists) narrow the sweep; SKIP_BUILD=1 reuses build-device;
-# RUN_LABEL goes into the merged JSON's "command" (say which tree ran: the device copy's git may be stale).
+# Environment: VARIANTS (default "cuda-fa2 cuda-fa3-ws"); LADDER=1 also benches cuda-fa3-ws-step1..4 on
+# the same shapes and prints the ladder table; SEQS, HEAD_DIMS (default "64 128 256"), CAUSAL (0/1
+# lists) narrow the sweep; SKIP_BUILD=1 reuses build-device; RUN_LABEL goes into the merged JSON's
+# "command" (say which tree ran: the device copy's git may be stale).
 set -euo pipefail
 out=${1:-${OUT:-bench-out}}
 mkdir -p "$out"
+variants=${VARIANTS:-"cuda-fa2 cuda-fa3-ws"}
+[ "${LADDER:-0}" = 1 ] && variants="$variants cuda-fa3-ws-step1 cuda-fa3-ws-step2 cuda-fa3-ws-step3 cuda-fa3-ws-step4"
 seqs=${SEQS:-"512 1024 2048 4096 8192 16384"}
-head_dims=${HEAD_DIMS:-"64 128"}
+head_dims=${HEAD_DIMS:-"64 128 256"}
 causals=${CAUSAL:-"0 1"}
 tokens=16384 hidden=2048
 [ -f .deps/tools/sdpa_bench.py ] ||
@@ -25,19 +31,27 @@ tokens=16384 hidden=2048
   { tail -30 "$out/build.log"; exit 1; }
 flashlab=build-device/bin/flashlab
 
-# Ours: one `flashlab bench` per shape (the batch depends on N), merged into one JSON.
-parts=$(mktemp -d)
-for d in $head_dims; do
-  for c in $causals; do
-    causal=none; [ "$c" = 1 ] && causal=top-left
-    for n in $seqs; do
-      "$flashlab" bench --device cuda --variants cuda-fa2 --dtype bf16 --seq "$n" --batch $((tokens / n)) \
-        --heads $((hidden / d)) --head-dim "$d" --causal "$causal" --backward --warmup 5 --iters 20 \
-        --json "$parts/d${d}_c${c}_n${n}.json" >/dev/null 2>>"$out/ours.log"
+# Ours: per variant, one `flashlab bench` per shape (the batch depends on N), merged into one JSON per
+# variant. The backward is timed where the variant has one (the registry refuses --backward otherwise:
+# a one-line probe asks it).
+ours_jsons=()
+for variant in $variants; do
+  backward=(--backward)
+  "$flashlab" bench --device cuda --variants "$variant" --dtype bf16 --seq 128 --batch 1 --heads 1 --head-dim 64 \
+    --backward --warmup 0 --iters 1 >/dev/null 2>&1 || backward=()
+  parts=$(mktemp -d)
+  for d in $head_dims; do
+    for c in $causals; do
+      causal=none; [ "$c" = 1 ] && causal=top-left
+      for n in $seqs; do
+        "$flashlab" bench --device cuda --variants "$variant" --dtype bf16 --seq "$n" --batch $((tokens / n)) \
+          --heads $((hidden / d)) --head-dim "$d" --causal "$causal" "${backward[@]}" --warmup 5 --iters 20 \
+          --json "$parts/d${d}_c${c}_n${n}.json" >/dev/null 2>>"$out/ours.log" ||
+          echo "bench_vs_sdpa: $variant d=$d causal=$c N=$n failed (see ours.log)" >&2
+      done
     done
   done
-done
-python3 - "$parts" "$out/flashlab_cuda-fa2.json" <<'EOF'
+  python3 - "$parts" "$out/flashlab_$variant.json" "$variant" <<'PY'
 import glob, json, sys
 merged = None
 for path in sorted(glob.glob(sys.argv[1] + "/*.json")):
@@ -47,16 +61,20 @@ for path in sorted(glob.glob(sys.argv[1] + "/*.json")):
     if merged is None:
         merged = {k: j[k] for k in ("device", "date") if k in j}
         merged["command"] = "scripts/bench_vs_sdpa.sh (one flashlab bench per shape)"
+        merged["variant"] = sys.argv[3]
         merged["rows"] = []
     merged["rows"] += j["rows"]
-json.dump(merged, open(sys.argv[2], "w"), indent=1)
-EOF
+json.dump(merged or {"variant": sys.argv[3], "rows": []}, open(sys.argv[2], "w"), indent=1)
+PY
+  rm -rf "$parts"
+  ours_jsons+=("$out/flashlab_$variant.json")
+done
 
 # Peers, same shapes, same run.
 PYTHONUNBUFFERED=1 python3 .deps/tools/sdpa_bench.py --head-dim $head_dims --seq $seqs --causal $causals \
   --backends flash cudnn --json "$out/sdpa.json" >"$out/sdpa.log" 2>&1 || { tail -20 "$out/sdpa.log"; exit 1; }
 
-# Ratio table (ours / flash, cudnn beside) and one merged JSON of both result sets, the form kept in
-# bench/results/.
-python3 scripts/fa2_vs_sdpa_table.py "$out/flashlab_cuda-fa2.json" "$out/sdpa.json" "$out/fa2-vs-sdpa.json" \
-  "scripts/bench_vs_sdpa.sh${RUN_LABEL:+ ($RUN_LABEL)}"
+# Ratio tables (per variant; the ladder's when its steps ran) and one merged JSON of all result sets,
+# the form kept in bench/results/.
+python3 scripts/vs_sdpa_table.py --sdpa "$out/sdpa.json" --merged "$out/vs-sdpa.json" \
+  --label "scripts/bench_vs_sdpa.sh${RUN_LABEL:+ ($RUN_LABEL)}" "${ours_jsons[@]}"
