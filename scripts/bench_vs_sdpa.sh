@@ -5,6 +5,10 @@
 #
 # On the lent GPU machine, from the repository root, with .deps carried (scripts/make_deps.sh):
 #   bash scripts/bench_vs_sdpa.sh "$OUT"        # builds flashlab (preset `device`) first
+# The peers' side is the PyTorch SDPA benchmark (sdpa_bench.py): an external script, not part of
+# FlashLab, that times torch's scaled_dot_product_attention one backend at a time and reports TFLOP/s
+# in the same convention as core/flops.hpp. Copy it into .deps/tools/ (git-ignored) before the device
+# call; the machine needs PyTorch with CUDA.
 # Environment: SEQS, HEAD_DIMS, CAUSAL (0/1 lists) narrow the sweep; SKIP_BUILD=1 reuses build-device;
 # RUN_LABEL goes into the merged JSON's "command" (say which tree ran: the device copy's git may be stale).
 set -euo pipefail
@@ -14,6 +18,8 @@ seqs=${SEQS:-"512 1024 2048 4096 8192 16384"}
 head_dims=${HEAD_DIMS:-"64 128"}
 causals=${CAUSAL:-"0 1"}
 tokens=16384 hidden=2048
+[ -f .deps/tools/sdpa_bench.py ] ||
+  { echo "bench_vs_sdpa: .deps/tools/sdpa_bench.py (the PyTorch SDPA benchmark) is missing: copy it there first" >&2; exit 2; }
 
 [ "${SKIP_BUILD:-0}" = 1 ] || bash scripts/device_build.sh flashlab_cmd >"$out/build.log" 2>&1 ||
   { tail -30 "$out/build.log"; exit 1; }

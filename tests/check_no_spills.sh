@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 4's rule "no register spills in the -Xptxas -v report for the shipped configurations", as a
-# test: compile the tensor-core kernels for sm_90 with ptxas in verbose mode and fail if any kernel
+# The tensor-core kernels' rule "no register spills in the -Xptxas -v report for the shipped
+# configurations", as a test: compile the tensor-core kernels for sm_90 with ptxas in verbose mode and fail if any kernel
 # spills, naming it. Needs nvcc, not a GPU. tests/CMakeLists.txt passes the build's own nvcc flags.
 #   check_no_spills.sh NVCC MIN_FUNCTIONS file.cu... -- NVCC_FLAGS...
 # MIN_FUNCTIONS guards against a vacuous pass: fewer compiled functions than that is a failure too.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 4's rule "cuobjdump --dump-sass shows HMMA", as a test: every cuda-fa2 forward and backward
-# kernel in the built binary must contain tensor-core instructions (HMMA) in its SASS, so a change
+# The tensor-core kernels' rule "cuobjdump --dump-sass shows HMMA", as a test: every cuda-fa2 forward
+# and backward kernel in the built binary must contain tensor-core instructions (HMMA) in its SASS, so a change
 # that silently falls back to CUDA-core math (or compiles a kernel away) fails here. Needs cuobjdump
 # (in the CUDA toolkit's full install; the CI image's nvcc-only toolkit lacks it: then exit 77, which
 # CTest reports as skipped), not a GPU.

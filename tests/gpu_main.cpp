@@ -4,7 +4,7 @@
 
 #include <cstdio>
 
-#include "core/variants.hpp"
+#include "registry/variants.hpp"
 
 int main(int argc, char** argv) {
   if (!flashlab::cuda_device_present()) {

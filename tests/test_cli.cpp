@@ -4,7 +4,10 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -13,9 +16,9 @@
 
 #include "cli.hpp"
 #include "core/npy.hpp"
-#include "core/variants.hpp"
+#include "registry/variants.hpp"
 #include "cpu_reference/tiled.hpp"
-#include "cpu_reference/traffic.hpp"
+#include "model/traffic.hpp"
 
 using namespace flashlab;
 
@@ -77,7 +80,7 @@ TEST_CASE("check passes on a small problem and its table has every CPU variant")
       CHECK(r.code == 0);
       CHECK(r.out.find("seed 4242") != std::string::npos);
       Problem p;
-      p.shape = Shape{2, 4, 2, 37, 29, 24};
+      p.shape = Shape{.batch = 2, .heads_q = 4, .heads_kv = 2, .seq_q = 37, .seq_k = 29, .head_dim = 24};
       p.options.causal = parse_causal(causal);
       p.options.dropout_p = 0.1;
       int expected_pass = 0;
@@ -119,7 +122,7 @@ TEST_CASE("check lists a variant that cannot run the problem as SKIP unless it w
 
 TEST_CASE("bad input: one sentence and exit code 2") {
   TempDir dir;
-  const Shape s{1, 4, 2, 8, 6, 16};
+  const Shape s{.batch = 1, .heads_q = 4, .heads_kv = 2, .seq_q = 8, .seq_k = 6, .head_dim = 16};
   const Qkv in = random_qkv(s, DType::F32, 3);
   write_npy(dir.file("q.npy"), in.q, DType::F32);
   write_npy(dir.file("k.npy"), in.k, DType::F32);
@@ -238,7 +241,7 @@ TEST_CASE("bad input: one sentence and exit code 2") {
 
 TEST_CASE("run through .npy files writes what calling the variant directly computes") {
   TempDir dir;
-  const Shape s{2, 4, 2, 19, 23, 16};
+  const Shape s{.batch = 2, .heads_q = 4, .heads_kv = 2, .seq_q = 19, .seq_k = 23, .head_dim = 16};
   for (DType dtype : {DType::F32, DType::F64}) {
     SUBCASE(to_string(dtype)) {
       Problem p;
@@ -307,6 +310,52 @@ TEST_CASE("run through .npy files writes what calling the variant directly compu
   }
 }
 
+TEST_CASE("run computes on through NaN and +-Inf in its inputs and names each such tensor once on stderr") {
+  // As PyTorch does: no error, the outputs are written (rows that see a non-finite value are NaN), and
+  // one sentence per offending tensor says which, how many and the first (b, s, h, d) index.
+  TempDir dir;
+  const Shape s{.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 20, .seq_k = 12, .head_dim = 8};
+  Qkv in = random_qkv(s, DType::F32, 21);
+  HostTensor dO = random_like_o(s, DType::F32, 22);
+  const double inf = std::numeric_limits<double>::infinity();
+  in.q.at(0, 17, 1, 5) = std::nan("");
+  in.q.at(0, 19, 0, 0) = inf;
+  in.q.at(0, 19, 1, 7) = -inf;
+  in.k.at(0, 3, 0, 2) = inf;
+  dO.at(0, 4, 1, 0) = -inf;
+  write_npy(dir.file("q.npy"), in.q, DType::F32);
+  write_npy(dir.file("k.npy"), in.k, DType::F32);
+  write_npy(dir.file("v.npy"), in.v, DType::F32);
+  write_npy(dir.file("do.npy"), dO, DType::F32);
+
+  const CliResult r = cli({"run", "--variant", "cpu-fa2", "--q", dir.file("q.npy"), "--k", dir.file("k.npy"), "--v",
+                           dir.file("v.npy"), "--out", dir.file("o.npy"), "--dout", dir.file("do.npy"), "--dq",
+                           dir.file("dq.npy"), "--dk", dir.file("dk.npy"), "--dv", dir.file("dv.npy")});
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  for (const char* name : {"o.npy", "dq.npy", "dk.npy", "dv.npy"}) CHECK(std::filesystem::exists(dir.file(name)));
+  CHECK(r.err.find("warning: q holds 3 non-finite values (NaN or \u00b1Inf), the first at (0, 17, 1, 5); the outputs "
+                   "of rows that see them will be NaN\n") != std::string::npos);
+  CHECK(r.err.find("warning: k holds 1 non-finite value (NaN or \u00b1Inf), the first at (0, 3, 0, 2);") !=
+        std::string::npos);
+  CHECK(r.err.find("warning: dO holds 1 non-finite value (NaN or \u00b1Inf), the first at (0, 4, 1, 0);") !=
+        std::string::npos);
+  CHECK(r.err.find("warning: v ") == std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 3);
+  // The row of q's NaN comes out NaN, as in PyTorch.
+  const NpyArray o = read_npy(dir.file("o.npy"));
+  CHECK(std::isnan(o.tensor.at(0, 17, 1, 0)));
+
+  SUBCASE("finite inputs: nothing on stderr") {
+    write_npy(dir.file("q.npy"), random_qkv(s, DType::F32, 23).q, DType::F32);
+    write_npy(dir.file("k.npy"), in.v, DType::F32);
+    const CliResult clean = cli({"run", "--variant", "cpu-fa2", "--q", dir.file("q.npy"), "--k", dir.file("k.npy"),
+                                 "--v", dir.file("v.npy"), "--out", dir.file("o.npy")});
+    CHECK(clean.code == 0);
+    CHECK(clean.err.empty());
+  }
+}
+
 TEST_CASE("trace --json totals equal TrafficCounter on the same loop nest") {
   for (const char* alg : {"standard", "fa1", "fa2"}) {
     for (bool backward : {false, true}) {
@@ -321,7 +370,7 @@ TEST_CASE("trace --json totals equal TrafficCounter on the same loop nest") {
         const auto j = nlohmann::json::parse(r.out);
 
         Problem p;
-        p.shape = Shape{1, 1, 1, 100, 70, 32};
+        p.shape = Shape{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 100, .seq_k = 70, .head_dim = 32};
         p.options.causal = CausalAlign::TopLeft;
         const Tiling tiling = tiling_from_sram(4096, 32, 2);
         TrafficCounter counter;
@@ -419,7 +468,7 @@ TEST_CASE("bench reports a size that won't fit as a skipped row and goes on with
 
 TEST_CASE("run --dtype chooses the precision: f16 files computed and written in f32") {
   TempDir dir;
-  const Shape s{1, 2, 2, 9, 13, 8};
+  const Shape s{.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 9, .seq_k = 13, .head_dim = 8};
   const Qkv in = random_qkv(s, DType::F16, 5);  // values representable in f16
   write_npy(dir.file("q.npy"), in.q, DType::F16);
   write_npy(dir.file("k.npy"), in.k, DType::F16);

@@ -293,15 +293,18 @@ TEST_CASE("Philox4x32-10 matches Random123's known-answer vectors") {
     Philox4 expected;
   };
   const Kat kats[] = {
-      {{{0, 0, 0, 0}}, 0, 0, {{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}}},
-      {{{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}},
-       0xffffffff,
-       0xffffffff,
-       {{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}}},
-      {{{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}},
-       0xa4093822,
-       0x299f31d0,
-       {{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}}},
+      {.counter = {{0, 0, 0, 0}},
+       .key0 = 0,
+       .key1 = 0,
+       .expected = {{0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}}},
+      {.counter = {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}},
+       .key0 = 0xffffffff,
+       .key1 = 0xffffffff,
+       .expected = {{0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}}},
+      {.counter = {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}},
+       .key0 = 0xa4093822,
+       .key1 = 0x299f31d0,
+       .expected = {{0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}}},
   };
   for (const Kat& k : kats) {
     const std::uint64_t seed = (std::uint64_t(k.key1) << 32) | k.key0;
@@ -456,7 +459,7 @@ TEST_CASE("tolerance rule: NaN fails, matching infinities pass, per-dtype bounds
 
 TEST_CASE("validate() rejects bad problems with one sentence saying what is supported") {
   Problem p;
-  p.shape = Shape{2, 8, 2, 16, 24, 64};
+  p.shape = Shape{.batch = 2, .heads_q = 8, .heads_kv = 2, .seq_q = 16, .seq_k = 24, .head_dim = 64};
   CHECK_NOTHROW(validate(p));
   const auto rejects = [&](auto change, const char* what) {
     Problem bad = p;
@@ -488,7 +491,7 @@ TEST_CASE("names parse, and unknown ones list what is supported") {
 }
 
 TEST_CASE("check_dims names the tensor whose shape is wrong") {
-  const Shape s{1, 4, 2, 8, 6, 16};
+  const Shape s{.batch = 1, .heads_q = 4, .heads_kv = 2, .seq_q = 8, .seq_k = 6, .head_dim = 16};
   Qkv in{HostTensor(q_dims(s)), HostTensor(kv_dims(s)), HostTensor(kv_dims(s))};
   CHECK_NOTHROW(check_dims(s, in));
   in.v = HostTensor({1, 6, 4, 16});
@@ -496,4 +499,26 @@ TEST_CASE("check_dims names the tensor whose shape is wrong") {
   in.v = HostTensor(kv_dims(s));
   HostTensor dO({1, 8, 4, 15});
   CHECK_THROWS_WITH_AS(check_dims(s, in, &dO), doctest::Contains("dO has shape"), InputError);
+}
+
+TEST_CASE("first_non_finite counts NaN and +-Inf and gives the first one's index, outermost dim first") {
+  const Shape s{.batch = 2, .heads_q = 3, .heads_kv = 3, .seq_q = 20, .seq_k = 20, .head_dim = 8};
+  HostTensor q = random_qkv(s, DType::F64, 5).q;  // (2, 20, 3, 8)
+  NonFinite none = first_non_finite(q);
+  CHECK(none.count == 0);
+  CHECK(none.first.empty());
+
+  const double inf = std::numeric_limits<double>::infinity();
+  q.at(1, 2, 0, 0) = std::nan("");  // later in row-major order than the next two
+  q.at(0, 17, 1, 5) = -inf;
+  q.at(0, 19, 2, 7) = inf;
+  const NonFinite found = first_non_finite(q);
+  CHECK(found.count == 3);
+  CHECK(found.first == std::vector<std::int64_t>{0, 17, 1, 5});
+
+  HostTensor flat({7});
+  flat.data[6] = std::nan("");
+  const NonFinite last = first_non_finite(flat);
+  CHECK(last.count == 1);
+  CHECK(last.first == std::vector<std::int64_t>{6});
 }

@@ -1,5 +1,5 @@
 // src/cpu_reference, the numbers: tiled FA1 and FA2 (forward and backward) equal naive attention in
-// double for every shape and mode the issue lists; naive's gradients equal finite differences; the
+// double for every shape and mode below; naive's gradients equal finite differences; the
 // float variants pass the tolerance rule; dropout drops the same elements everywhere, at rate p;
 // fully masked rows give O = 0, LSE = -inf and zero gradients; bad input is an InputError.
 #include <doctest/doctest.h>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/tolerance.hpp"
-#include "core/variants.hpp"
+#include "registry/variants.hpp"
 #include "cpu_reference/cpu_variants.hpp"
 #include "cpu_reference/naive.hpp"
 #include "cpu_reference/tiled.hpp"
@@ -50,14 +50,16 @@ void check_within_rule(const HostTensor& out, const HostTensor& ref, DType dtype
 }
 
 // Every tiled loop order and a few tilings (dividing and ragged) against naive, in double.
-void check_tiled_equals_naive(const Problem& p, std::vector<Tiling> tilings = {{8, 16}, {5, 7}, {64, 64}}) {
+void check_tiled_equals_naive(const Problem& p, std::vector<Tiling> tilings = {{.Br = 8, .Bc = 16},
+                                                                               {.Br = 5, .Bc = 7},
+                                                                               {.Br = 64, .Bc = 64}}) {
   const Qkv in = random_qkv(p.shape, DType::F64, kInputSeed);
   const HostTensor dO = random_like_o(p.shape, DType::F64, kInputSeed + 1);
   const ForwardOut ref = naive_forward<double>(p, in);
   const Grads gref = naive_backward<double>(p, in, ref, dO);
   for (const Tiling t : tilings)
-    for (const LoopOrder order : {LoopOrder::FA1, LoopOrder::FA2}) {
-      const std::string what = describe(p, order == LoopOrder::FA1 ? "fa1" : "fa2") + " Br=" + std::to_string(t.Br) +
+    for (const Algorithm order : {Algorithm::FA1, Algorithm::FA2}) {
+      const std::string what = describe(p, to_string(order)) + " Br=" + std::to_string(t.Br) +
                                " Bc=" + std::to_string(t.Bc);
       const ForwardOut out = tiled_forward<double>(order, p, in, t);
       check_within_rule(out.o, ref.o, DType::F64, Quantity::Forward, what + " O");
@@ -82,23 +84,39 @@ double lse_at(const ForwardOut& f, const Shape& s, int b, int h, int row) {
 }  // namespace
 
 TEST_CASE("tiled FA1 and FA2 equal naive in double, forward and backward, for any lengths") {
-  SUBCASE("odd lengths") { check_tiled_equals_naive(make_problem({2, 2, 2, 37, 53, 16})); }
-  SUBCASE("seq_q > seq_k") { check_tiled_equals_naive(make_problem({1, 2, 2, 70, 23, 8})); }
-  SUBCASE("seq_q < seq_k") { check_tiled_equals_naive(make_problem({1, 2, 2, 19, 90, 8})); }
+  SUBCASE("odd lengths") {
+    check_tiled_equals_naive(
+        make_problem({.batch = 2, .heads_q = 2, .heads_kv = 2, .seq_q = 37, .seq_k = 53, .head_dim = 16}));
+  }
+  SUBCASE("seq_q > seq_k") {
+    check_tiled_equals_naive(
+        make_problem({.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 70, .seq_k = 23, .head_dim = 8}));
+  }
+  SUBCASE("seq_q < seq_k") {
+    check_tiled_equals_naive(
+        make_problem({.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 19, .seq_k = 90, .head_dim = 8}));
+  }
   SUBCASE("length 1 on either side") {
-    check_tiled_equals_naive(make_problem({1, 1, 1, 1, 1, 4}));
-    check_tiled_equals_naive(make_problem({1, 1, 1, 1, 40, 4}));
-    check_tiled_equals_naive(make_problem({1, 1, 1, 40, 1, 4}));
+    check_tiled_equals_naive(
+        make_problem({.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 1, .seq_k = 1, .head_dim = 4}));
+    check_tiled_equals_naive(
+        make_problem({.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 1, .seq_k = 40, .head_dim = 4}));
+    check_tiled_equals_naive(
+        make_problem({.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 40, .seq_k = 1, .head_dim = 4}));
   }
   SUBCASE("one tile larger than the whole sequence") {
-    check_tiled_equals_naive(make_problem({1, 1, 1, 9, 11, 8}), {{64, 64}, {128, 32}});
+    check_tiled_equals_naive(
+        make_problem({.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 9, .seq_k = 11, .head_dim = 8}),
+        {{.Br = 64, .Bc = 64}, {.Br = 128, .Bc = 32}});
   }
 }
 
 TEST_CASE("tiled FA1 and FA2 equal naive for head dims 1, 3, 64 and 256") {
   for (const int d : {1, 3, 64, 256}) {
     CAPTURE(d);
-    check_tiled_equals_naive(make_problem({1, 2, 1, 33, 29, d}), {{8, 16}, {64, 64}});
+    check_tiled_equals_naive(
+        make_problem({.batch = 1, .heads_q = 2, .heads_kv = 1, .seq_q = 33, .seq_k = 29, .head_dim = d}),
+        {{.Br = 8, .Bc = 16}, {.Br = 64, .Bc = 64}});
   }
 }
 
@@ -107,7 +125,10 @@ TEST_CASE("tiled FA1 and FA2 equal naive for every head dim from 1 to 256") {
   // loops are what differ. Causal bottom-right so that masking runs through every d too.
   for (int d = 1; d <= 256; ++d) {
     CAPTURE(d);
-    check_tiled_equals_naive(make_problem({1, 1, 1, 5, 7, d}, CausalAlign::BottomRight), {{2, 3}});
+    check_tiled_equals_naive(
+        make_problem({.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 5, .seq_k = 7, .head_dim = d},
+                     CausalAlign::BottomRight),
+        {{.Br = 2, .Bc = 3}});
   }
 }
 
@@ -115,21 +136,29 @@ TEST_CASE("tiled equals naive under the causal mask in both alignments") {
   // The alignment loop sits inside each SUBCASE: doctest enters one subcase per run.
   const CausalAlign aligns[] = {CausalAlign::TopLeft, CausalAlign::BottomRight};
   SUBCASE("square") {
-    for (const CausalAlign align : aligns) check_tiled_equals_naive(make_problem({1, 2, 2, 45, 45, 8}, align));
+    for (const CausalAlign align : aligns)
+      check_tiled_equals_naive(
+          make_problem({.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 45, .seq_k = 45, .head_dim = 8}, align));
   }
   SUBCASE("seq_q > seq_k") {
-    for (const CausalAlign align : aligns) check_tiled_equals_naive(make_problem({1, 2, 2, 61, 26, 8}, align));
+    for (const CausalAlign align : aligns)
+      check_tiled_equals_naive(
+          make_problem({.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 61, .seq_k = 26, .head_dim = 8}, align));
   }
   SUBCASE("seq_q < seq_k") {
-    for (const CausalAlign align : aligns) check_tiled_equals_naive(make_problem({1, 2, 2, 26, 61, 8}, align));
+    for (const CausalAlign align : aligns)
+      check_tiled_equals_naive(
+          make_problem({.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 26, .seq_k = 61, .head_dim = 8}, align));
   }
   SUBCASE("with dropout") {
-    for (const CausalAlign align : aligns) check_tiled_equals_naive(make_problem({1, 2, 2, 30, 41, 8}, align, 0.25));
+    for (const CausalAlign align : aligns)
+      check_tiled_equals_naive(make_problem(
+          {.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 30, .seq_k = 41, .head_dim = 8}, align, 0.25));
   }
 }
 
 TEST_CASE("bottom-right causal with seq_q > seq_k: rows that see no key give O = 0, LSE = -inf and zero dQ") {
-  const Shape s{1, 2, 1, 40, 15, 8};
+  const Shape s{.batch = 1, .heads_q = 2, .heads_kv = 1, .seq_q = 40, .seq_k = 15, .head_dim = 8};
   const Problem p = make_problem(s, CausalAlign::BottomRight);
   const int blind_rows = s.seq_q - s.seq_k;  // query r sees keys j <= r + seq_k - seq_q
   const Qkv in = random_qkv(s, DType::F64, kInputSeed);
@@ -145,10 +174,10 @@ TEST_CASE("bottom-right causal with seq_q > seq_k: rows that see no key give O =
     Grads g = naive_backward<double>(p, in, f, dO);
     runs.push_back({"naive", f, g});
   }
-  for (const LoopOrder order : {LoopOrder::FA1, LoopOrder::FA2}) {
-    ForwardOut f = tiled_forward<double>(order, p, in, Tiling{8, 4});
-    Grads g = tiled_backward<double>(order, p, in, f, dO, Tiling{8, 4});
-    runs.push_back({order == LoopOrder::FA1 ? "fa1" : "fa2", f, g});
+  for (const Algorithm order : {Algorithm::FA1, Algorithm::FA2}) {
+    ForwardOut f = tiled_forward<double>(order, p, in, Tiling{.Br = 8, .Bc = 4});
+    Grads g = tiled_backward<double>(order, p, in, f, dO, Tiling{.Br = 8, .Bc = 4});
+    runs.push_back({to_string(order), f, g});
   }
   for (const Run& r : runs) {
     CAPTURE(r.name);
@@ -176,12 +205,17 @@ TEST_CASE("bottom-right causal with seq_q > seq_k: rows that see no key give O =
 TEST_CASE("GQA: query head h reads key/value head h / group, and the group's gradients add up") {
   for (const int heads_kv : {2, 1}) {
     CAPTURE(heads_kv);
-    const Shape s{2, 4, heads_kv, 21, 18, 8};
+    const Shape s{.batch = 2, .heads_q = 4, .heads_kv = heads_kv, .seq_q = 21, .seq_k = 18, .head_dim = 8};
     const Problem p = make_problem(s, CausalAlign::TopLeft);
-    check_tiled_equals_naive(p, {{8, 16}, {5, 7}});
+    check_tiled_equals_naive(p, {{.Br = 8, .Bc = 16}, {.Br = 5, .Bc = 7}});
 
     // Naive GQA equals ordinary multi-head attention on K and V repeated to heads_q heads.
-    const Shape mha{s.batch, s.heads_q, s.heads_q, s.seq_q, s.seq_k, s.head_dim};
+    const Shape mha{.batch = s.batch,
+                    .heads_q = s.heads_q,
+                    .heads_kv = s.heads_q,
+                    .seq_q = s.seq_q,
+                    .seq_k = s.seq_k,
+                    .head_dim = s.head_dim};
     const Problem p_mha = make_problem(mha, CausalAlign::TopLeft);
     const Qkv in = random_qkv(s, DType::F64, kInputSeed);
     const HostTensor dO = random_like_o(s, DType::F64, kInputSeed + 1);
@@ -221,9 +255,18 @@ TEST_CASE("naive gradients in double equal central finite differences of sum(O *
     Shape s;
   };
   const std::vector<Mode> modes = {
-      {"plain", CausalAlign::None, 0.0, {1, 2, 1, 5, 7, 3}},
-      {"bottom-right causal, seq_q > seq_k", CausalAlign::BottomRight, 0.0, {1, 2, 2, 7, 4, 3}},
-      {"top-left causal with dropout", CausalAlign::TopLeft, 0.3, {1, 2, 1, 6, 6, 3}},
+      {.name = "plain",
+       .causal = CausalAlign::None,
+       .dropout_p = 0.0,
+       .s = {.batch = 1, .heads_q = 2, .heads_kv = 1, .seq_q = 5, .seq_k = 7, .head_dim = 3}},
+      {.name = "bottom-right causal, seq_q > seq_k",
+       .causal = CausalAlign::BottomRight,
+       .dropout_p = 0.0,
+       .s = {.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 7, .seq_k = 4, .head_dim = 3}},
+      {.name = "top-left causal with dropout",
+       .causal = CausalAlign::TopLeft,
+       .dropout_p = 0.3,
+       .s = {.batch = 1, .heads_q = 2, .heads_kv = 1, .seq_q = 6, .seq_k = 6, .head_dim = 3}},
   };
   for (const Mode& m : modes) {
     CAPTURE(m.name);
@@ -264,8 +307,11 @@ TEST_CASE("naive gradients in double equal central finite differences of sum(O *
 }
 
 TEST_CASE("dropout: the three CPU variants drop the same elements and give the same results") {
-  const std::vector<Problem> problems = {make_problem({2, 4, 2, 45, 37, 8}, CausalAlign::None, 0.2),
-                                         make_problem({1, 2, 1, 33, 52, 16}, CausalAlign::BottomRight, 0.5)};
+  const std::vector<Problem> problems = {
+      make_problem({.batch = 2, .heads_q = 4, .heads_kv = 2, .seq_q = 45, .seq_k = 37, .head_dim = 8},
+                   CausalAlign::None, 0.2),
+      make_problem({.batch = 1, .heads_q = 2, .heads_kv = 1, .seq_q = 33, .seq_k = 52, .head_dim = 16},
+                   CausalAlign::BottomRight, 0.5)};
   for (const Problem& p : problems) {
     CAPTURE(describe(p, "problem"));
     const Qkv in = random_qkv(p.shape, DType::F64, kInputSeed);
@@ -297,7 +343,7 @@ TEST_CASE("dropout drops elements of P at rate p and scales the kept ones by 1 /
   // With Q = 0, P is uniform (1 / S_k), and with V = I (d = S_k) the output row is the dropped-out
   // P row itself: O[r, c] = 0 where the element was dropped and 1 / (S_k (1 - p)) where kept.
   constexpr double kP = 0.2;
-  const Shape s{2, 4, 4, 256, 64, 64};
+  const Shape s{.batch = 2, .heads_q = 4, .heads_kv = 4, .seq_q = 256, .seq_k = 64, .head_dim = 64};
   const Problem p = make_problem(s, CausalAlign::None, kP);
   Qkv in{HostTensor(q_dims(s)), HostTensor(kv_dims(s)), HostTensor(kv_dims(s))};
   for (int b = 0; b < s.batch; ++b)
@@ -322,9 +368,12 @@ TEST_CASE("dropout drops elements of P at rate p and scales the kept ones by 1 /
 }
 
 TEST_CASE("float variants pass the tolerance rule against naive in double") {
-  const std::vector<Problem> problems = {make_problem({2, 4, 2, 67, 45, 64}),
-                                         make_problem({1, 2, 1, 50, 80, 32}, CausalAlign::BottomRight, 0.1),
-                                         make_problem({1, 2, 2, 80, 50, 128}, CausalAlign::TopLeft)};
+  const std::vector<Problem> problems = {
+      make_problem({.batch = 2, .heads_q = 4, .heads_kv = 2, .seq_q = 67, .seq_k = 45, .head_dim = 64}),
+      make_problem({.batch = 1, .heads_q = 2, .heads_kv = 1, .seq_q = 50, .seq_k = 80, .head_dim = 32},
+                   CausalAlign::BottomRight, 0.1),
+      make_problem({.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 80, .seq_k = 50, .head_dim = 128},
+                   CausalAlign::TopLeft)};
   for (const Problem& p : problems) {
     CAPTURE(describe(p, "problem"));
     const Qkv in = random_qkv(p.shape, DType::F32, kInputSeed);  // inputs rounded to f32 once
@@ -348,7 +397,8 @@ TEST_CASE("float variants pass the tolerance rule against naive in double") {
 }
 
 TEST_CASE("low-precision naive rounds its outputs to the dtype and errs more than float") {
-  const Problem p = make_problem({1, 2, 2, 40, 40, 32}, CausalAlign::TopLeft);
+  const Problem p = make_problem({.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 40, .seq_k = 40, .head_dim = 32},
+                                 CausalAlign::TopLeft);
   for (const DType dtype : {DType::F16, DType::BF16}) {
     CAPTURE(to_string(dtype));
     const Qkv in = random_qkv(p.shape, dtype, kInputSeed);
@@ -377,19 +427,24 @@ TEST_CASE("low-precision naive rounds its outputs to the dtype and errs more tha
 }
 
 TEST_CASE("naive_extra_bytes counts S and P (and dP, dS) of one head") {
-  const Shape s{2, 8, 8, 1000, 3000, 64};
+  const Shape s{.batch = 2, .heads_q = 8, .heads_kv = 8, .seq_q = 1000, .seq_k = 3000, .head_dim = 64};
   CHECK(naive_extra_bytes(s, 4, false) == 2LL * 1000 * 3000 * 4);
   CHECK(naive_extra_bytes(s, 8, true) == 4LL * 1000 * 3000 * 8);
   // 4 x 2^31 x 2^31 x 8 bytes = 2^67 does not fit in 64 bits: it saturates, never wraps to a small size.
-  const Shape absurd{1, 1, 1, 1 << 30, 1 << 30, 8};
+  const Shape absurd{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 1 << 30, .seq_k = 1 << 30, .head_dim = 8};
   CHECK(naive_extra_bytes(absurd, 8, true) == std::numeric_limits<std::int64_t>::max());
 }
 
 TEST_CASE("bad input is an InputError with one sentence") {
-  const Problem p = make_problem({1, 2, 2, 16, 16, 8});
+  const Problem p = make_problem({.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 16, .seq_k = 16, .head_dim = 8});
   const Qkv in = random_qkv(p.shape, DType::F64, 1);
   SUBCASE("cpu-naive refuses, before allocating, a problem whose S and P cannot fit in memory") {
-    const Problem huge = make_problem({1, 1, 1, 1 << 22, 1 << 22, 8});  // S and P: 2^45 floats, 128 TiB
+    const Problem huge = make_problem({.batch = 1,
+                                       .heads_q = 1,
+                                       .heads_kv = 1,
+                                       .seq_q = 1 << 22,
+                                       .seq_k = 1 << 22,
+                                       .head_dim = 8});  // S and P: 2^45 floats, 128 TiB
     try {
       cpu_naive_forward(huge, DType::F32, in, nullptr);
       FAIL("no InputError");
@@ -406,17 +461,22 @@ TEST_CASE("bad input is an InputError with one sentence") {
       CHECK_THROWS_AS(find_variant(name).forward(p, DType::F16, in, nullptr), InputError);
   }
   SUBCASE("non-positive block sizes") {
-    CHECK_THROWS_AS(tiled_forward<double>(LoopOrder::FA2, p, in, Tiling{0, 16}), InputError);
-    CHECK_THROWS_AS(tiled_forward<double>(LoopOrder::FA1, p, in, Tiling{16, -1}), InputError);
+    CHECK_THROWS_AS(tiled_forward<double>(Algorithm::FA2, p, in, Tiling{.Br = 0, .Bc = 16}), InputError);
+    CHECK_THROWS_AS(tiled_forward<double>(Algorithm::FA1, p, in, Tiling{.Br = 16, .Bc = -1}), InputError);
+  }
+  SUBCASE("standard attention has no tiled nest") {
+    CHECK_THROWS_AS(tiled_forward<double>(Algorithm::Standard, p, in, Tiling{.Br = 8, .Bc = 8}), InputError);
+    CHECK_THROWS_AS(tiled_backward<double>(Algorithm::Standard, p, in, naive_forward<double>(p, in), in.q, Tiling{.Br = 8, .Bc = 8}),
+                    InputError);
   }
   SUBCASE("mismatched shapes") {
     Qkv wrong = in;
     wrong.k = HostTensor({1, 15, 2, 8});
-    CHECK_THROWS_AS(tiled_forward<double>(LoopOrder::FA2, p, wrong, Tiling{8, 8}), InputError);
+    CHECK_THROWS_AS(tiled_forward<double>(Algorithm::FA2, p, wrong, Tiling{.Br = 8, .Bc = 8}), InputError);
     CHECK_THROWS_AS(naive_forward<double>(p, wrong), InputError);
     const ForwardOut f = naive_forward<double>(p, in);
-    CHECK_THROWS_AS(tiled_backward<double>(LoopOrder::FA2, p, in, f, HostTensor({1, 16, 2, 4}), Tiling{8, 8}),
+    CHECK_THROWS_AS(tiled_backward<double>(Algorithm::FA2, p, in, f, HostTensor({1, 16, 2, 4}), Tiling{.Br = 8, .Bc = 8}),
                     InputError);
-    CHECK_THROWS_AS(tiled_backward<double>(LoopOrder::FA1, p, in, ForwardOut{}, in.q, Tiling{8, 8}), InputError);
+    CHECK_THROWS_AS(tiled_backward<double>(Algorithm::FA1, p, in, ForwardOut{}, in.q, Tiling{.Br = 8, .Bc = 8}), InputError);
   }
 }

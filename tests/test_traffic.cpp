@@ -13,7 +13,9 @@
 #include "cpu_reference/cpu_variants.hpp"
 #include "cpu_reference/naive.hpp"
 #include "cpu_reference/tiled.hpp"
-#include "cpu_reference/traffic.hpp"
+#include "model/pseudocode.hpp"
+#include "model/traffic.hpp"
+#include "registry/variants.hpp"
 
 using namespace flashlab;
 
@@ -42,7 +44,7 @@ TrafficTotals count(Algorithm a, Pass pass, const Problem& p, Tiling t, int byte
 
 Problem problem(int seq_q, int seq_k, int d, CausalAlign causal = CausalAlign::None, int batch = 1, int heads = 1) {
   Problem p;
-  p.shape = Shape{batch, heads, heads, seq_q, seq_k, d};
+  p.shape = Shape{.batch = batch, .heads_q = heads, .heads_kv = heads, .seq_q = seq_q, .seq_k = seq_k, .head_dim = d};
   p.options.causal = causal;
   return p;
 }
@@ -85,7 +87,7 @@ void check_totals(const TrafficTotals& got, const Expected& want) {
 TEST_CASE("traffic totals equal the closed forms of each loop nest (ragged blocks, several heads)") {
   // N_q = 300 query rows, N_k = 200 keys, d = 32, Br = 48, Bc = 80: Tr = 7, Tc = 3, both ragged.
   const int Nq = 300, Nk = 200, d = 32, BH = 2 * 3;
-  const Tiling t{48, 80};
+  const Tiling t{.Br = 48, .Bc = 80};
   const I64 Tr = ceil_div(Nq, t.Br), Tc = ceil_div(Nk, t.Bc);
   REQUIRE(Tr == 7);
   REQUIRE(Tc == 3);
@@ -98,40 +100,42 @@ TEST_CASE("traffic totals equal the closed forms of each loop nest (ragged block
 
   SUBCASE("FA2 forward: Q read once, K and V read Tr times, O and L written once") {
     check_totals(count(Algorithm::FA2, Pass::Forward, p, t),
-                 {{{TensorId::Q, Qd}, {TensorId::K, Tr * Kd}, {TensorId::V, Tr * Kd}},
-                  {{TensorId::O, Qd}, {TensorId::LSE, Nv}}});
+                 {.read = {{TensorId::Q, Qd}, {TensorId::K, Tr * Kd}, {TensorId::V, Tr * Kd}},
+                  .written = {{TensorId::O, Qd}, {TensorId::LSE, Nv}}});
   }
   SUBCASE("FA1 forward: K and V read once; Q, O, l, m read Tc times; O, l, m written Tc times") {
     check_totals(count(Algorithm::FA1, Pass::Forward, p, t),
-                 {{{TensorId::K, Kd}, {TensorId::V, Kd}, {TensorId::Q, Tc * Qd}, {TensorId::O, Tc * Qd},
-                   {TensorId::L, Tc * Nv}, {TensorId::M, Tc * Nv}},
-                  {{TensorId::O, Tc * Qd}, {TensorId::L, Tc * Nv}, {TensorId::M, Tc * Nv}}});
+                 {.read = {{TensorId::K, Kd}, {TensorId::V, Kd}, {TensorId::Q, Tc * Qd}, {TensorId::O, Tc * Qd},
+                          {TensorId::l, Tc * Nv}, {TensorId::m, Tc * Nv}},
+                  .written = {{TensorId::O, Tc * Qd}, {TensorId::l, Tc * Nv}, {TensorId::m, Tc * Nv}}});
   }
   SUBCASE("FA2 backward: D pass reads O, dO once; then K, V once, Q, dO, L, D, dQ Tc times; dQ written Tc times, "
           "dK, dV once") {
     check_totals(count(Algorithm::FA2, Pass::Backward, p, t),
-                 {{{TensorId::O, Qd}, {TensorId::dO, Qd + Tc * Qd}, {TensorId::K, Kd}, {TensorId::V, Kd},
-                   {TensorId::Q, Tc * Qd}, {TensorId::LSE, Tc * Nv}, {TensorId::D, Tc * Nv}, {TensorId::dQ, Tc * Qd}},
-                  {{TensorId::D, Nv}, {TensorId::dQ, Tc * Qd}, {TensorId::dK, Kd}, {TensorId::dV, Kd}}});
+                 {.read = {{TensorId::O, Qd}, {TensorId::dO, Qd + Tc * Qd}, {TensorId::K, Kd}, {TensorId::V, Kd},
+                          {TensorId::Q, Tc * Qd}, {TensorId::LSE, Tc * Nv}, {TensorId::D, Tc * Nv},
+                          {TensorId::dQ, Tc * Qd}},
+                  .written = {{TensorId::D, Nv}, {TensorId::dQ, Tc * Qd}, {TensorId::dK, Kd}, {TensorId::dV, Kd}}});
   }
   SUBCASE("FA1 backward: K, V once; Q, O, dO, dQ, l, m Tc times; dQ written Tc times, dK, dV once") {
     check_totals(count(Algorithm::FA1, Pass::Backward, p, t),
-                 {{{TensorId::K, Kd}, {TensorId::V, Kd}, {TensorId::Q, Tc * Qd}, {TensorId::O, Tc * Qd},
-                   {TensorId::dO, Tc * Qd}, {TensorId::dQ, Tc * Qd}, {TensorId::L, Tc * Nv}, {TensorId::M, Tc * Nv}},
-                  {{TensorId::dQ, Tc * Qd}, {TensorId::dK, Kd}, {TensorId::dV, Kd}}});
+                 {.read = {{TensorId::K, Kd}, {TensorId::V, Kd}, {TensorId::Q, Tc * Qd}, {TensorId::O, Tc * Qd},
+                          {TensorId::dO, Tc * Qd}, {TensorId::dQ, Tc * Qd}, {TensorId::l, Tc * Nv},
+                          {TensorId::m, Tc * Nv}},
+                  .written = {{TensorId::dQ, Tc * Qd}, {TensorId::dK, Kd}, {TensorId::dV, Kd}}});
   }
   SUBCASE("standard forward: S and P each written once and read once; Q once, K and V Tr times, O once") {
     check_totals(count(Algorithm::Standard, Pass::Forward, p, t),
-                 {{{TensorId::Q, Qd}, {TensorId::K, Tr * Kd}, {TensorId::S, NN}, {TensorId::P, NN},
-                   {TensorId::V, Tr * Kd}},
-                  {{TensorId::S, NN}, {TensorId::P, NN}, {TensorId::O, Qd}}});
+                 {.read = {{TensorId::Q, Qd}, {TensorId::K, Tr * Kd}, {TensorId::S, NN}, {TensorId::P, NN},
+                          {TensorId::V, Tr * Kd}},
+                  .written = {{TensorId::S, NN}, {TensorId::P, NN}, {TensorId::O, Qd}}});
   }
   SUBCASE("standard backward: P read twice, dP written once read once, dS written once read twice") {
     check_totals(count(Algorithm::Standard, Pass::Backward, p, t),
-                 {{{TensorId::P, 2 * NN}, {TensorId::dO, Tc * Qd + Qd}, {TensorId::V, Tr * Kd}, {TensorId::dP, NN},
-                   {TensorId::dS, 2 * NN}, {TensorId::K, Tr * Kd}, {TensorId::Q, Tc * Qd}},
-                  {{TensorId::dV, Kd}, {TensorId::dP, NN}, {TensorId::dS, NN}, {TensorId::dQ, Qd},
-                   {TensorId::dK, Kd}}});
+                 {.read = {{TensorId::P, 2 * NN}, {TensorId::dO, Tc * Qd + Qd}, {TensorId::V, Tr * Kd},
+                          {TensorId::dP, NN}, {TensorId::dS, 2 * NN}, {TensorId::K, Tr * Kd}, {TensorId::Q, Tc * Qd}},
+                  .written = {{TensorId::dV, Kd}, {TensorId::dP, NN}, {TensorId::dS, NN}, {TensorId::dQ, Qd},
+                             {TensorId::dK, Kd}}});
   }
 }
 
@@ -139,14 +143,14 @@ TEST_CASE("causal FA2 forward reads K and V only for the T(T+1)/2 tiles on or be
   // N = 256 = T * B with T = 8 blocks of B = 32: top-left causal visits the lower triangle of tiles.
   const int N = 256, d = 16, B = 32, T = N / B;
   const Problem p = problem(N, N, d, CausalAlign::TopLeft);
-  const TrafficTotals got = count(Algorithm::FA2, Pass::Forward, p, Tiling{B, B});
+  const TrafficTotals got = count(Algorithm::FA2, Pass::Forward, p, Tiling{.Br = B, .Bc = B});
   const I64 visible_tiles = I64{T} * (T + 1) / 2;
   CHECK(rd(got, TensorId::K) == visible_tiles * B * d * kBytes);
   CHECK(rd(got, TensorId::V) == visible_tiles * B * d * kBytes);
   CHECK(rd(got, TensorId::Q) == I64{N} * d * kBytes);
   CHECK(wr(got, TensorId::O) == I64{N} * d * kBytes);
   // FA1 backward: Q, O, dO, dQ re-read per visible tile.
-  const TrafficTotals bwd = count(Algorithm::FA1, Pass::Backward, p, Tiling{B, B});
+  const TrafficTotals bwd = count(Algorithm::FA1, Pass::Backward, p, Tiling{.Br = B, .Bc = B});
   CHECK(rd(bwd, TensorId::Q) == visible_tiles * B * d * kBytes);
   CHECK(wr(bwd, TensorId::dQ) == visible_tiles * B * d * kBytes);
 }
@@ -167,15 +171,14 @@ TEST_CASE("the arithmetic run and count-only emit the same event stream") {
   Problem p = problem(45, 38, 8, CausalAlign::BottomRight, 2, 4);
   p.shape.heads_kv = 2;
   p.options.dropout_p = 0.1;
-  const Tiling t{8, 16};
+  const Tiling t{.Br = 8, .Bc = 16};
   const Qkv in = random_qkv(p.shape, DType::F64, 7);
   const HostTensor dO = random_like_o(p.shape, DType::F64, 8);
-  for (const LoopOrder order : {LoopOrder::FA1, LoopOrder::FA2}) {
-    const Algorithm a = order == LoopOrder::FA1 ? Algorithm::FA1 : Algorithm::FA2;
+  for (const Algorithm a : {Algorithm::FA1, Algorithm::FA2}) {
     CAPTURE(to_string(a));
     Recorder fwd_run, fwd_count, bwd_run, bwd_count;
-    const ForwardOut f = tiled_forward<double>(order, p, in, t, &fwd_run, kBytes);
-    tiled_backward<float>(order, p, in, f, dO, t, &bwd_run, kBytes);
+    const ForwardOut f = tiled_forward<double>(a, p, in, t, &fwd_run, kBytes);
+    tiled_backward<float>(a, p, in, f, dO, t, &bwd_run, kBytes);
     count_traffic(a, Pass::Forward, p, t, kBytes, fwd_count);
     count_traffic(a, Pass::Backward, p, t, kBytes, bwd_count);
     for (auto [run, counted] : {std::pair{&fwd_run, &fwd_count}, std::pair{&bwd_run, &bwd_count}}) {
@@ -202,7 +205,7 @@ TEST_CASE("the arithmetic run and count-only emit the same event stream") {
 
 TEST_CASE("every event is well formed and its pseudocode line names the tensor it moves") {
   Problem p = problem(37, 53, 8, CausalAlign::TopLeft, 1, 2);
-  const Tiling t{8, 16};
+  const Tiling t{.Br = 8, .Bc = 16};
   for (const Algorithm a : {Algorithm::Standard, Algorithm::FA1, Algorithm::FA2})
     for (const Pass pass : {Pass::Forward, Pass::Backward}) {
       CAPTURE(to_string(a));
@@ -272,9 +275,10 @@ TEST_CASE("FlashAttention's traffic falls as 1/M in its dominant term") {
     int d;
     std::vector<I64> sram;  // doubling
   };
-  const std::vector<Case> cases = {{Algorithm::FA1, Pass::Forward, 64, {64 * 1024, 128 * 1024, 256 * 1024}},
-                                   {Algorithm::FA2, Pass::Forward, 128, {16 * 1024, 32 * 1024, 64 * 1024}},
-                                   {Algorithm::FA2, Pass::Backward, 64, {64 * 1024, 128 * 1024, 256 * 1024}}};
+  const std::vector<Case> cases = {
+      {.a = Algorithm::FA1, .pass = Pass::Forward, .d = 64, .sram = {64 * 1024, 128 * 1024, 256 * 1024}},
+      {.a = Algorithm::FA2, .pass = Pass::Forward, .d = 128, .sram = {16 * 1024, 32 * 1024, 64 * 1024}},
+      {.a = Algorithm::FA2, .pass = Pass::Backward, .d = 64, .sram = {64 * 1024, 128 * 1024, 256 * 1024}}};
   for (const Case& c : cases) {
     CAPTURE(to_string(c.a));
     const Problem p = problem(N, N, c.d);
@@ -342,7 +346,7 @@ TEST_CASE("tiling_from_sram follows the paper: Bc = ceil(M / 4d), Br = min(Bc, d
   }
   CHECK_THROWS_AS(tiling_from_sram(4096, 0, 2), InputError);
   TrafficCounter counter;
-  CHECK_THROWS_AS(count_traffic(Algorithm::FA2, Pass::Forward, problem(8, 8, 8), Tiling{0, 8}, 2, counter),
+  CHECK_THROWS_AS(count_traffic(Algorithm::FA2, Pass::Forward, problem(8, 8, 8), Tiling{.Br = 0, .Bc = 8}, 2, counter),
                   InputError);
 }
 

@@ -14,7 +14,7 @@
 #include "core/tolerance.hpp"
 #include "cpu_reference/naive.hpp"
 #include "cpu_reference/tiled.hpp"
-#include "cpu_reference/traffic.hpp"
+#include "model/traffic.hpp"
 #include "lesson.hpp"
 
 using namespace flashlab;
@@ -25,7 +25,7 @@ namespace {
 // One head (B = H = 1): the (B, S, H, D) tensors are then plain (S, D) row-major arrays.
 Problem one_head(int seq_q, int seq_k, int d, double scale = 0.0) {
   Problem p;
-  p.shape = Shape{1, 1, 1, seq_q, seq_k, d};
+  p.shape = Shape{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = seq_q, .seq_k = seq_k, .head_dim = d};
   p.options.scale = scale;  // 0: the default 1/sqrt(d)
   return p;
 }
@@ -181,11 +181,11 @@ TEST_CASE("lesson 01: softmax_row is the safe softmax of the row") {
     std::string what;
   };
   const Case cases[] = {
-      {{0.5}, "a single score (its softmax is 1)"},
-      {{1.0, 2.0, 3.0, -1.0}, "small scores"},
-      {{0.25, 0.25, 0.25}, "equal scores (1/3 each)"},
-      {{1000.0, 1001.0, 1002.0, 999.5}, "large scores near 1000"},
-      {{-1000.0, -1001.0, -999.0}, "very negative scores near -1000"},
+      {.scores = {0.5}, .what = "a single score (its softmax is 1)"},
+      {.scores = {1.0, 2.0, 3.0, -1.0}, .what = "small scores"},
+      {.scores = {0.25, 0.25, 0.25}, .what = "equal scores (1/3 each)"},
+      {.scores = {1000.0, 1001.0, 1002.0, 999.5}, .what = "large scores near 1000"},
+      {.scores = {-1000.0, -1001.0, -999.0}, .what = "very negative scores near -1000"},
   };
   for (const Case& c : cases) {
     INFO("scores: " << c.what);
@@ -201,9 +201,12 @@ TEST_CASE("lesson 01: naive_attention equals the reference naive_forward<double>
       std::string what;
     };
     const Case cases[] = {
-        {1, 1, 1, "one query, one key"},     {5, 7, 3, "seq_q < seq_k"},
-        {9, 4, 8, "seq_q > seq_k"},          {16, 16, 16, "square"},
-        {33, 17, 64, "odd lengths, d = 64"}, {3, 50, 2, "many keys per query"},
+        {.seq_q = 1, .seq_k = 1, .d = 1, .what = "one query, one key"},
+        {.seq_q = 5, .seq_k = 7, .d = 3, .what = "seq_q < seq_k"},
+        {.seq_q = 9, .seq_k = 4, .d = 8, .what = "seq_q > seq_k"},
+        {.seq_q = 16, .seq_k = 16, .d = 16, .what = "square"},
+        {.seq_q = 33, .seq_k = 17, .d = 64, .what = "odd lengths, d = 64"},
+        {.seq_q = 3, .seq_k = 50, .d = 2, .what = "many keys per query"},
     };
     std::uint64_t seed = 101;
     for (const Case& c : cases) {
@@ -239,12 +242,21 @@ TEST_CASE("lesson 01: standard_attention_traffic matches the reference's count o
     std::string what;
   };
   const Case cases[] = {
-      {128, 128, 64, Tiling{64, 64}, 2, "exact blocks"},
-      {1000, 1000, 64, Tiling{64, 32}, 2, "a ragged last query block (1000 = 15 * 64 + 40)"},
-      {512, 2048, 128, Tiling{100, 50}, 4, "seq_q < seq_k"},
-      {37, 5, 16, Tiling{8, 4}, 8, "seq_q > seq_k"},
-      {4096, 4096, 64, tiling_from_sram(std::int64_t{100} * 1024, 64, 2), 2,
-       "blocks from a 100 KiB SRAM by the paper's rule, as in `flashlab trace --sram-bytes 102400`"},
+      {.seq_q = 128, .seq_k = 128, .d = 64, .tiling = {.Br = 64, .Bc = 64}, .bytes = 2, .what = "exact blocks"},
+      {.seq_q = 1000,
+       .seq_k = 1000,
+       .d = 64,
+       .tiling = {.Br = 64, .Bc = 32},
+       .bytes = 2,
+       .what = "a ragged last query block (1000 = 15 * 64 + 40)"},
+      {.seq_q = 512, .seq_k = 2048, .d = 128, .tiling = {.Br = 100, .Bc = 50}, .bytes = 4, .what = "seq_q < seq_k"},
+      {.seq_q = 37, .seq_k = 5, .d = 16, .tiling = {.Br = 8, .Bc = 4}, .bytes = 8, .what = "seq_q > seq_k"},
+      {.seq_q = 4096,
+       .seq_k = 4096,
+       .d = 64,
+       .tiling = tiling_from_sram(std::int64_t{100} * 1024, 64, 2),
+       .bytes = 2,
+       .what = "blocks from a 100 KiB SRAM by the paper's rule, as in `flashlab trace --sram-bytes 102400`"},
   };
   for (const Case& c : cases) {
     INFO(c.what << ": seq_q = " << c.seq_q << ", seq_k = " << c.seq_k << ", d = " << c.d
@@ -278,7 +290,10 @@ TEST_CASE("lesson 01: standard_attention_extra_bytes is S plus P (the reference'
   struct Case {
     int seq_q, seq_k, bytes;
   };
-  const Case cases[] = {{1, 1, 8}, {1024, 1024, 2}, {4096, 512, 4}, {32768, 32768, 2}};
+  const Case cases[] = {{.seq_q = 1, .seq_k = 1, .bytes = 8},
+                        {.seq_q = 1024, .seq_k = 1024, .bytes = 2},
+                        {.seq_q = 4096, .seq_k = 512, .bytes = 4},
+                        {.seq_q = 32768, .seq_k = 32768, .bytes = 2}};
   for (const Case& c : cases) {
     INFO("seq_q = " << c.seq_q << ", seq_k = " << c.seq_k << ", bytes_per_element = " << c.bytes);
     const std::int64_t ref = naive_extra_bytes(one_head(c.seq_q, c.seq_k, 64).shape, c.bytes, false);

@@ -30,7 +30,7 @@ const Bound kF64Bound = tolerance(DType::F64, Quantity::Forward, ErrorStats{}, n
 // One head (B = H = 1): the (B, S, H, D) tensors are then plain (S, D) row-major arrays.
 Problem one_head(int seq_q, int seq_k, int d, double scale = 0.0) {
   Problem p;
-  p.shape = Shape{1, 1, 1, seq_q, seq_k, d};
+  p.shape = Shape{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = seq_q, .seq_k = seq_k, .head_dim = d};
   p.options.scale = scale;  // 0: the default 1/sqrt(d)
   return p;
 }
@@ -245,7 +245,7 @@ std::string diagnose_tiled(const Problem& p, const Qkv& in, int Br, int Bc) {
   const lesson::TiledResult yours = lesson::tiled_attention(in.q.data, in.k.data, in.v.data, s.seq_q, s.seq_k,
                                                             s.head_dim, p.softmax_scale(), Br, Bc);
   const ForwardOut naive = naive_forward<double>(p, in);
-  const ForwardOut tiled = tiled_forward<double>(LoopOrder::FA2, p, in, Tiling{Br, Bc});
+  const ForwardOut tiled = tiled_forward<double>(Algorithm::FA2, p, in, Tiling{.Br = Br, .Bc = Bc});
   std::ostringstream why;
   if (yours.O.size() != naive.o.data.size() || yours.lse.size() != naive.lse.data.size()) {
     why << "your tiled_attention returned O of " << yours.O.size() << " and lse of " << yours.lse.size()
@@ -298,16 +298,21 @@ struct TiledCase {
   std::string what;
 };
 const TiledCase kTiledCases[] = {
-    {13, 13, 8, 4, 4, "ragged last blocks in both directions (13 = 3 * 4 + 1)"},
-    {13, 13, 8, 3, 5, "Br != Bc, both ragged"},
-    {13, 13, 8, 1, 1, "1 x 1 blocks: the update sees one score at a time"},
-    {13, 13, 8, 13, 13, "one block: the tiled loop is a plain softmax"},
-    {13, 13, 8, 16, 32, "blocks larger than the sequence"},
-    {20, 37, 16, 8, 16, "seq_q < seq_k, ragged key block"},
-    {37, 20, 4, 16, 8, "seq_q > seq_k, ragged query block"},
-    {1, 1, 1, 1, 1, "one query, one key, d = 1"},
-    {64, 64, 64, 16, 16, "exact multiples, d = 64"},
-    {5, 70, 2, 2, 64, "Bc = 64 over 70 keys: a last key block of 6"},
+    {.seq_q = 13,
+     .seq_k = 13,
+     .d = 8,
+     .Br = 4,
+     .Bc = 4,
+     .what = "ragged last blocks in both directions (13 = 3 * 4 + 1)"},
+    {.seq_q = 13, .seq_k = 13, .d = 8, .Br = 3, .Bc = 5, .what = "Br != Bc, both ragged"},
+    {.seq_q = 13, .seq_k = 13, .d = 8, .Br = 1, .Bc = 1, .what = "1 x 1 blocks: the update sees one score at a time"},
+    {.seq_q = 13, .seq_k = 13, .d = 8, .Br = 13, .Bc = 13, .what = "one block: the tiled loop is a plain softmax"},
+    {.seq_q = 13, .seq_k = 13, .d = 8, .Br = 16, .Bc = 32, .what = "blocks larger than the sequence"},
+    {.seq_q = 20, .seq_k = 37, .d = 16, .Br = 8, .Bc = 16, .what = "seq_q < seq_k, ragged key block"},
+    {.seq_q = 37, .seq_k = 20, .d = 4, .Br = 16, .Bc = 8, .what = "seq_q > seq_k, ragged query block"},
+    {.seq_q = 1, .seq_k = 1, .d = 1, .Br = 1, .Bc = 1, .what = "one query, one key, d = 1"},
+    {.seq_q = 64, .seq_k = 64, .d = 64, .Br = 16, .Bc = 16, .what = "exact multiples, d = 64"},
+    {.seq_q = 5, .seq_k = 70, .d = 2, .Br = 2, .Bc = 64, .what = "Bc = 64 over 70 keys: a last key block of 6"},
 };
 
 }  // namespace
@@ -318,11 +323,11 @@ TEST_CASE("lesson 02: the online softmax update on one row, scripted scores") {
     std::string what;
   };
   const Case cases[] = {
-      {{{0.5, -1.0, 2.0}}, "one block: the update is a plain softmax"},
-      {{{0.0, 1.0}, {5.0, 2.0}}, "a later block has a larger max: the past must be rescaled"},
-      {{{3.0, 1.0}, {-1.0, 0.0, 2.5}}, "a later block has a smaller max: m stays"},
-      {{{-30.0}, {0.0, -5.0}, {40.0}, {41.0, 41.0}}, "the max rises in every block, by a lot"},
-      {{{1000.0, 998.0}, {1003.0}, {1001.0, 1002.5}}, "scores near 1000: only exp(s - m) survives"},
+      {.blocks = {{0.5, -1.0, 2.0}}, .what = "one block: the update is a plain softmax"},
+      {.blocks = {{0.0, 1.0}, {5.0, 2.0}}, .what = "a later block has a larger max: the past must be rescaled"},
+      {.blocks = {{3.0, 1.0}, {-1.0, 0.0, 2.5}}, .what = "a later block has a smaller max: m stays"},
+      {.blocks = {{-30.0}, {0.0, -5.0}, {40.0}, {41.0, 41.0}}, .what = "the max rises in every block, by a lot"},
+      {.blocks = {{1000.0, 998.0}, {1003.0}, {1001.0, 1002.5}}, .what = "scores near 1000: only exp(s - m) survives"},
   };
   std::uint64_t seed = 1;
   for (const Case& c : cases) {

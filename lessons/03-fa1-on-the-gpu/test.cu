@@ -30,7 +30,7 @@ struct Fa1Run {
 // One head (B = H = 1): the (B, S, H, D) tensors are then plain (S, d) row-major arrays.
 Problem one_head(int seq_q, int seq_k, int d) {
   Problem p;
-  p.shape = Shape{1, 1, 1, seq_q, seq_k, d};
+  p.shape = Shape{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = seq_q, .seq_k = seq_k, .head_dim = d};
   return p;
 }
 

@@ -29,7 +29,7 @@ struct Fa2Run {
 
 Problem one_head(int seq_q, int seq_k, int d) {
   Problem p;
-  p.shape = Shape{1, 1, 1, seq_q, seq_k, d};
+  p.shape = Shape{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = seq_q, .seq_k = seq_k, .head_dim = d};
   return p;
 }
 

@@ -16,7 +16,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "commands.hpp"
+#include "cli/commands.hpp"
 #include "core/flops.hpp"
 #include "cpu_reference/cpu_variants.hpp"
 #include "cpu_reference/tiled.hpp"
@@ -322,7 +322,7 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
         r.status = "skipped";
         r.reason = e.what();
       }
-      if (r.status == "ok" && v->bench) {
+      if (r.status == "ok" && v->has_device_timer()) {
         try {
           const BenchResult b = v->bench(p, r.dtype, BenchSettings{warmup, iters, backward});
           r.forward_ms = b.forward_ms;

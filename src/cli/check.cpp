@@ -1,12 +1,13 @@
 // flashlab check: every variant of the table, on the same fresh random inputs, against naive attention
-// in double (DESIGN.md, Numerics). The inputs are drawn once in double and rounded to each dtype, and
-// the reference runs on the rounded inputs, so a variant is judged only on its own arithmetic. For
-// f16/bf16 the bound is FlashAttention's rule: a multiple of naive attention's own error in that
-// precision (core/tolerance.hpp).
+// in double. The inputs are drawn once in double and rounded to each dtype, and the reference runs on
+// the rounded inputs, so a variant is judged only on its own arithmetic. For f16/bf16 the bound is
+// FlashAttention's rule: a multiple of naive attention's own error in that precision
+// (core/tolerance.hpp). The inputs are always drawn here, never read from files: NaN or Inf in user
+// data is `flashlab run`'s concern (cli/common.hpp, warn_non_finite).
 #include <map>
 #include <optional>
 
-#include "commands.hpp"
+#include "cli/commands.hpp"
 #include "core/tolerance.hpp"
 #include "cpu_reference/naive.hpp"
 
@@ -143,7 +144,7 @@ void print_variant_list(std::ostream& out) {
     std::vector<std::string> dtypes;
     for (DType d : v.dtypes) dtypes.push_back(to_string(d));
     t.add({v.name, to_string(v.device), join(dtypes, ","), yes(v.supports.causal), yes(v.supports.dropout),
-           yes(v.supports.gqa), yes(v.supports.backward && v.backward), v.head_dims.describe(), yes(v.available()),
+           yes(v.supports.gqa), yes(v.has_backward()), v.head_dims.describe(), yes(v.available()),
            v.summary});
   }
   t.print(out);

@@ -1,11 +1,11 @@
 // The `flashlab` command: four subcommands on one CLI11 app. Errors are one line on stderr,
 // "flashlab: <sentence>", and exit code 2; a check that fails exits 1.
-#include "cli.hpp"
+#include "cli/cli.hpp"
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 
-#include "commands.hpp"
+#include "cli/commands.hpp"
 
 namespace flashlab {
 

@@ -5,7 +5,7 @@
 #include <ostream>
 #include <string>
 
-#include "common.hpp"
+#include "cli/common.hpp"
 
 namespace flashlab::cli {
 

@@ -1,4 +1,4 @@
-#include "common.hpp"
+#include "cli/common.hpp"
 
 #include <unistd.h>
 
@@ -131,6 +131,17 @@ std::int64_t host_bytes_for_run(const Variant& v, const Shape& s, DType dtype, b
   if (v.device == Device::Cpu && v.algorithm == Algorithm::Standard)
     bytes += naive_extra_bytes(s, compute_bytes, backward);
   return bytes;
+}
+
+std::int64_t warn_non_finite(std::ostream& err, const HostTensor& t, const std::string& name,
+                             const std::string& consequence) {
+  const NonFinite found = first_non_finite(t);
+  if (found.count == 0) return 0;
+  std::vector<std::string> index;
+  for (std::int64_t i : found.first) index.push_back(std::to_string(i));
+  err << "warning: " << name << " holds " << found.count << " non-finite value" << (found.count == 1 ? "" : "s")
+      << " (NaN or \u00b1Inf), the first at (" << join(index, ", ") << "); " << consequence << "\n";
+  return found.count;
 }
 
 std::string format_bytes(double bytes) {

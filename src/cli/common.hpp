@@ -7,7 +7,8 @@
 #include <vector>
 
 #include "core/problem.hpp"
-#include "core/variants.hpp"
+#include "core/tensor.hpp"
+#include "registry/variants.hpp"
 
 namespace flashlab::cli {
 
@@ -56,6 +57,12 @@ void require_memory(std::int64_t needed, const std::string& what);
 // outputs in the compute type for every variant).
 std::int64_t host_bytes_for_run(const Variant&, const Shape&, DType, bool backward);
 std::int64_t io_host_bytes(const Shape&, bool backward);
+
+// Inputs from outside (run's .npy files) may hold NaN or +-Inf. Computing goes on, as PyTorch does,
+// but when `t` holds any, one sentence goes to `err`: "warning: q holds 3 non-finite values (NaN or
+// ±Inf), the first at (0, 17, 1, 5); <consequence>". Returns the count.
+std::int64_t warn_non_finite(std::ostream& err, const HostTensor& t, const std::string& name,
+                             const std::string& consequence);
 
 std::string format_bytes(double bytes);  // "1.50 MiB"
 std::string format_sci(double x);        // "3.41e-07", "0", "nan", "inf"

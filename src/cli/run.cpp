@@ -1,7 +1,7 @@
 // flashlab run: one variant on .npy inputs, writing .npy outputs, so NumPy / PyTorch users can check
 // FlashLab against their own code and the other way round. The shape comes from the files:
 // q (B, S_q, H_q, D), k and v (B, S_k, H_kv, D), dO like q.
-#include "commands.hpp"
+#include "cli/commands.hpp"
 #include "core/npy.hpp"
 
 namespace flashlab::cli {
@@ -44,7 +44,7 @@ void RunCommand::add_to(CLI::App& app) {
                  "written as float32 files (NumPy has no bfloat16)");
 }
 
-int RunCommand::run(std::ostream& os, std::ostream& /*err*/) const {
+int RunCommand::run(std::ostream& os, std::ostream& err) const {
   const bool backward = !dout.empty();
   if (backward && (dq.empty() || dk.empty() || dv.empty()))
     throw InputError("--dout runs the backward pass, which needs --dq, --dk and --dv to write the gradients to");
@@ -60,7 +60,12 @@ int RunCommand::run(std::ostream& os, std::ostream& /*err*/) const {
   Problem p;
   const auto& qd = nq.tensor.dims;
   const auto& kd = nk.tensor.dims;
-  p.shape = Shape{int(qd[0]), int(qd[2]), int(kd[2]), int(qd[1]), int(kd[1]), int(qd[3])};
+  p.shape = Shape{.batch = int(qd[0]),
+                  .heads_q = int(qd[2]),
+                  .heads_kv = int(kd[2]),
+                  .seq_q = int(qd[1]),
+                  .seq_k = int(kd[1]),
+                  .head_dim = int(qd[3])};
   p.options = options.options(0);
   Qkv in{std::move(nq.tensor), std::move(nk.tensor), std::move(nv.tensor)};
   check_dims(p.shape, in, backward ? &ndo.tensor : nullptr);
@@ -83,6 +88,13 @@ int RunCommand::run(std::ostream& os, std::ostream& /*err*/) const {
   }
   check_supported(var, p, compute, backward);
   require_memory(host_bytes_for_run(var, p.shape, compute, backward), "variant " + var.name + " on this problem");
+
+  // NaN or +-Inf in the files: computed on as PyTorch does, with one sentence per tensor on stderr.
+  const std::string nan_rows = "the outputs of rows that see them will be NaN";
+  warn_non_finite(err, in.q, "q", nan_rows);
+  warn_non_finite(err, in.k, "k", nan_rows);
+  warn_non_finite(err, in.v, "v", nan_rows);
+  if (backward) warn_non_finite(err, ndo.tensor, "dO", "the gradients that depend on them will be NaN");
 
   for (HostTensor* t : {&in.q, &in.k, &in.v}) round_to(*t, compute);
   const ForwardOut fwd = var.forward(p, compute, in, nullptr);

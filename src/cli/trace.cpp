@@ -1,13 +1,13 @@
 // flashlab trace: where the bytes go. Walks an algorithm's loop nest in count-only mode (the same loop
-// nest that computes the numbers, cpu_reference/tiled.cpp) and sums its HBM <-> SRAM transfers per
+// nest that computes the numbers, cpu_reference/tiled.hpp) and sums its HBM <-> SRAM transfers per
 // tensor, beside the paper's asymptotic formula (Theorem 2: standard attention Theta(N d + N^2) HBM
 // accesses, FlashAttention Theta(N^2 d^2 / M)).
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "commands.hpp"
+#include "cli/commands.hpp"
 #include "cpu_reference/tiled.hpp"
-#include "cpu_reference/traffic.hpp"
+#include "model/traffic.hpp"
 
 namespace flashlab::cli {
 namespace {

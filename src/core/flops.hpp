@@ -1,9 +1,9 @@
 #pragma once
-// FLOP counts, in the convention of the FlashAttention papers (and of shared/tools/sdpa_bench.py), so
-// that our TFLOP/s and the peers' are the same unit: forward = 4 * B * H_q * S_q * S_k * d (two
-// matmuls of 2 * S_q * S_k * d each), halved when causal; backward = 2.5x forward (five matmuls
-// instead of two).
-#include "problem.hpp"
+// FLOP counts, in the convention of the FlashAttention papers (and of the PyTorch SDPA benchmark,
+// sdpa_bench.py, that scripts/bench_vs_sdpa.sh runs beside ours), so that our TFLOP/s and the peers'
+// are the same unit: forward = 4 * B * H_q * S_q * S_k * d (two matmuls of 2 * S_q * S_k * d each),
+// halved when causal; backward = 2.5x forward (five matmuls instead of two).
+#include "core/problem.hpp"
 
 namespace flashlab {
 

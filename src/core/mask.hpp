@@ -1,7 +1,7 @@
 #pragma once
 // The causal mask, element- and tile-wise. One definition for the CPU code and every kernel.
-#include "hd.hpp"
-#include "problem.hpp"
+#include "core/hd.hpp"
+#include "core/problem.hpp"
 
 namespace flashlab {
 

@@ -3,7 +3,7 @@
 // length (2 bytes little-endian in 1.0, 4 bytes in 2.0/3.0), then an ASCII (3.0: UTF-8) Python dict
 // literal {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), } padded with spaces and a final
 // newline, then the raw C-order data. We read and write the three little-endian float dtypes only.
-#include "npy.hpp"
+#include "core/npy.hpp"
 
 #include <cstring>
 #include <fstream>
@@ -11,7 +11,7 @@
 #include <limits>
 #include <sstream>
 
-#include "half.hpp"
+#include "core/half.hpp"
 
 namespace flashlab {
 namespace {

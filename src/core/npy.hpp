@@ -3,8 +3,8 @@
 // Malformed, big-endian, Fortran-order or other-dtype files throw InputError naming the file.
 #include <string>
 
-#include "problem.hpp"
-#include "tensor.hpp"
+#include "core/problem.hpp"
+#include "core/tensor.hpp"
 
 namespace flashlab {
 

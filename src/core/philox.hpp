@@ -4,7 +4,7 @@
 // variant, CPU or GPU, in any loop order, drops exactly the same elements of P.
 #include <cstdint>
 
-#include "hd.hpp"
+#include "core/hd.hpp"
 
 namespace flashlab {
 

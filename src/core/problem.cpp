@@ -1,4 +1,4 @@
-#include "problem.hpp"
+#include "core/problem.hpp"
 
 #include <algorithm>
 #include <cctype>

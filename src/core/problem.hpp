@@ -38,7 +38,7 @@ struct Problem {
 
 enum class DType { F64, F32, F16, BF16 };
 
-// The loop nest an implementation follows; it names the traffic model (cpu_reference/traffic.hpp).
+// The loop nest an implementation follows; it names the traffic model (model/traffic.hpp).
 // Standard: S and P go through HBM. FA1: K/V block loop outer. FA2: Q block loop outer.
 enum class Algorithm { Standard, FA1, FA2 };
 const char* to_string(Algorithm);               // "standard", "fa1", "fa2"

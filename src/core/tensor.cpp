@@ -1,9 +1,10 @@
-#include "tensor.hpp"
+#include "core/tensor.hpp"
 
+#include <cmath>
 #include <random>
 #include <sstream>
 
-#include "half.hpp"
+#include "core/half.hpp"
 
 namespace flashlab {
 
@@ -21,6 +22,22 @@ std::string HostTensor::dims_string() const {
   for (std::size_t i = 0; i < dims.size(); ++i) os << (i ? ", " : "") << dims[i];
   os << ")";
   return os.str();
+}
+
+NonFinite first_non_finite(const HostTensor& t) {
+  NonFinite found;
+  for (std::size_t n = 0; n < t.data.size(); ++n) {
+    if (std::isfinite(t.data[n])) continue;
+    if (found.count++ > 0) continue;
+    // Unravel the flat row-major offset into one index per dim, innermost last.
+    found.first.assign(t.dims.size(), 0);
+    auto rest = static_cast<std::int64_t>(n);
+    for (std::size_t i = t.dims.size(); i-- > 0;) {
+      found.first[i] = rest % t.dims[i];
+      rest /= t.dims[i];
+    }
+  }
+  return found;
 }
 
 std::vector<std::int64_t> q_dims(const Shape& s) { return {s.batch, s.seq_q, s.heads_q, s.head_dim}; }

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "problem.hpp"
+#include "core/problem.hpp"
 
 namespace flashlab {
 
@@ -53,5 +53,13 @@ void round_to(HostTensor&, DType);
 
 // Throws InputError naming the tensor unless q, k, v (and dO when given) have the problem's dims.
 void check_dims(const Shape&, const Qkv&, const HostTensor* dO = nullptr);
+
+// The NaN and +-Inf elements of a tensor: how many, and the index of the first in row-major order
+// (one entry per dim, outermost first: (b, s, h, d) for a 4-d tensor; empty when count == 0).
+struct NonFinite {
+  std::int64_t count = 0;
+  std::vector<std::int64_t> first;
+};
+NonFinite first_non_finite(const HostTensor&);
 
 }  // namespace flashlab

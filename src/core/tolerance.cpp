@@ -1,4 +1,4 @@
-#include "tolerance.hpp"
+#include "core/tolerance.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,5 +1,5 @@
 #pragma once
-// The one tolerance rule (DESIGN.md, Numerics). Ground truth is naive attention in double.
+// The one tolerance rule. Ground truth is naive attention in double.
 //  * f64 variants:  ||out - ref|| / ||ref|| <= 1e-12.
 //  * f32 variants:  ||out - ref|| / ||ref|| <= 1e-5.
 //  * f16/bf16:      max|out - ref| <= k * max|naive_lowp - ref| + 1e-5 * max(1, max|ref|),
@@ -8,8 +8,8 @@
 // NaN never passes; matching infinities (LSE of a fully masked row) count as equal.
 #include <string>
 
-#include "problem.hpp"
-#include "tensor.hpp"
+#include "core/problem.hpp"
+#include "core/tensor.hpp"
 
 namespace flashlab {
 

@@ -1,14 +1,14 @@
 #pragma once
-// Internal to src/cpu_reference: the Eigen pieces naive.cpp and tiled.cpp share, so that the mask,
+// Internal to src/cpu_reference: the Eigen pieces naive.cpp and the tiled nests share, so that the mask,
 // the dropout scaling and the (B, S, H, D) <-> per-head layout are written once. Not a public API.
 #include <Eigen/Dense>
 #include <cmath>
 #include <limits>
 
-#include "../core/mask.hpp"
-#include "../core/philox.hpp"
-#include "../core/problem.hpp"
-#include "../core/tensor.hpp"
+#include "core/mask.hpp"
+#include "core/philox.hpp"
+#include "core/problem.hpp"
+#include "core/tensor.hpp"
 
 namespace flashlab::detail {
 

@@ -1,21 +1,16 @@
 // The CPU rows of the variant table: dtype dispatch (F64 -> double, F32 -> float; the inputs are
 // already rounded to the dtype) around naive.cpp and tiled.cpp, plus the memory guard of cpu-naive.
-#include "cpu_variants.hpp"
+#include "cpu_reference/cpu_variants.hpp"
 
 #include <fstream>
 #include <sstream>
 #include <string>
 
-#include "naive.hpp"
+#include "cpu_reference/naive.hpp"
 
 namespace flashlab {
 
 namespace {
-
-void check_cpu_dtype(const char* variant, DType dtype) {
-  if (dtype != DType::F64 && dtype != DType::F32)
-    throw InputError(std::string("variant ") + variant + " computes in f64 or f32, not " + to_string(dtype));
-}
 
 // MemAvailable from /proc/meminfo in bytes, or -1 when it cannot be read (then nothing is refused).
 std::int64_t available_memory_bytes() {
@@ -42,49 +37,43 @@ void check_naive_fits(const Problem& p, DType dtype, bool backward) {
                      " bytes of memory are available; use cpu-fa2, whose extra memory is O(seq_q)");
 }
 
-LoopOrder order_of(Algorithm a) { return a == Algorithm::FA1 ? LoopOrder::FA1 : LoopOrder::FA2; }
-
-ForwardOut tiled_variant_forward(Algorithm a, const char* name, const Problem& p, DType dtype, const Qkv& in,
+ForwardOut tiled_variant_forward(Algorithm a, const Problem& p, DType dtype, const Qkv& in,
                                  TrafficObserver* obs) {
-  check_cpu_dtype(name, dtype);
   const Tiling t = cpu_variant_tiling(p.shape.head_dim);
-  return dtype == DType::F64 ? tiled_forward<double>(order_of(a), p, in, t, obs, dtype_bytes(dtype))
-                             : tiled_forward<float>(order_of(a), p, in, t, obs, dtype_bytes(dtype));
+  return dtype == DType::F64 ? tiled_forward<double>(a, p, in, t, obs, dtype_bytes(dtype))
+                             : tiled_forward<float>(a, p, in, t, obs, dtype_bytes(dtype));
 }
 
-Grads tiled_variant_backward(Algorithm a, const char* name, const Problem& p, DType dtype, const Qkv& in,
+Grads tiled_variant_backward(Algorithm a, const Problem& p, DType dtype, const Qkv& in,
                              const ForwardOut& fwd, const HostTensor& dO) {
-  check_cpu_dtype(name, dtype);
   const Tiling t = cpu_variant_tiling(p.shape.head_dim);
-  return dtype == DType::F64 ? tiled_backward<double>(order_of(a), p, in, fwd, dO, t, nullptr, dtype_bytes(dtype))
-                             : tiled_backward<float>(order_of(a), p, in, fwd, dO, t, nullptr, dtype_bytes(dtype));
+  return dtype == DType::F64 ? tiled_backward<double>(a, p, in, fwd, dO, t, nullptr, dtype_bytes(dtype))
+                             : tiled_backward<float>(a, p, in, fwd, dO, t, nullptr, dtype_bytes(dtype));
 }
 
 }  // namespace
 
 ForwardOut cpu_naive_forward(const Problem& p, DType dtype, const Qkv& in, TrafficObserver* obs) {
-  check_cpu_dtype("cpu-naive", dtype);
   check_naive_fits(p, dtype, false);
   return dtype == DType::F64 ? naive_forward<double>(p, in, obs) : naive_forward<float>(p, in, obs);
 }
 
 Grads cpu_naive_backward(const Problem& p, DType dtype, const Qkv& in, const ForwardOut& fwd, const HostTensor& dO) {
-  check_cpu_dtype("cpu-naive", dtype);
   check_naive_fits(p, dtype, true);
   return dtype == DType::F64 ? naive_backward<double>(p, in, fwd, dO) : naive_backward<float>(p, in, fwd, dO);
 }
 
 ForwardOut cpu_fa1_forward(const Problem& p, DType dtype, const Qkv& in, TrafficObserver* obs) {
-  return tiled_variant_forward(Algorithm::FA1, "cpu-fa1", p, dtype, in, obs);
+  return tiled_variant_forward(Algorithm::FA1, p, dtype, in, obs);
 }
 Grads cpu_fa1_backward(const Problem& p, DType dtype, const Qkv& in, const ForwardOut& fwd, const HostTensor& dO) {
-  return tiled_variant_backward(Algorithm::FA1, "cpu-fa1", p, dtype, in, fwd, dO);
+  return tiled_variant_backward(Algorithm::FA1, p, dtype, in, fwd, dO);
 }
 ForwardOut cpu_fa2_forward(const Problem& p, DType dtype, const Qkv& in, TrafficObserver* obs) {
-  return tiled_variant_forward(Algorithm::FA2, "cpu-fa2", p, dtype, in, obs);
+  return tiled_variant_forward(Algorithm::FA2, p, dtype, in, obs);
 }
 Grads cpu_fa2_backward(const Problem& p, DType dtype, const Qkv& in, const ForwardOut& fwd, const HostTensor& dO) {
-  return tiled_variant_backward(Algorithm::FA2, "cpu-fa2", p, dtype, in, fwd, dO);
+  return tiled_variant_backward(Algorithm::FA2, p, dtype, in, fwd, dO);
 }
 
 Tiling cpu_variant_tiling(int /*head_dim*/) {

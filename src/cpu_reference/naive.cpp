@@ -3,15 +3,15 @@
 // at a time, with Eigen. This is the ground truth every other variant is checked against (in
 // double), and, in fp16/bf16, the baseline of the tolerance rule. Nothing is tiled here: what the
 // tiled versions change is exactly that S and P never exist in full.
-#include "naive.hpp"
+#include "cpu_reference/naive.hpp"
 
 #include <cmath>
 #include <limits>
 
-#include "../core/half.hpp"
-#include "attention_math.hpp"
-#include "cpu_variants.hpp"
-#include "tiled.hpp"
+#include "core/half.hpp"
+#include "cpu_reference/attention_math.hpp"
+#include "cpu_reference/cpu_variants.hpp"
+#include "cpu_reference/tiled.hpp"
 
 namespace flashlab {
 
@@ -171,13 +171,5 @@ Grads naive_backward_lowp(const Problem& p, DType dtype, const Qkv& in, const Fo
   return g;
 }
 
-std::int64_t naive_extra_bytes(const Shape& s, int bytes_per_element, bool backward) {
-  // One (batch, head) at a time: S and P, plus dP and dS in the backward pass, each (S_q, S_k).
-  // Saturates instead of overflowing, so an absurd size is refused rather than wrapped around.
-  const std::int64_t matrices = backward ? 4 : 2;
-  const double bytes = double(matrices) * s.seq_q * s.seq_k * bytes_per_element;
-  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
-  return bytes >= static_cast<double>(kMax) ? kMax : matrices * std::int64_t{s.seq_q} * s.seq_k * bytes_per_element;
-}
 
 }  // namespace flashlab

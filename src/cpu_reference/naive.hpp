@@ -2,8 +2,9 @@
 // Standard attention, as frameworks ran it before FlashAttention: S = scale * Q K^T and P = softmax(S)
 // are materialized as (S_q, S_k) matrices per head, then O = P V. Forward and backward, computed in T
 // (double: the ground truth; float). Memory: O(S_q * S_k) per head, which is the point of lesson 01.
-#include "../core/problem.hpp"
-#include "../core/tensor.hpp"
+#include "core/problem.hpp"
+#include "core/tensor.hpp"
+#include "model/memory.hpp"  // naive_extra_bytes
 
 namespace flashlab {
 
@@ -21,9 +22,5 @@ Grads naive_backward(const Problem&, const Qkv&, const ForwardOut&, const HostTe
 // fp32 accumulation, the way a framework runs it in that precision.
 ForwardOut naive_forward_lowp(const Problem&, DType, const Qkv&);
 Grads naive_backward_lowp(const Problem&, DType, const Qkv&, const ForwardOut&, const HostTensor& dO);
-
-// Bytes naive attention needs beyond its inputs and outputs (S and P, and dP, dS for backward).
-// This implementation holds them for one (batch, head) at a time; saturates at INT64_MAX.
-std::int64_t naive_extra_bytes(const Shape&, int bytes_per_element, bool backward);
 
 }  // namespace flashlab

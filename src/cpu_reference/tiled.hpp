@@ -1,45 +1,32 @@
 #pragma once
 // Tiled attention with online softmax: the FlashAttention algorithm on the CPU, in both loop orders.
-// The loop nest is written once, in tiled.cpp. It computes the numbers (O, LSE, dQ, dK, dV), reports
-// every HBM <-> SRAM tile transfer to an optional observer, and in count-only mode walks the same
-// nest with no arithmetic, so the traffic of N = 128k is counted in milliseconds.
-#include <cstdint>
-#include <string>
-#include <vector>
-
-#include "../core/problem.hpp"
-#include "../core/tensor.hpp"
-#include "traffic.hpp"
+// Each algorithm and pass has one loop nest (tiled_forward.cpp, tiled_backward.cpp). It computes the
+// numbers (O, LSE, dQ, dK, dV), reports every HBM <-> SRAM tile transfer to an optional observer,
+// and in count-only mode walks the same nest with no arithmetic, so the traffic of N = 128k is
+// counted in milliseconds. The listings that TileEvent::line points into are model/pseudocode.hpp's.
+#include "core/problem.hpp"
+#include "core/tensor.hpp"
+#include "model/tiling.hpp"
+#include "model/traffic.hpp"
 
 namespace flashlab {
 
-// Block sizes: Br query rows by Bc key columns.
-struct Tiling {
-  int Br = 0, Bc = 0;
-};
-
-// The paper's choice for an SRAM of `sram_bytes` (M elements = sram_bytes / bytes_per_element):
-// Bc = ceil(M / 4d), Br = min(Bc, d). Throws InputError when M cannot hold one row each of
-// Q, K, V and O (M < 4d).
-Tiling tiling_from_sram(std::int64_t sram_bytes, int head_dim, int bytes_per_element);
-
-enum class LoopOrder { FA1, FA2 };  // FA1: K/V block loop outer; FA2: Q block loop outer
+// The loop order is the algorithm: FA1 keeps the K/V block loop outer, FA2 the Q block loop (in the
+// forward pass; both keep K/V outer in the backward pass). Algorithm::Standard is an InputError here.
 
 // Tiled forward in T (double or float). The observer sees bytes of bytes_per_element per element
 // (the dtype a GPU would move, not T).
 template <class T>
-ForwardOut tiled_forward(LoopOrder, const Problem&, const Qkv&, Tiling, TrafficObserver* = nullptr,
+ForwardOut tiled_forward(Algorithm, const Problem&, const Qkv&, Tiling, TrafficObserver* = nullptr,
                          int bytes_per_element = 2);
-// Tiled backward: recomputes S and P from the saved LSE (FA2) or m, l (FA1); D = rowsum(dO * O).
+// Tiled backward: recomputes S and P from the saved statistics (FA2: the LSE L; FA1: m and l, whose
+// numbers it takes from L = m + log(l)) and D_i = rowsum(dO_i o O_i).
 template <class T>
-Grads tiled_backward(LoopOrder, const Problem&, const Qkv&, const ForwardOut&, const HostTensor& dO,
-                     Tiling, TrafficObserver* = nullptr, int bytes_per_element = 2);
+Grads tiled_backward(Algorithm, const Problem&, const Qkv&, const ForwardOut&, const HostTensor& dO, Tiling,
+                     TrafficObserver* = nullptr, int bytes_per_element = 2);
 
 // Count-only: the events of `algorithm`'s loop nest (Standard, FA1, FA2) for the problem, without
 // arithmetic. Standard attention reports S and P written to and read from HBM.
 void count_traffic(Algorithm, Pass, const Problem&, Tiling, int bytes_per_element, TrafficObserver&);
-
-// The algorithm's pseudocode, one string per line; TileEvent::line indexes it (1-based).
-const std::vector<std::string>& pseudocode(Algorithm, Pass);
 
 }  // namespace flashlab

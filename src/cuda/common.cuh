@@ -23,11 +23,11 @@
 #include <utility>
 #include <vector>
 
-#include "../core/half.hpp"
-#include "../core/philox.hpp"
-#include "../core/problem.hpp"
-#include "../core/tensor.hpp"
-#include "../core/variants.hpp"
+#include "core/half.hpp"
+#include "core/philox.hpp"
+#include "core/problem.hpp"
+#include "core/tensor.hpp"
+#include "core/bench.hpp"
 
 namespace flashlab::cuda {
 

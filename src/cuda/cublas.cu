@@ -13,8 +13,8 @@
 
 #include <string>
 
-#include "cuda_variants.hpp"
-#include "common.cuh"
+#include "cuda/cuda_variants.hpp"
+#include "cuda/common.cuh"
 
 namespace flashlab {
 namespace cuda {

@@ -1,14 +1,16 @@
 #pragma once
-// The CUDA rows of the variant table (core/variants.cpp): fp32 readable kernels behind the common
-// forward / backward / bench signatures of core/variants.hpp. Each function checks the problem with
-// check_supported (an InputError before any launch) and runs on the default stream.
-#include "../core/variants.hpp"
+// The CUDA layer's face to the registry: each kernel generation's entry points behind the common
+// forward / backward / bench signatures, and what each accepts, as data (cuda/constraints.hpp). The
+// registry checks a problem against that data once, before calling in; the entry points assume a
+// checked problem and run on the default stream.
+#include "core/bench.hpp"
+#include "core/problem.hpp"
+#include "core/tensor.hpp"
+#include "cuda/constraints.hpp"
 
 namespace flashlab {
 
-// Head dims of the fused fp32 kernels (cuda-fa1, cuda-fa2-simt): d is padded up to a multiple of 32 in
-// shared memory, and d = 128 is the largest tile that fits with Br = Bc = 64.
-inline constexpr int kSimtMaxHeadDim = 128;
+class TrafficObserver;  // model/traffic.hpp: the CUDA kernels report no events
 
 // cuda-naive: S = scale Q K^T, P = softmax(S), O = P V with S and P in HBM; three kernels of our own.
 ForwardOut cuda_naive_forward(const Problem&, DType, const Qkv&, TrafficObserver*);
@@ -34,7 +36,6 @@ BenchResult cuda_fa2_simt_bench(const Problem&, DType, const BenchSettings&);
 ForwardOut cuda_fa2_forward(const Problem&, DType, const Qkv&, TrafficObserver*);
 Grads cuda_fa2_backward(const Problem&, DType, const Qkv&, const ForwardOut&, const HostTensor& dO);
 BenchResult cuda_fa2_bench(const Problem&, DType, const BenchSettings&);
-HeadDims cuda_fa2_head_dims();  // the head dims with a compiled kernel configuration
 
 }  // namespace flashlab
 

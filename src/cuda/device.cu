@@ -1,14 +1,13 @@
-// Is there a CUDA device here? The GPU test suites and Variant::available() ask; a machine without a
-// GPU or a driver answers false (never an exception), so CPU-only machines skip GPU work cleanly.
+// cuda/device.hpp: is there a CUDA device here, and which.
 #include <cuda_runtime.h>
 
 #include <string>
 
-#include "../core/variants.hpp"
+#include "cuda/device.hpp"
 
-namespace flashlab {
+namespace flashlab::cuda {
 
-bool cuda_device_present() {
+bool device_present() {
   // Asked once: the answer cannot change while the process runs.
   static const bool present = [] {
     int count = 0;
@@ -22,8 +21,8 @@ bool cuda_device_present() {
   return present;
 }
 
-std::string cuda_device_name() {
-  if (!cuda_device_present()) return "";
+std::string device_name() {
+  if (!device_present()) return "";
   int device = 0;
   cudaDeviceProp prop{};
   if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
@@ -33,4 +32,4 @@ std::string cuda_device_name() {
   return prop.name;
 }
 
-}  // namespace flashlab
+}  // namespace flashlab::cuda

@@ -23,9 +23,10 @@
 // instead of m and l: P_ij = diag(l_i)^-1 exp(S_ij - m_i) = exp(S_ij - L_i), the same numbers.
 #include <algorithm>
 
-#include "../cpu_reference/traffic.hpp"
-#include "cuda_variants.hpp"
-#include "simt_tiles.cuh"
+#include "cuda/cuda_variants.hpp"
+#include "cuda/dispatch.cuh"
+#include "cuda/host_passes.cuh"
+#include "cuda/simt_tiles.cuh"
 
 namespace flashlab {
 namespace cuda {
@@ -176,8 +177,8 @@ __global__ void __launch_bounds__(kBwdThreads)
   float* Vj = Kj + kBwdBc * kLd;                 // (Bc, D)
   float* Pij = Vj + kBwdBc * kLd;                // (Br, Bc), P_ij * Z / (1 - p)
   float* dSij = Pij + kBwdBr * kLdP;             // (Br, Bc)
-  float* Li = dSij + kBwdBr * kLdP;              // (Br), base 2
-  float* Di = Li + kBwdBr;                       // (Br)
+  float* L_i = dSij + kBwdBr * kLdP;             // (Br), base 2
+  float* D_i = L_i + kBwdBr;                     // (Br)
 
   const int hk = blockIdx.x, b = blockIdx.y;
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
@@ -219,13 +220,13 @@ __global__ void __launch_bounds__(kBwdThreads)
           sum += __shfl_xor_sync(0xffffffffu, sum, 1);
           sum += __shfl_xor_sync(0xffffffffu, sum, 2);
           if (part == 0) {
-            Di[r] = sum;
-            Li[r] = lse_base2(r < rows ? L[p.lse_offset(b, h, row0 + r)] : 0.0f, r < rows);
+            D_i[r] = sum;
+            L_i[r] = lse_base2(r < rows ? L[p.lse_offset(b, h, row0 + r)] : 0.0f, r < rows);
           }
         }
         __syncthreads();
         // Lines 11-20: S_ij, P_ij (recomputed from L_i), dropout, dP_ij, dS_ij.
-        backward_probs<D>(p, b, h, row0, col0, Qi, dOi, Kj, Vj, Li, Di, Pij, dSij, ty, tx);
+        backward_probs<D>(p, b, h, row0, col0, Qi, dOi, Kj, Vj, L_i, D_i, Pij, dSij, ty, tx);
         __syncthreads();
         tile_atb_acc<D>(Pij, dOi, ty, tx, dv);  // line 16: dV~_j += (P_ij o Z)^T dO_i
         tile_atb_acc<D>(dSij, Qi, ty, tx, dk);  // line 22: dK~_j += tau dS_ij^T Q_i
@@ -281,86 +282,55 @@ void launch_backward(const AttnParams& p, const float* q, const float* k, const 
 
 }  // namespace
 
-// Device-level passes on (B, S, H, D) fp32 tensors already on the device. m, l: lse_numel() scratch.
-void fa1_forward_device(const AttnParams& p, const float* q, const float* k, const float* v, float* o, float* lse,
-                        float* m, float* l) {
-  switch (padded_head_dim(p.head_dim)) {
-    case 32: return launch_forward<32>(p, q, k, v, o, lse, m, l);
-    case 64: return launch_forward<64>(p, q, k, v, o, lse, m, l);
-    case 96: return launch_forward<96>(p, q, k, v, o, lse, m, l);
-    case 128: return launch_forward<128>(p, q, k, v, o, lse, m, l);
-  }
-  throw InputError("cuda-fa1 supports head dims up to " + std::to_string(kSimtMaxHeadDim));
+// Device-level passes on the (B, S, H, D) fp32 tensors of `t`. m, l: lse_numel() scratch.
+void fa1_forward_device(const AttnParams& p, DeviceAttention<float>& t, float* m, float* l) {
+  dispatch_head_dim<simt::kPaddedHeadDims>(padded_head_dim(p.head_dim), "cuda-fa1 forward", [&]<int D>() {
+    launch_forward<D>(p, t.q.data(), t.k.data(), t.v.data(), t.o.data(), t.lse.data(), m, l);
+  });
 }
 
-void fa1_backward_device(const AttnParams& p, const float* q, const float* k, const float* v, const float* o,
-                         const float* lse, const float* dO, float* dq, float* dk, float* dv) {
-  switch (padded_head_dim(p.head_dim)) {
-    case 32: return launch_backward<32>(p, q, k, v, o, dO, lse, dq, dk, dv);
-    case 64: return launch_backward<64>(p, q, k, v, o, dO, lse, dq, dk, dv);
-    case 96: return launch_backward<96>(p, q, k, v, o, dO, lse, dq, dk, dv);
-    case 128: return launch_backward<128>(p, q, k, v, o, dO, lse, dq, dk, dv);
-  }
-  throw InputError("cuda-fa1 supports head dims up to " + std::to_string(kSimtMaxHeadDim));
+void fa1_backward_device(const AttnParams& p, DeviceAttention<float>& t) {
+  dispatch_head_dim<simt::kPaddedHeadDims>(padded_head_dim(p.head_dim), "cuda-fa1 backward", [&]<int D>() {
+    launch_backward<D>(p, t.q.data(), t.k.data(), t.v.data(), t.o.data(), t.dO.data(), t.lse.data(), t.dq.data(),
+                       t.dk.data(), t.dv.data());
+  });
 }
+
+namespace {
+// FA1's running max m and sum l, (B, H_q, S_q) in HBM: what its K/V-outer loop order must keep there.
+struct RunningStats {
+  DeviceBuffer<float> m, l;
+  explicit RunningStats(const AttnParams& p) : m(p.lse_numel()), l(p.lse_numel()) {}
+};
+}  // namespace
 
 }  // namespace cuda
 
 using namespace cuda;
 
-ForwardOut cuda_fa1_forward(const Problem& prob, DType dtype, const Qkv& in, TrafficObserver*) {
-  check_supported(find_variant("cuda-fa1"), prob, dtype, false);
-  check_dims(prob.shape, in);
+ForwardOut cuda_fa1_forward(const Problem& prob, DType, const Qkv& in, TrafficObserver*) {
   const AttnParams p = make_params(prob);
-  auto q = upload<float>(in.q), k = upload<float>(in.k), v = upload<float>(in.v);
-  DeviceBuffer<float> o(p.q_numel()), lse(p.lse_numel()), m(p.lse_numel()), l(p.lse_numel());
-  poison(o);
-  poison(lse);
-  fa1_forward_device(p, q.data(), k.data(), v.data(), o.data(), lse.data(), m.data(), l.data());
-  return ForwardOut{download(o, q_dims(prob.shape)), download(lse, lse_dims(prob.shape))};
+  auto t = DeviceAttention<float>::for_forward(prob.shape, in);
+  RunningStats ml(p);
+  fa1_forward_device(p, t, ml.m.data(), ml.l.data());
+  return t.download_forward(prob.shape);
 }
 
-Grads cuda_fa1_backward(const Problem& prob, DType dtype, const Qkv& in, const ForwardOut& fwd, const HostTensor& dO) {
-  check_supported(find_variant("cuda-fa1"), prob, dtype, true);
-  check_dims(prob.shape, in, &dO);
+Grads cuda_fa1_backward(const Problem& prob, DType, const Qkv& in, const ForwardOut& fwd, const HostTensor& dO) {
   const AttnParams p = make_params(prob);
-  auto q = upload<float>(in.q), k = upload<float>(in.k), v = upload<float>(in.v);
-  auto o = upload<float>(fwd.o), lse = upload<float>(fwd.lse), dout = upload<float>(dO);
-  DeviceBuffer<float> dq(p.q_numel()), dk(p.kv_numel()), dv(p.kv_numel());
-  poison(dq);
-  poison(dk);
-  poison(dv);
-  fa1_backward_device(p, q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(), dk.data(),
-                      dv.data());
-  return Grads{download(dq, q_dims(prob.shape)), download(dk, kv_dims(prob.shape)), download(dv, kv_dims(prob.shape))};
+  auto t = DeviceAttention<float>::for_backward(prob.shape, in, fwd, dO, BackwardReads::o_and_lse);
+  fa1_backward_device(p, t);
+  return t.download_grads(prob.shape);
 }
 
-BenchResult cuda_fa1_bench(const Problem& prob, DType dtype, const BenchSettings& settings) {
-  check_supported(find_variant("cuda-fa1"), prob, dtype, settings.backward);
+BenchResult cuda_fa1_bench(const Problem& prob, DType, const BenchSettings& settings) {
   const AttnParams p = make_params(prob);
-  PeakScope scope;
-  DeviceBuffer<float> q(p.q_numel()), k(p.kv_numel()), v(p.kv_numel()), o(p.q_numel()), lse(p.lse_numel());
-  DeviceBuffer<float> m(p.lse_numel()), l(p.lse_numel());
-  fill_random(q, 1);
-  fill_random(k, 2);
-  fill_random(v, 3);
-  std::size_t io = q.bytes() + k.bytes() + v.bytes() + o.bytes() + lse.bytes();
-  DeviceBuffer<float> dout, dq, dk, dv;
-  if (settings.backward) {
-    dout = DeviceBuffer<float>(p.q_numel());
-    fill_random(dout, 4);
-    dq = DeviceBuffer<float>(p.q_numel());
-    dk = DeviceBuffer<float>(p.kv_numel());
-    dv = DeviceBuffer<float>(p.kv_numel());
-    io += dout.bytes() + dq.bytes() + dk.bytes() + dv.bytes();
-  }
-  auto forward = [&] { fa1_forward_device(p, q.data(), k.data(), v.data(), o.data(), lse.data(), m.data(), l.data()); };
-  auto backward = [&] {
-    fa1_backward_device(p, q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(), dk.data(),
-                        dv.data());
-  };
-  forward();
-  return time_passes(settings, scope, io, forward, backward);
+  const PeakScope scope;
+  auto t = DeviceAttention<float>::random(prob.shape, settings.backward);
+  RunningStats ml(p);
+  return bench_passes(
+      settings, scope, t, [&] { fa1_forward_device(p, t, ml.m.data(), ml.l.data()); },
+      [&] { fa1_backward_device(p, t); });
 }
 
 }  // namespace flashlab

@@ -9,18 +9,20 @@
 #include <iterator>
 #include <string>
 
-#include "../core/philox.hpp"
-#include "common.cuh"
-#include "cuda_variants.hpp"
-#include "fa2_launch.cuh"
+#include "core/philox.hpp"
+#include "cuda/common.cuh"
+#include "cuda/cuda_variants.hpp"
+#include "cuda/fa2_launch.cuh"
+#include "cuda/host_passes.cuh"
 
 namespace flashlab {
 namespace {
 
 constexpr double kLog2e = 1.4426950408889634;
 
-void check_problem(const Problem& p, DType dtype, bool backward) {
-  check_supported(find_variant("cuda-fa2"), p, dtype, backward);
+// The head dim, dtype and options were checked by the registry against cuda/constraints.hpp; what is
+// left is this kernel's own launch limit.
+void check_grid(const Problem& p) {
   // One row of thread blocks per (batch, head): the grid's y dimension. The kernels also rely on it
   // for 32-bit offsets within a tile (row < 128 times heads_q * head_dim < 2^31).
   constexpr std::int64_t kMaxGridY = 65535;
@@ -31,14 +33,8 @@ void check_problem(const Problem& p, DType dtype, bool backward) {
 }
 
 cuda::fa2::Params make_params(const Problem& p) {
-  const Shape& s = p.shape;
   cuda::fa2::Params params;
-  params.batch = s.batch;
-  params.heads_q = s.heads_q;
-  params.heads_kv = s.heads_kv;
-  params.seq_q = s.seq_q;
-  params.seq_k = s.seq_k;
-  params.head_dim = s.head_dim;
+  cuda::set_extents(params, p.shape);
   params.align = p.options.causal;
   params.scale = static_cast<float>(p.softmax_scale());
   params.scale_log2 = static_cast<float>(p.softmax_scale() * kLog2e);
@@ -52,135 +48,85 @@ cuda::fa2::Params make_params(const Problem& p) {
   return params;
 }
 
-std::size_t numel(const std::vector<std::int64_t>& dims) {
-  std::size_t n = 1;
-  for (auto d : dims) n *= static_cast<std::size_t>(d);
-  return n;
+// The kernels' view of `t`: make_params, and the device pointers of the buffers t holds (null for
+// those it does not).
+template <class T>
+cuda::fa2::Params params_for(const Problem& p, cuda::DeviceAttention<T>& t) {
+  cuda::fa2::Params params = make_params(p);
+  params.q = t.q.data();
+  params.k = t.k.data();
+  params.v = t.v.data();
+  params.o = t.o.data();
+  params.lse = t.lse.data();
+  params.d_o = t.dO.data();
+  params.dq = t.dq.data();
+  params.dk = t.dk.data();
+  params.dv = t.dv.data();
+  return params;
 }
+
+// The backward's own scratch: D_i = rowsum(dO_i o O_i), (B, H_q, S_q), and dQ_accum, the fp32 (B, S_q,
+// H_q, D) sum that the main kernel's atomics add into (zero before every backward).
+struct BackwardScratch {
+  cuda::DeviceBuffer<float> D_i, dq_accum;
+  BackwardScratch(const Shape& s, bool backward)
+      : D_i(backward ? cuda::numel(lse_dims(s)) : 0), dq_accum(backward ? cuda::numel(q_dims(s)) : 0) {}
+  void attach(cuda::fa2::Params& params) {
+    params.D_i = D_i.data();
+    params.dq_accum = dq_accum.data();
+  }
+};
 
 template <class T>
 ForwardOut forward_as(const Problem& p, DType dtype, const Qkv& in) {
-  const auto q = cuda::upload<T>(in.q), k = cuda::upload<T>(in.k), v = cuda::upload<T>(in.v);
-  cuda::DeviceBuffer<T> o(numel(q_dims(p.shape)));
-  cuda::DeviceBuffer<float> lse(numel(lse_dims(p.shape)));
-  cuda::poison(o);
-  cuda::poison(lse);
-  cuda::fa2::Params params = make_params(p);
-  params.q = q.data();
-  params.k = k.data();
-  params.v = v.data();
-  params.o = o.data();
-  params.lse = lse.data();
-  cuda::fa2::launch_forward(dtype, params);
-  ForwardOut out;
-  out.o = cuda::download(o, q_dims(p.shape));
-  out.lse = cuda::download(lse, lse_dims(p.shape));
-  return out;
+  auto t = cuda::DeviceAttention<T>::for_forward(p.shape, in);
+  cuda::fa2::launch_forward(dtype, params_for(p, t));
+  return t.download_forward(p.shape);
 }
 
 template <class T>
 Grads backward_as(const Problem& p, DType dtype, const Qkv& in, const ForwardOut& fwd, const HostTensor& dO) {
-  const auto q = cuda::upload<T>(in.q), k = cuda::upload<T>(in.k), v = cuda::upload<T>(in.v);
-  const auto o = cuda::upload<T>(fwd.o), d_o = cuda::upload<T>(dO);
-  const auto lse = cuda::upload<float>(fwd.lse);
-  cuda::DeviceBuffer<float> d_sum(numel(lse_dims(p.shape))), dq_accum(numel(q_dims(p.shape)));
-  cuda::DeviceBuffer<T> dq(numel(q_dims(p.shape))), dk(numel(kv_dims(p.shape))), dv(numel(kv_dims(p.shape)));
-  cuda::poison(dq);
-  cuda::poison(dk);
-  cuda::poison(dv);
-  cuda::poison(d_sum);
-  cuda::zero(dq_accum);
-  cuda::fa2::Params params = make_params(p);
-  params.q = q.data();
-  params.k = k.data();
-  params.v = v.data();
-  params.o = const_cast<T*>(o.data());  // read-only in the backward
-  params.lse = const_cast<float*>(lse.data());
-  params.d_o = d_o.data();
-  params.d_sum = d_sum.data();
-  params.dq_accum = dq_accum.data();
-  params.dq = dq.data();
-  params.dk = dk.data();
-  params.dv = dv.data();
+  auto t = cuda::DeviceAttention<T>::for_backward(p.shape, in, fwd, dO, cuda::BackwardReads::o_and_lse);
+  BackwardScratch scratch(p.shape, true);
+  cuda::poison(scratch.D_i);
+  cuda::zero(scratch.dq_accum);
+  cuda::fa2::Params params = params_for(p, t);
+  scratch.attach(params);
   cuda::fa2::launch_backward(dtype, params);
-  Grads g;
-  g.dq = cuda::download(dq, q_dims(p.shape));
-  g.dk = cuda::download(dk, kv_dims(p.shape));
-  g.dv = cuda::download(dv, kv_dims(p.shape));
-  return g;
+  return t.download_grads(p.shape);
 }
 
 template <class T>
 BenchResult bench_as(const Problem& p, DType dtype, const BenchSettings& settings) {
   const cuda::PeakScope scope;
-  const std::size_t n_q = numel(q_dims(p.shape)), n_kv = numel(kv_dims(p.shape)), n_l = numel(lse_dims(p.shape));
-  cuda::DeviceBuffer<T> q(n_q), k(n_kv), v(n_kv), o(n_q);
-  cuda::DeviceBuffer<float> lse(n_l);
-  cuda::fill_random(q, 1);
-  cuda::fill_random(k, 2);
-  cuda::fill_random(v, 3);
-  cuda::fa2::Params params = make_params(p);
-  params.q = q.data();
-  params.k = k.data();
-  params.v = v.data();
-  params.o = o.data();
-  params.lse = lse.data();
-  std::size_t io_bytes = (2 * n_q + 2 * n_kv) * sizeof(T) + n_l * sizeof(float);
-
-  cuda::DeviceBuffer<T> d_o, dq, dk, dv;
-  cuda::DeviceBuffer<float> d_sum, dq_accum;
-  if (settings.backward) {
-    d_o = cuda::DeviceBuffer<T>(n_q);
-    dq = cuda::DeviceBuffer<T>(n_q);
-    dk = cuda::DeviceBuffer<T>(n_kv);
-    dv = cuda::DeviceBuffer<T>(n_kv);
-    d_sum = cuda::DeviceBuffer<float>(n_l);
-    dq_accum = cuda::DeviceBuffer<float>(n_q);
-    cuda::fill_random(d_o, 4);
-    params.d_o = d_o.data();
-    params.d_sum = d_sum.data();
-    params.dq_accum = dq_accum.data();
-    params.dq = dq.data();
-    params.dk = dk.data();
-    params.dv = dv.data();
-    io_bytes += (2 * n_q + 2 * n_kv) * sizeof(T);
-  }
+  auto t = cuda::DeviceAttention<T>::random(p.shape, settings.backward);
+  BackwardScratch scratch(p.shape, settings.backward);
+  cuda::fa2::Params params = params_for(p, t);
+  scratch.attach(params);
   const auto forward = [&] { cuda::fa2::launch_forward(dtype, params); };
   const auto backward = [&] {
     // Zeroing dQ_accum is part of every backward pass, so it is timed with it.
-    CUDA_CHECK(cudaMemsetAsync(dq_accum.data(), 0, dq_accum.bytes()));
+    CUDA_CHECK(cudaMemsetAsync(scratch.dq_accum.data(), 0, scratch.dq_accum.bytes()));
     cuda::fa2::launch_backward(dtype, params);
   };
-  forward();  // O and L for the backward
-  return cuda::time_passes(settings, scope, io_bytes, forward, backward);
+  return cuda::bench_passes(settings, scope, t, forward, backward);
 }
 
 }  // namespace
 
 ForwardOut cuda_fa2_forward(const Problem& p, DType dtype, const Qkv& in, TrafficObserver*) {
-  check_problem(p, dtype, false);
-  check_dims(p.shape, in);
+  check_grid(p);
   return dtype == DType::F16 ? forward_as<__half>(p, dtype, in) : forward_as<__nv_bfloat16>(p, dtype, in);
 }
 
 Grads cuda_fa2_backward(const Problem& p, DType dtype, const Qkv& in, const ForwardOut& fwd, const HostTensor& dO) {
-  check_problem(p, dtype, true);
-  check_dims(p.shape, in, &dO);
-  if (fwd.o.dims != q_dims(p.shape) || fwd.lse.dims != lse_dims(p.shape))
-    throw InputError("the forward outputs passed to the cuda-fa2 backward have shapes " + fwd.o.dims_string() +
-                     " and " + fwd.lse.dims_string() + " but the problem needs O (B, S_q, H_q, D) and LSE (B, H_q, S_q)");
+  check_grid(p);
   return dtype == DType::F16 ? backward_as<__half>(p, dtype, in, fwd, dO)
                              : backward_as<__nv_bfloat16>(p, dtype, in, fwd, dO);
 }
 
-HeadDims cuda_fa2_head_dims() {
-  HeadDims dims;
-  dims.only.assign(std::begin(cuda::fa2::kHeadDims), std::end(cuda::fa2::kHeadDims));
-  return dims;
-}
-
 BenchResult cuda_fa2_bench(const Problem& p, DType dtype, const BenchSettings& settings) {
-  check_problem(p, dtype, settings.backward);
+  check_grid(p);
   return dtype == DType::F16 ? bench_as<__half>(p, dtype, settings) : bench_as<__nv_bfloat16>(p, dtype, settings);
 }
 

@@ -1,7 +1,7 @@
 // cuda-fa2 backward: FlashAttention-2 (Dao, 2023, Algorithm 2) on tensor cores.
 //
 // Three kernels:
-//  1. dsum_kernel: D_i = rowsum(dO_i o O_i), one warp per row (the term that replaces rowsum(P o dP)).
+//  1. D_i_kernel: D_i = rowsum(dO_i o O_i), one warp per row (the term that replaces rowsum(P o dP)).
 //  2. backward_kernel: one thread block per K/V block j (and batch, K/V head); K_j, V_j stay in shared
 //     memory while the block walks every Q block i that sees them, recomputing S_ij and P_ij from the
 //     saved L_i instead of storing the N x N matrices:
@@ -26,15 +26,14 @@
 // 2 x 4 warps over (Br, Bc), dK/dV as 4 x 2 over (Bc, D), dQ as 2 x 4 over (Br, D). No row
 // reductions are needed (L_i and D_i are known), so any split of the rows over warps is free.
 //
-// Shape of the block, and why (bench/results/h100-fa2-notes.md has the measurements): the first
-// version ran Bc = 64 with warps of 16 rows or keys, so each ldmatrix fed at most two mma's and dQ
-// reloaded dS for every 16 columns; ~1.3 mma per ldmatrix left the kernel bound by shared-memory
-// bandwidth at ~170 TFLOP/s on the H100. With Bc = 128 (d <= 128) and 32 x 32 warp tiles it is ~2.2,
-// the ratio of FlashAttention-2's own sm80 kernels, and every Q_i, dO_i load and dQ atomic serves
-// twice the keys; at d = 64 the block also takes Br = 128 query rows per step. H100, bf16, d = 128,
-// N = 4k: the backward went from ~170 to ~265 TFLOP/s. Then, by the profiler (same mma and ldmatrix
-// counts as PyTorch's FA2, 21% more instructions): the mask only on tiles that need it, a stepped copy
-// loop and 32-bit dQ offsets took ~25% of the instructions away, +4-12% (~280 at d = 128, N = 4k).
+// Shape of the block, and why (bench/results/h100-fa2-notes.md has the measurements): with Bc = 64
+// and warps of 16 rows or keys, each ldmatrix feeds at most two mma's and dQ reloads dS for every 16
+// columns; ~1.3 mma per ldmatrix leaves the kernel bound by shared-memory bandwidth. With Bc = 128
+// (d <= 128) and 32 x 32 warp tiles it is ~2.2, the ratio of FlashAttention-2's own sm80 kernels, and
+// every Q_i, dO_i load and dQ atomic serves twice the keys; at d = 64 the block also takes Br = 128
+// query rows per step. With the same mma and ldmatrix counts as PyTorch's FA2, what is left is
+// instruction count, which the profiler pointed at: the mask only on tiles that need it, a stepped
+// copy loop and 32-bit dQ offsets.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -42,12 +41,13 @@
 #include <stdexcept>
 #include <string>
 
-#include "../core/mask.hpp"
-#include "../core/philox.hpp"
-#include "common.cuh"
-#include "fa2_launch.cuh"
-#include "fa2_mma.cuh"
-#include "fa2_tile.cuh"
+#include "core/mask.hpp"
+#include "core/philox.hpp"
+#include "cuda/common.cuh"
+#include "cuda/dispatch.cuh"
+#include "cuda/fa2_launch.cuh"
+#include "cuda/fa2_mma.cuh"
+#include "cuda/fa2_tile.cuh"
 
 namespace flashlab::cuda::fa2 {
 namespace {
@@ -66,7 +66,8 @@ struct BwdConfig {
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * 32;
   // d = 64: 128 query rows per step (FlashAttention-2's sm80 shape too): twice the math per barrier and
-  // per K_j, V_j fragment, +9-13% backward on the H100 over Br = 64; at d >= 96 the registers forbid it.
+  // per K_j, V_j fragment (measured against Br = 64: bench/results/h100-fa2-notes.md); at d >= 96 the
+  // registers forbid it.
   static constexpr int kBr = D == 64 && !kCompact ? 128 : 64;
   // D <= 128: 128 keys per block, so each Q_i, dO_i tile fetched and each dQ_i atomic serves twice the
   // keys of Bc = 64. D = 256: dK_j, dV_j alone take 128 registers per thread at 64 keys.
@@ -90,8 +91,9 @@ struct BwdConfig {
   static_assert(kDqWarpCols % kDqPassCols == 0, "dQ passes must cover the warp's columns");
 
   // cp.async copies per thread issued back to back (fa2_tile.cuh); the dropout kernels use the rolled
-  // index loop (0): with the stepped one, d = 128 spills 16 bytes. H100, d = 64, N = 4k: the index loop
-  // cost ~200 of a warp's ~1670 instructions per step (ncu, bench/results/h100-fa2-notes.md).
+  // index loop (0): with the stepped one, d = 128 spills 16 bytes. Elsewhere the stepped loop, because
+  // the index loop's address arithmetic is a visible share of a step's instructions (ncu:
+  // bench/results/h100-fa2-notes.md).
   template <bool kDropout>
   static constexpr int kCopyUnroll = kDropout ? 0 : 4;
   static constexpr int kPitchS = kBc + kPad;  // P and dS tiles (Br, Bc), padded like the others
@@ -102,7 +104,7 @@ struct BwdConfig {
 
 // D_i = sum_d dO[i, d] O[i, d] in fp32; one warp per (batch, row, head).
 template <class T>
-__global__ void dsum_kernel(const Params p) {
+__global__ void D_i_kernel(const Params p) {
   const std::int64_t warp = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const std::int64_t rows = std::int64_t(p.batch) * p.seq_q * p.heads_q;
@@ -116,7 +118,7 @@ __global__ void dsum_kernel(const Params p) {
   for (int d = lane; d < p.head_dim; d += 32) sum += static_cast<float>(o[d]) * static_cast<float>(d_o[d]);
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  if (lane == 0) p.d_sum[(std::int64_t(b) * p.heads_q + h) * p.seq_q + s] = sum;
+  if (lane == 0) p.D_i[(std::int64_t(b) * p.heads_q + h) * p.seq_q + s] = sum;
 }
 
 template <class T>
@@ -175,7 +177,7 @@ __global__ void __launch_bounds__(BwdConfig<D, kCompact>::kThreads) backward_ker
   T* Ps = dOs0 + 2 * kBr * kPitch<D>;        // (Br, Bc): P_ij after dropout
   T* dSs = Ps + kBr * kPS;                   // (Br, Bc)
   float* Ls0 = reinterpret_cast<float*>(dSs + kBr * kPS);  // (2, Br): L_i * log2(e), +inf for empty rows
-  float* Ds0 = Ls0 + 2 * kBr;                              // (2, Br)
+  float* D_i_s0 = Ls0 + 2 * kBr;                           // (2, Br): D_i
 
   const int n_block = static_cast<int>(blockIdx.x);
   const int b = static_cast<int>(blockIdx.y) / p.heads_kv, h_kv = static_cast<int>(blockIdx.y) % p.heads_kv;
@@ -248,18 +250,18 @@ __global__ void __launch_bounds__(BwdConfig<D, kCompact>::kThreads) backward_ker
                                                       static_cast<const T*>(p.d_o) + offset, q_stride, p.seq_q - row0);
     cp_async_commit();
   };
-  // Row threadIdx.x (< Br) of an item: L in log2 units, and D. exp2(S - (+inf)) = 0, so rows past the
+  // Row threadIdx.x (< Br) of an item: L_i in log2 units, and D_i. exp2(S - (+inf)) = 0, so rows past the
   // end and rows that saw no key (L = -inf) contribute nothing.
-  const auto read_row_stats = [&](int item, float& L2, float& Dr) {
+  const auto read_row_stats = [&](int item, float& L2, float& D_i) {
     const int row = item_row0(item) + static_cast<int>(threadIdx.x);
     const std::int64_t at = (std::int64_t(b) * p.heads_q + item_head(item)) * p.seq_q + row;
     const float L = row < p.seq_q ? p.lse[at] : -INFINITY;
     L2 = L == -INFINITY ? INFINITY : L * kLog2e;
-    Dr = row < p.seq_q ? p.d_sum[at] : 0.f;
+    D_i = row < p.seq_q ? p.D_i[at] : 0.f;
   };
   if (n_items > 0) {
     prefetch_tiles(0, 0);
-    if (threadIdx.x < kBr) read_row_stats(0, Ls0[threadIdx.x], Ds0[threadIdx.x]);
+    if (threadIdx.x < kBr) read_row_stats(0, Ls0[threadIdx.x], D_i_s0[threadIdx.x]);
   }
 
   for (int item = 0; item < n_items; ++item) {
@@ -267,15 +269,15 @@ __global__ void __launch_bounds__(BwdConfig<D, kCompact>::kThreads) backward_ker
     const int h = item_head(item), row0 = item_row0(item);
     const std::int64_t q_offset = (std::int64_t(b) * p.seq_q * p.heads_q + h) * D;
     const float* Ls = Ls0 + stage * kBr;
-    const float* Ds = Ds0 + stage * kBr;
+    const float* D_i_s = D_i_s0 + stage * kBr;
     const std::uint32_t stage_bytes = stage * kStageBytes;  // Q_i, dO_i of this item
     // Item `item` has landed, and every warp is done with the other stage and with P, dS.
     cp_async_wait<0>();
     __syncthreads();
-    float next_L2 = 0.f, next_D = 0.f;
+    float next_L2 = 0.f, next_D_i = 0.f;
     if (item + 1 < n_items) {
       prefetch_tiles(item + 1, stage ^ 1);
-      if (threadIdx.x < kBr) read_row_stats(item + 1, next_L2, next_D);
+      if (threadIdx.x < kBr) read_row_stats(item + 1, next_L2, next_D_i);
     }
 
     // S_ij = Q_i K_j^T on this warp's (32 rows, Bc/4 keys), then P_ij = exp2(scale log2e S - L log2e)
@@ -314,7 +316,7 @@ __global__ void __launch_bounds__(BwdConfig<D, kCompact>::kThreads) backward_ker
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const int r = sdp_row0 + mi * 16 + g + 8 * hf;  // row within the block
-        const float Dr = Ds[r];
+        const float D_i = D_i_s[r];
         std::uint32_t keep = 0;
         if constexpr (kDropout) keep = dropout_keep_bits<kSdpNT>(p, b, h, row0 + r, col0 + sdp_col0 + 2 * t, t);
 #pragma unroll
@@ -331,7 +333,7 @@ __global__ void __launch_bounds__(BwdConfig<D, kCompact>::kThreads) backward_ker
               kept[e] *= z;  // P after dropout, what O used
               dprob *= z;    // dP w.r.t. the undropped P
             }
-            ds[e] = prob * (dprob - Dr);
+            ds[e] = prob * (dprob - D_i);
           }
           *reinterpret_cast<std::uint32_t*>(Ps + r * kPS + c) = MmaType<T>::pack(kept[0], kept[1]);
           *reinterpret_cast<std::uint32_t*>(dSs + r * kPS + c) = MmaType<T>::pack(ds[0], ds[1]);
@@ -416,7 +418,7 @@ __global__ void __launch_bounds__(BwdConfig<D, kCompact>::kThreads) backward_ker
     }
     if (item + 1 < n_items && threadIdx.x < kBr) {
       Ls0[(stage ^ 1) * kBr + threadIdx.x] = next_L2;
-      Ds0[(stage ^ 1) * kBr + threadIdx.x] = next_D;
+      D_i_s0[(stage ^ 1) * kBr + threadIdx.x] = next_D_i;
     }
   }
 
@@ -469,21 +471,13 @@ template <class T>
 void launch_for_dtype(const Params& p) {
   constexpr int kThreads = 256;
   const std::int64_t rows = std::int64_t(p.batch) * p.seq_q * p.heads_q;
-  dsum_kernel<T><<<static_cast<unsigned>((rows * 32 + kThreads - 1) / kThreads), kThreads>>>(p);
+  D_i_kernel<T><<<static_cast<unsigned>((rows * 32 + kThreads - 1) / kThreads), kThreads>>>(p);
   CUDA_CHECK_LAUNCH();
 
-  auto pick = [&]<int D>() {
+  dispatch_head_dim<kHeadDims>(p.head_dim, "cuda-fa2 backward", [&]<int D>() {
     if (p.dropout) launch_main<T, D, true>(p);
     else launch_main<T, D, false>(p);
-  };
-  switch (p.head_dim) {
-    case 32: pick.template operator()<32>(); break;
-    case 64: pick.template operator()<64>(); break;
-    case 96: pick.template operator()<96>(); break;
-    case 128: pick.template operator()<128>(); break;
-    case 256: pick.template operator()<256>(); break;
-    default: throw std::logic_error("cuda-fa2 backward: head_dim " + std::to_string(p.head_dim) + " has no kernel");
-  }
+  });
 
   const std::int64_t n = rows * p.head_dim;
   convert_dq_kernel<T><<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads>>>(p, n);

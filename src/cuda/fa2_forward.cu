@@ -19,8 +19,8 @@
 //  * Blocks are launched heaviest first (causal: the last query blocks see the most keys).
 // Block shapes (FwdConfig): 4 warps; Br = 128 (64 at d=256); Bc = 64 at d <= 128 and 32 at d=256, the
 // largest tile for which S_ij, O_i and the rest fit in 255 registers with no spills (ptxas -v).
-// Bc = 64 at d=128 (was 32) is 7-14% faster on the H100 (A/B in bench/results/h100-fa2-notes.md): half
-// the barriers and softmax passes per key.
+// Bc = 64 at d=128 rather than 32: half the barriers and softmax passes per key (measured:
+// bench/results/h100-fa2-notes.md).
 // Two things make it fit (ptxas -v, sm_90):
 //  * the cp.async copies walk one pointer per thread (fa2_tile.cuh): the plain unrolled loop kept
 //    ~30 registers of precomputed addresses live across the K/V loop;
@@ -28,9 +28,9 @@
 //    stays at the top): that branch ends ptxas's basic block there. In one block with the softmax,
 //    ptxas schedules P_ij V_j's loads into it, where S_ij (64 registers) and O_i (128) are live, and
 //    spills up to 84 bytes at d=128. V_{j+1} still has the whole P_ij V_j to land.
-// Tried and measured slower on the H100 (bench/results/h100-fa2-notes.md): 8 warps of 16 rows
-// (Bc = 64 at d=128, Bc = 128 at d=64) fits in ~172 registers but is ~20% slower, since each warp
-// then reads the whole K_j, V_j from shared memory for only 16 rows (half the FLOPs per byte).
+// Tried and measured slower (bench/results/h100-fa2-notes.md): 8 warps of 16 rows (Bc = 64 at d=128,
+// Bc = 128 at d=64) fits in ~172 registers, but each warp then reads the whole K_j, V_j from shared
+// memory for only 16 rows (half the FLOPs per byte), and shared memory becomes the bound.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -38,12 +38,13 @@
 #include <stdexcept>
 #include <string>
 
-#include "../core/mask.hpp"
-#include "../core/philox.hpp"
-#include "common.cuh"
-#include "fa2_launch.cuh"
-#include "fa2_mma.cuh"
-#include "fa2_tile.cuh"
+#include "core/mask.hpp"
+#include "core/philox.hpp"
+#include "cuda/common.cuh"
+#include "cuda/dispatch.cuh"
+#include "cuda/fa2_launch.cuh"
+#include "cuda/fa2_mma.cuh"
+#include "cuda/fa2_tile.cuh"
 
 namespace flashlab::cuda::fa2 {
 namespace {
@@ -59,7 +60,8 @@ struct FwdConfig {
   static constexpr int kBc = D <= 128 ? 64 : 32;  // S_ij and O_i must share 255 registers without spills
   // Issue V_{j+1}'s copy just before P_ij V_j instead of at the top: needed for no spills at Bc = 64
   // (see the header). Elsewhere the copies stay together: a branch between the exp2's and the P V
-  // mma's once cost d=64 4-5% (the warp vote, bench/results/h100-fa2-notes.md).
+  // mma's keeps the scheduler from overlapping them (as the warp vote did; measured:
+  // bench/results/h100-fa2-notes.md).
   static constexpr bool kLateV = D == 96 || D == 128;
   static constexpr int kCopyUnroll = 4;  // cp.async copies per thread issued back to back (fa2_tile.cuh)
   static constexpr int kBr = kWarps * kMTiles * 16;
@@ -104,7 +106,8 @@ __global__ void __launch_bounds__(FwdConfig<D>::kThreads) forward_kernel(const P
 
   // The scale is applied inside the exponent (below), to raw scores, so the row max must be taken where
   // the scaled scores are largest. For a negative scale c, c Q K^T = |c| (-Q) K^T: Q_i is negated once,
-  // in shared memory, and the loop sees |c|. (A sign test inside the loop instead cost ~10% on the H100.)
+  // in shared memory, and the loop sees |c|. (A sign test inside the loop instead costs work on every
+  // score of every tile; measured: bench/results/h100-fa2-notes.md.)
   const float scale_log2 = fabsf(p.scale_log2);
   if (p.scale_log2 < 0.f) {
     cp_async_wait<0>();
@@ -180,8 +183,8 @@ __global__ void __launch_bounds__(FwdConfig<D>::kThreads) forward_kernel(const P
     }
 
     // Mask only tiles that straddle the diagonal or the end of the keys. S_ij stays unscaled: the scale
-    // is applied inside the exponent's FFMA below (one instruction per element less than scaling first:
-    // +5-6% forward at d=64 on the H100).
+    // is applied inside the exponent's FFMA below (one instruction per element less than scaling first;
+    // measured: bench/results/h100-fa2-notes.md).
     const int col0 = j * kBc;
     const bool needs_mask = tile_needs_mask(p.align, row0, col0 + kBc, p.seq_q, p.seq_k);
     if (needs_mask) {
@@ -227,8 +230,8 @@ __global__ void __launch_bounds__(FwdConfig<D>::kThreads) forward_kernel(const P
         }
         l_i[mi][hf] = l_i[mi][hf] * correction + row_sum;  // this thread's columns; quad-summed at the end
         // Always rescale (D/4 multiplies): a warp vote that skipped it when no row max moved put a
-        // branch between the exp2's and the P V mma's; without it d=64, N=4k went from 275 to 285-291
-        // TFLOP/s on the H100 (bench/results/h100-fa2-notes.md).
+        // branch between the exp2's and the P V mma's, so the scheduler could not overlap them, which
+        // cost more than the multiplies it saved (measured: bench/results/h100-fa2-notes.md).
 #pragma unroll
         for (int nt = 0; nt < kDT; ++nt) {
           acc_o[mi][nt][2 * hf] *= correction;
@@ -307,18 +310,10 @@ void launch(const Params& p) {
 
 template <class T>
 void launch_for_dtype(const Params& p) {
-  auto pick = [&]<int D>() {
+  dispatch_head_dim<kHeadDims>(p.head_dim, "cuda-fa2 forward", [&]<int D>() {
     if (p.dropout) launch<T, D, true>(p);
     else launch<T, D, false>(p);
-  };
-  switch (p.head_dim) {
-    case 32: return pick.template operator()<32>();
-    case 64: return pick.template operator()<64>();
-    case 96: return pick.template operator()<96>();
-    case 128: return pick.template operator()<128>();
-    case 256: return pick.template operator()<256>();
-    default: throw std::logic_error("cuda-fa2 forward: head_dim " + std::to_string(p.head_dim) + " has no kernel");
-  }
+  });
 }
 
 }  // namespace

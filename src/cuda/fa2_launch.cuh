@@ -3,7 +3,8 @@
 // raw device pointers in layout (B, S, H, D), the problem's extents and the derived constants.
 #include <cstdint>
 
-#include "../core/problem.hpp"
+#include "core/problem.hpp"
+#include "cuda/constraints.hpp"  // kHeadDims: one configuration each
 
 namespace flashlab::cuda::fa2 {
 
@@ -16,7 +17,7 @@ struct Params {
   float* lse = nullptr;     // (B, H_q, S_q), natural log
   // Backward only.
   const void* d_o = nullptr;   // (B, S_q, H_q, D)
-  float* d_sum = nullptr;      // (B, H_q, S_q): D = rowsum(dO o O)
+  float* D_i = nullptr;        // (B, H_q, S_q): D_i = rowsum(dO_i o O_i)
   float* dq_accum = nullptr;   // (B, S_q, H_q, D) fp32, zeroed, atomics
   void* dq = nullptr;          // (B, S_q, H_q, D)
   void* dk = nullptr;          // (B, S_k, H_kv, D)
@@ -34,12 +35,9 @@ struct Params {
   bool compact_backward = false;
 };
 
-// Head dims with a compiled configuration; anything else is rejected before launch (variant table).
-inline constexpr int kHeadDims[] = {32, 64, 96, 128, 256};
-
 // Launch on the default stream; `dtype` is F16 or BF16. Check launches, do not synchronize.
 void launch_forward(DType dtype, const Params&);
-// D = rowsum(dO o O), the K/V-outer main kernel (dK, dV; dQ into dq_accum), dQ conversion.
+// D_i = rowsum(dO_i o O_i), the K/V-outer main kernel (dK, dV; dQ into dq_accum), dQ conversion.
 // dq_accum must be zeroed by the caller.
 void launch_backward(DType dtype, const Params&);
 

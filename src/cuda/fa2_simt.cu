@@ -25,9 +25,10 @@
 // D_i = rowsum(dO_i * O_i) is computed once by a small kernel before the main one.
 #include <algorithm>
 
-#include "../cpu_reference/traffic.hpp"
-#include "cuda_variants.hpp"
-#include "simt_tiles.cuh"
+#include "cuda/cuda_variants.hpp"
+#include "cuda/dispatch.cuh"
+#include "cuda/host_passes.cuh"
+#include "cuda/simt_tiles.cuh"
 
 namespace flashlab {
 namespace cuda {
@@ -133,8 +134,8 @@ __global__ void __launch_bounds__(kFwdThreads) fa2_forward_kernel(AttnParams p, 
 // Backward.
 
 // D_i = rowsum(dO_i * O_i), one warp per (b, h, row). Output (B, H_q, S_q).
-__global__ void row_dot_kernel(AttnParams p, const float* __restrict__ dO, const float* __restrict__ O,
-                               float* __restrict__ Delta) {
+__global__ void D_i_kernel(AttnParams p, const float* __restrict__ dO, const float* __restrict__ O,
+                           float* __restrict__ D_i) {
   constexpr int kWarp = 32;
   const long long warp = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / kWarp;
   const int lane = threadIdx.x % kWarp;
@@ -146,7 +147,7 @@ __global__ void row_dot_kernel(AttnParams p, const float* __restrict__ dO, const
   float sum = 0.0f;
   for (int c = lane; c < p.head_dim; c += kWarp) sum += dO[off + c] * O[off + c];
   for (int s = kWarp / 2; s > 0; s >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s);
-  if (lane == 0) Delta[warp] = sum;
+  if (lane == 0) D_i[warp] = sum;
 }
 
 // Grid (Tc, H_kv, B), 256 threads. dQ must be zero on entry.
@@ -154,7 +155,7 @@ template <int D>
 __global__ void __launch_bounds__(kBwdThreads)
     fa2_backward_kernel(AttnParams p, const float* __restrict__ Q, const float* __restrict__ K,
                         const float* __restrict__ V, const float* __restrict__ dO, const float* __restrict__ L,
-                        const float* __restrict__ Delta, float* __restrict__ dQ, float* __restrict__ dK,
+                        const float* __restrict__ D_i_hbm, float* __restrict__ dQ, float* __restrict__ dK,
                         float* __restrict__ dV) {
   using Layout = BwdLayout<D>;
   constexpr int kLd = Layout::kLd, kLdP = Layout::kLdP, kDCols = Layout::kDCols;
@@ -165,8 +166,8 @@ __global__ void __launch_bounds__(kBwdThreads)
   float* Vj = Kj + kBwdBc * kLd;                 // (Bc, D)
   float* Pij = Vj + kBwdBc * kLd;                // (Br, Bc), P_ij * Z / (1 - p)
   float* dSij = Pij + kBwdBr * kLdP;             // (Br, Bc)
-  float* Li = dSij + kBwdBr * kLdP;              // (Br), base 2
-  float* Di = Li + kBwdBr;                       // (Br)
+  float* L_i = dSij + kBwdBr * kLdP;             // (Br), base 2
+  float* D_i = L_i + kBwdBr;                     // (Br)
 
   const int j = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
@@ -192,11 +193,11 @@ __global__ void __launch_bounds__(kBwdThreads)
       load_tile<kBwdBr, D, kLd, kBwdThreads>(dOi, dO + p.q_offset(b, row0, h), p.q_row(), rows, p.head_dim);
       for (int r = threadIdx.x; r < kBwdBr; r += kBwdThreads) {
         const bool valid = r < rows;
-        Li[r] = lse_base2(valid ? L[p.lse_offset(b, h, row0 + r)] : 0.0f, valid);
-        Di[r] = valid ? Delta[p.lse_offset(b, h, row0 + r)] : 0.0f;
+        L_i[r] = lse_base2(valid ? L[p.lse_offset(b, h, row0 + r)] : 0.0f, valid);
+        D_i[r] = valid ? D_i_hbm[p.lse_offset(b, h, row0 + r)] : 0.0f;
       }
       __syncthreads();
-      backward_probs<D>(p, b, h, row0, col0, Qi, dOi, Kj, Vj, Li, Di, Pij, dSij, ty, tx);
+      backward_probs<D>(p, b, h, row0, col0, Qi, dOi, Kj, Vj, L_i, D_i, Pij, dSij, ty, tx);
       __syncthreads();
       tile_atb_acc<D>(Pij, dOi, ty, tx, dv);   // dV_j += (P_ij o Z)^T dO_i  (Bc, D)
       tile_atb_acc<D>(dSij, Qi, ty, tx, dk);   // dK_j += dS_ij^T Q_i (Q_i carries scale * log2 e)
@@ -243,103 +244,65 @@ void launch_forward(const AttnParams& p, const float* q, const float* k, const f
 
 template <int D>
 void launch_backward(const AttnParams& p, const float* q, const float* k, const float* v, const float* dO,
-                     const float* lse, const float* delta, float* dq, float* dk, float* dv) {
+                     const float* lse, const float* D_i, float* dq, float* dk, float* dv) {
   static const bool configured = (allow_shared_bytes(fa2_backward_kernel<D>, BwdLayout<D>::kBytes), true);
   (void)configured;
   const dim3 grid((p.seq_k + kBwdBc - 1) / kBwdBc, p.heads_kv, p.batch);
-  fa2_backward_kernel<D><<<grid, kBwdThreads, BwdLayout<D>::kBytes>>>(p, q, k, v, dO, lse, delta, dq, dk, dv);
+  fa2_backward_kernel<D><<<grid, kBwdThreads, BwdLayout<D>::kBytes>>>(p, q, k, v, dO, lse, D_i, dq, dk, dv);
   CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-// Device-level passes: pointers to (B, S, H, D) fp32 tensors already on the device.
-void fa2_simt_forward_device(const AttnParams& p, const float* q, const float* k, const float* v, float* o,
-                             float* lse) {
-  switch (padded_head_dim(p.head_dim)) {
-    case 32: return launch_forward<32>(p, q, k, v, o, lse);
-    case 64: return launch_forward<64>(p, q, k, v, o, lse);
-    case 96: return launch_forward<96>(p, q, k, v, o, lse);
-    case 128: return launch_forward<128>(p, q, k, v, o, lse);
-  }
-  throw InputError("cuda-fa2-simt supports head dims up to " + std::to_string(kSimtMaxHeadDim));
+// Device-level passes on the (B, S, H, D) fp32 tensors of `t`.
+void fa2_simt_forward_device(const AttnParams& p, DeviceAttention<float>& t) {
+  dispatch_head_dim<simt::kPaddedHeadDims>(padded_head_dim(p.head_dim), "cuda-fa2-simt forward", [&]<int D>() {
+    launch_forward<D>(p, t.q.data(), t.k.data(), t.v.data(), t.o.data(), t.lse.data());
+  });
 }
 
-// `delta` is scratch of lse_numel() floats; dq is overwritten (zeroed, then accumulated).
-void fa2_simt_backward_device(const AttnParams& p, const float* q, const float* k, const float* v, const float* o,
-                              const float* lse, const float* dO, float* delta, float* dq, float* dk, float* dv) {
+// `D_i` is scratch of lse_numel() floats; dq is overwritten (zeroed, then accumulated).
+void fa2_simt_backward_device(const AttnParams& p, DeviceAttention<float>& t, float* D_i) {
   constexpr int kThreads = 256, kWarpsPerBlock = kThreads / 32;
   const long long warps = static_cast<long long>(p.lse_numel());
-  row_dot_kernel<<<static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock), kThreads>>>(p, dO, o, delta);
+  D_i_kernel<<<static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock), kThreads>>>(p, t.dO.data(),
+                                                                                                t.o.data(), D_i);
   CUDA_CHECK_LAUNCH();
-  CUDA_CHECK(cudaMemsetAsync(dq, 0, p.q_numel() * sizeof(float)));
-  switch (padded_head_dim(p.head_dim)) {
-    case 32: return launch_backward<32>(p, q, k, v, dO, lse, delta, dq, dk, dv);
-    case 64: return launch_backward<64>(p, q, k, v, dO, lse, delta, dq, dk, dv);
-    case 96: return launch_backward<96>(p, q, k, v, dO, lse, delta, dq, dk, dv);
-    case 128: return launch_backward<128>(p, q, k, v, dO, lse, delta, dq, dk, dv);
-  }
-  throw InputError("cuda-fa2-simt supports head dims up to " + std::to_string(kSimtMaxHeadDim));
+  CUDA_CHECK(cudaMemsetAsync(t.dq.data(), 0, p.q_numel() * sizeof(float)));
+  dispatch_head_dim<simt::kPaddedHeadDims>(padded_head_dim(p.head_dim), "cuda-fa2-simt backward", [&]<int D>() {
+    launch_backward<D>(p, t.q.data(), t.k.data(), t.v.data(), t.dO.data(), t.lse.data(), D_i, t.dq.data(),
+                       t.dk.data(), t.dv.data());
+  });
 }
 
 }  // namespace cuda
 
 using namespace cuda;
 
-ForwardOut cuda_fa2_simt_forward(const Problem& prob, DType dtype, const Qkv& in, TrafficObserver*) {
-  check_supported(find_variant("cuda-fa2-simt"), prob, dtype, false);
-  check_dims(prob.shape, in);
+ForwardOut cuda_fa2_simt_forward(const Problem& prob, DType, const Qkv& in, TrafficObserver*) {
   const AttnParams p = make_params(prob);
-  auto q = upload<float>(in.q), k = upload<float>(in.k), v = upload<float>(in.v);
-  DeviceBuffer<float> o(p.q_numel()), lse(p.lse_numel());
-  poison(o);
-  poison(lse);
-  fa2_simt_forward_device(p, q.data(), k.data(), v.data(), o.data(), lse.data());
-  return ForwardOut{download(o, q_dims(prob.shape)), download(lse, lse_dims(prob.shape))};
+  auto t = DeviceAttention<float>::for_forward(prob.shape, in);
+  fa2_simt_forward_device(p, t);
+  return t.download_forward(prob.shape);
 }
 
-Grads cuda_fa2_simt_backward(const Problem& prob, DType dtype, const Qkv& in, const ForwardOut& fwd,
+Grads cuda_fa2_simt_backward(const Problem& prob, DType, const Qkv& in, const ForwardOut& fwd,
                              const HostTensor& dO) {
-  check_supported(find_variant("cuda-fa2-simt"), prob, dtype, true);
-  check_dims(prob.shape, in, &dO);
   const AttnParams p = make_params(prob);
-  auto q = upload<float>(in.q), k = upload<float>(in.k), v = upload<float>(in.v);
-  auto o = upload<float>(fwd.o), lse = upload<float>(fwd.lse), dout = upload<float>(dO);
-  DeviceBuffer<float> delta(p.lse_numel()), dq(p.q_numel()), dk(p.kv_numel()), dv(p.kv_numel());
-  poison(dq);
-  poison(dk);
-  poison(dv);
-  fa2_simt_backward_device(p, q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), delta.data(),
-                           dq.data(), dk.data(), dv.data());
-  return Grads{download(dq, q_dims(prob.shape)), download(dk, kv_dims(prob.shape)), download(dv, kv_dims(prob.shape))};
+  auto t = DeviceAttention<float>::for_backward(prob.shape, in, fwd, dO, BackwardReads::o_and_lse);
+  DeviceBuffer<float> D_i(p.lse_numel());
+  fa2_simt_backward_device(p, t, D_i.data());
+  return t.download_grads(prob.shape);
 }
 
-BenchResult cuda_fa2_simt_bench(const Problem& prob, DType dtype, const BenchSettings& settings) {
-  check_supported(find_variant("cuda-fa2-simt"), prob, dtype, settings.backward);
+BenchResult cuda_fa2_simt_bench(const Problem& prob, DType, const BenchSettings& settings) {
   const AttnParams p = make_params(prob);
-  PeakScope scope;
-  DeviceBuffer<float> q(p.q_numel()), k(p.kv_numel()), v(p.kv_numel()), o(p.q_numel()), lse(p.lse_numel());
-  fill_random(q, 1);
-  fill_random(k, 2);
-  fill_random(v, 3);
-  std::size_t io = q.bytes() + k.bytes() + v.bytes() + o.bytes() + lse.bytes();
-  DeviceBuffer<float> dout, delta, dq, dk, dv;
-  if (settings.backward) {
-    dout = DeviceBuffer<float>(p.q_numel());
-    fill_random(dout, 4);
-    delta = DeviceBuffer<float>(p.lse_numel());
-    dq = DeviceBuffer<float>(p.q_numel());
-    dk = DeviceBuffer<float>(p.kv_numel());
-    dv = DeviceBuffer<float>(p.kv_numel());
-    io += dout.bytes() + dq.bytes() + dk.bytes() + dv.bytes();
-  }
-  auto forward = [&] { fa2_simt_forward_device(p, q.data(), k.data(), v.data(), o.data(), lse.data()); };
-  auto backward = [&] {
-    fa2_simt_backward_device(p, q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), delta.data(),
-                             dq.data(), dk.data(), dv.data());
-  };
-  forward();  // the backward needs a real O and LSE
-  return time_passes(settings, scope, io, forward, backward);
+  const PeakScope scope;
+  auto t = DeviceAttention<float>::random(prob.shape, settings.backward);
+  DeviceBuffer<float> D_i(settings.backward ? p.lse_numel() : 0);
+  return bench_passes(
+      settings, scope, t, [&] { fa2_simt_forward_device(p, t); },
+      [&] { fa2_simt_backward_device(p, t, D_i.data()); });
 }
 
 }  // namespace flashlab

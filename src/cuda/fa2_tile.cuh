@@ -8,9 +8,9 @@
 // conflicts, for ldmatrix and for the 16-byte cp.async stores alike, without an XOR swizzle.
 #include <cstdint>
 
-#include "../core/philox.hpp"
-#include "fa2_launch.cuh"
-#include "fa2_mma.cuh"
+#include "core/philox.hpp"
+#include "cuda/fa2_launch.cuh"
+#include "cuda/fa2_mma.cuh"
 
 namespace flashlab::cuda::fa2 {
 
@@ -27,7 +27,7 @@ static_assert(((32 / 8 + 1) & 1) && ((64 / 8 + 1) & 1) && ((96 / 8 + 1) & 1) && 
 // rows >= rows_valid are zero-filled (a sequence that is no multiple of the block). All kThreads
 // threads of the block take part; the copies are asynchronous (commit and wait by the caller).
 //
-// kUnroll says how the copies are issued, because it decides registers and speed (H100, ptxas -v;
+// kUnroll says how the copies are issued, because it decides registers and speed (ptxas -v; measured:
 // bench/results/h100-fa2-notes.md):
 //  * >= 1: thread x copies the 16-byte chunk x % (D/8) of rows x / (D/8) + n kRowStep, walking one
 //    pointer that is hidden from the optimizer, kUnroll copies back to back. Fully unrolled with plain

@@ -16,16 +16,17 @@
 // fusion buys from what a tuned GEMM buys.
 //
 // Backward (same materialized style): recompute S, then P = exp(S - L) from the saved L, and
-//   dV = dropout(P)^T dO,  dP = dropout_mask(dO V^T),  D_i = rowsum(P o dP),  dS = P o (dP - D),
+//   dV = dropout(P)^T dO,  dP = dropout_mask(dO V^T),  D_i = rowsum(P o dP),  dS = P o (dP - D_i),
 //   dQ = scale dS K,  dK = scale dS^T Q,
 // with S, P, dP, dS all (B, H_q, S_q, S_k) in HBM. GQA: the query heads of a group add into the same
 // dK, dV (GEMMs with beta = 1 after the first head).
 #include <algorithm>
 #include <string>
 
-#include "../cpu_reference/naive.hpp"
-#include "cuda_variants.hpp"
-#include "simt_tiles.cuh"
+#include "model/memory.hpp"
+#include "cuda/cuda_variants.hpp"
+#include "cuda/host_passes.cuh"
+#include "cuda/simt_tiles.cuh"
 
 namespace flashlab::cuda {
 namespace {
@@ -102,7 +103,7 @@ __global__ void probs_from_lse_kernel(AttnParams p, float* __restrict__ S_to_Pd,
 }
 
 // Backward, step 4: dP <- dP o Z / (1 - p) (the gradient reaching P through dropout), D_i =
-// rowsum(P o dP), dS = P o (dP - D). One warp per row.
+// rowsum(P o dP), dS = P o (dP - D_i). One warp per row.
 __global__ void softmax_backward_kernel(AttnParams p, const float* __restrict__ P, const float* __restrict__ dP,
                                         float* __restrict__ dS) {
   const long long w = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / kWarp;
@@ -113,10 +114,10 @@ __global__ void softmax_backward_kernel(AttnParams p, const float* __restrict__ 
   const float* prob = P + w * p.seq_k;
   const float* dprob = dP + w * p.seq_k;
   float* ds = dS + w * p.seq_k;
-  float D = 0.0f;
-  for (int j = lane; j < p.seq_k; j += kWarp) D += prob[j] * dprob[j] * dropout_factor(p, b, h, i, j);
-  for (int off = kWarp / 2; off > 0; off >>= 1) D += __shfl_xor_sync(0xffffffffu, D, off);
-  for (int j = lane; j < p.seq_k; j += kWarp) ds[j] = prob[j] * (dprob[j] * dropout_factor(p, b, h, i, j) - D);
+  float D_i = 0.0f;
+  for (int j = lane; j < p.seq_k; j += kWarp) D_i += prob[j] * dprob[j] * dropout_factor(p, b, h, i, j);
+  for (int off = kWarp / 2; off > 0; off >>= 1) D_i += __shfl_xor_sync(0xffffffffu, D_i, off);
+  for (int j = lane; j < p.seq_k; j += kWarp) ds[j] = prob[j] * (dprob[j] * dropout_factor(p, b, h, i, j) - D_i);
 }
 
 unsigned blocks_for(long long items, int per_block) { return static_cast<unsigned>((items + per_block - 1) / per_block); }
@@ -179,25 +180,38 @@ void check_fits(const char* variant, const Problem& prob, const AttnParams& p, b
                      mebibytes(free_bytes) + " are free; use cuda-fa2-simt, whose extra memory is O(S_q)");
 }
 
-// Device-level passes on fp32 (B, S, H, D) tensors. Scratch: s, pr (and dp, ds) of score_elements().
-void forward_device(GemmFn gemm, const AttnParams& p, const float* q, const float* k, const float* v, float* o,
-                    float* lse, float* s, float* pr) {
-  scores(gemm, p, p.scale, q, k, s);  // kernel 1: S = scale Q K^T
-  softmax_forward_kernel<<<blocks_for(p.lse_numel(), kRowThreads / kWarp), kRowThreads>>>(p, s, pr, lse);  // kernel 2
+// The unfused pipeline's own scratch: S and P, and for the backward dP and dS, each (B, H_q, S_q, S_k).
+struct Scores {
+  DeviceBuffer<float> s, pr, dp, ds;
+  Scores(const AttnParams& p, bool backward) : s(score_elements(p)), pr(score_elements(p)) {
+    if (backward) {
+      dp = DeviceBuffer<float>(score_elements(p));
+      ds = DeviceBuffer<float>(score_elements(p));
+    }
+  }
+};
+
+// Device-level passes on the fp32 (B, S, H, D) tensors of `t`.
+void forward_device(GemmFn gemm, const AttnParams& p, DeviceAttention<float>& t, Scores& sc) {
+  float *s = sc.s.data(), *pr = sc.pr.data();
+  scores(gemm, p, p.scale, t.q.data(), t.k.data(), s);  // kernel 1: S = scale Q K^T
+  softmax_forward_kernel<<<blocks_for(p.lse_numel(), kRowThreads / kWarp), kRowThreads>>>(p, s, pr,
+                                                                                         t.lse.data());  // kernel 2
   CUDA_CHECK_LAUNCH();
   for (int b = 0; b < p.batch; ++b)  // kernel 3: O = dropout(P) V
     for (int g = 0; g < p.group; ++g)
-      slice_gemm(gemm, p, false, false, p.seq_q, p.head_dim, p.seq_k, 1.0f, pr, score_slice(p, b, g), v, kv_slice(p, b),
-                 0.0f, o, q_slice(p, b, g));
+      slice_gemm(gemm, p, false, false, p.seq_q, p.head_dim, p.seq_k, 1.0f, pr, score_slice(p, b, g), t.v.data(),
+                 kv_slice(p, b), 0.0f, t.o.data(), q_slice(p, b, g));
 }
 
-void backward_device(GemmFn gemm, const AttnParams& p, const float* q, const float* k, const float* v,
-                     const float* lse, const float* dO, float* dq, float* dk, float* dv, float* s, float* pr,
-                     float* dp, float* ds) {
+void backward_device(GemmFn gemm, const AttnParams& p, DeviceAttention<float>& t, Scores& sc) {
+  const float *q = t.q.data(), *k = t.k.data(), *dO = t.dO.data();
+  float *s = sc.s.data(), *pr = sc.pr.data(), *dp = sc.dp.data(), *ds = sc.ds.data();
   scores(gemm, p, p.scale, q, k, s);  // S = scale Q K^T
-  probs_from_lse_kernel<<<blocks_for((long long)score_elements(p), kElementThreads), kElementThreads>>>(p, s, pr, lse);
-  CUDA_CHECK_LAUNCH();                // pr = P, s = P o Z / (1 - p)
-  scores(gemm, p, 1.0f, dO, v, dp);   // dP = dO V^T (the gradient of the dropped-out P)
+  probs_from_lse_kernel<<<blocks_for((long long)score_elements(p), kElementThreads), kElementThreads>>>(
+      p, s, pr, t.lse.data());
+  CUDA_CHECK_LAUNCH();                       // pr = P, s = P o Z / (1 - p)
+  scores(gemm, p, 1.0f, dO, t.v.data(), dp);  // dP = dO V^T (the gradient of the dropped-out P)
   softmax_backward_kernel<<<blocks_for(p.lse_numel(), kRowThreads / kWarp), kRowThreads>>>(p, pr, dp, ds);
   CUDA_CHECK_LAUNCH();
   for (int b = 0; b < p.batch; ++b)
@@ -205,13 +219,13 @@ void backward_device(GemmFn gemm, const AttnParams& p, const float* q, const flo
       const float beta = g == 0 ? 0.0f : 1.0f;  // GQA: heads of a group add into dK, dV
       // dV = (P o Z)^T dO  (S_k, d)
       slice_gemm(gemm, p, true, false, p.seq_k, p.head_dim, p.seq_q, 1.0f, s, score_slice(p, b, g), dO,
-                 q_slice(p, b, g), beta, dv, kv_slice(p, b));
+                 q_slice(p, b, g), beta, t.dv.data(), kv_slice(p, b));
       // dK = scale dS^T Q  (S_k, d)
       slice_gemm(gemm, p, true, false, p.seq_k, p.head_dim, p.seq_q, p.scale, ds, score_slice(p, b, g), q,
-                 q_slice(p, b, g), beta, dk, kv_slice(p, b));
+                 q_slice(p, b, g), beta, t.dk.data(), kv_slice(p, b));
       // dQ = scale dS K  (S_q, d)
       slice_gemm(gemm, p, false, false, p.seq_q, p.head_dim, p.seq_k, p.scale, ds, score_slice(p, b, g), k,
-                 kv_slice(p, b), 0.0f, dq, q_slice(p, b, g));
+                 kv_slice(p, b), 0.0f, t.dq.data(), q_slice(p, b, g));
     }
 }
 
@@ -224,67 +238,34 @@ void simple_gemm(const GemmCall& g) {
   CUDA_CHECK_LAUNCH();
 }
 
-ForwardOut unfused_forward(const char* variant, GemmFn gemm, const Problem& prob, DType dtype, const Qkv& in) {
-  check_supported(find_variant(variant), prob, dtype, false);
-  check_dims(prob.shape, in);
+ForwardOut unfused_forward(const char* variant, GemmFn gemm, const Problem& prob, DType, const Qkv& in) {
   const AttnParams p = make_params(prob);
   check_fits(variant, prob, p, false);
-  auto q = upload<float>(in.q), k = upload<float>(in.k), v = upload<float>(in.v);
-  DeviceBuffer<float> o(p.q_numel()), lse(p.lse_numel()), s(score_elements(p)), pr(score_elements(p));
-  poison(o);
-  poison(lse);
-  forward_device(gemm, p, q.data(), k.data(), v.data(), o.data(), lse.data(), s.data(), pr.data());
-  return ForwardOut{download(o, q_dims(prob.shape)), download(lse, lse_dims(prob.shape))};
+  auto t = DeviceAttention<float>::for_forward(prob.shape, in);
+  Scores sc(p, false);
+  forward_device(gemm, p, t, sc);
+  return t.download_forward(prob.shape);
 }
 
-Grads unfused_backward(const char* variant, GemmFn gemm, const Problem& prob, DType dtype, const Qkv& in,
+Grads unfused_backward(const char* variant, GemmFn gemm, const Problem& prob, DType, const Qkv& in,
                        const ForwardOut& fwd, const HostTensor& dO) {
-  check_supported(find_variant(variant), prob, dtype, true);
-  check_dims(prob.shape, in, &dO);
   const AttnParams p = make_params(prob);
   check_fits(variant, prob, p, true);
-  auto q = upload<float>(in.q), k = upload<float>(in.k), v = upload<float>(in.v);
-  auto lse = upload<float>(fwd.lse), dout = upload<float>(dO);
-  DeviceBuffer<float> dq(p.q_numel()), dk(p.kv_numel()), dv(p.kv_numel());
-  DeviceBuffer<float> s(score_elements(p)), pr(score_elements(p)), dp(score_elements(p)), ds(score_elements(p));
-  poison(dq);
-  poison(dk);
-  poison(dv);
-  backward_device(gemm, p, q.data(), k.data(), v.data(), lse.data(), dout.data(), dq.data(), dk.data(), dv.data(),
-                  s.data(), pr.data(), dp.data(), ds.data());
-  return Grads{download(dq, q_dims(prob.shape)), download(dk, kv_dims(prob.shape)), download(dv, kv_dims(prob.shape))};
+  auto t = DeviceAttention<float>::for_backward(prob.shape, in, fwd, dO, BackwardReads::lse);
+  Scores sc(p, true);
+  backward_device(gemm, p, t, sc);
+  return t.download_grads(prob.shape);
 }
 
-BenchResult unfused_bench(const char* variant, GemmFn gemm, const Problem& prob, DType dtype,
+BenchResult unfused_bench(const char* variant, GemmFn gemm, const Problem& prob, DType,
                           const BenchSettings& settings) {
-  check_supported(find_variant(variant), prob, dtype, settings.backward);
   const AttnParams p = make_params(prob);
   check_fits(variant, prob, p, settings.backward);
-  PeakScope scope;
-  DeviceBuffer<float> q(p.q_numel()), k(p.kv_numel()), v(p.kv_numel()), o(p.q_numel()), lse(p.lse_numel());
-  DeviceBuffer<float> s(score_elements(p)), pr(score_elements(p));
-  fill_random(q, 1);
-  fill_random(k, 2);
-  fill_random(v, 3);
-  std::size_t io = q.bytes() + k.bytes() + v.bytes() + o.bytes() + lse.bytes();
-  DeviceBuffer<float> dout, dq, dk, dv, dp, ds;
-  if (settings.backward) {
-    dout = DeviceBuffer<float>(p.q_numel());
-    fill_random(dout, 4);
-    dq = DeviceBuffer<float>(p.q_numel());
-    dk = DeviceBuffer<float>(p.kv_numel());
-    dv = DeviceBuffer<float>(p.kv_numel());
-    dp = DeviceBuffer<float>(score_elements(p));
-    ds = DeviceBuffer<float>(score_elements(p));
-    io += dout.bytes() + dq.bytes() + dk.bytes() + dv.bytes();
-  }
-  auto forward = [&] { forward_device(gemm, p, q.data(), k.data(), v.data(), o.data(), lse.data(), s.data(), pr.data()); };
-  auto backward = [&] {
-    backward_device(gemm, p, q.data(), k.data(), v.data(), lse.data(), dout.data(), dq.data(), dk.data(), dv.data(),
-                    s.data(), pr.data(), dp.data(), ds.data());
-  };
-  forward();
-  return time_passes(settings, scope, io, forward, backward);
+  const PeakScope scope;
+  auto t = DeviceAttention<float>::random(prob.shape, settings.backward);
+  Scores sc(p, settings.backward);
+  return bench_passes(
+      settings, scope, t, [&] { forward_device(gemm, p, t, sc); }, [&] { backward_device(gemm, p, t, sc); });
 }
 
 }  // namespace flashlab::cuda

@@ -16,10 +16,11 @@
 #include <cmath>
 #include <cstdint>
 
-#include "../core/mask.hpp"
-#include "../core/philox.hpp"
-#include "../core/problem.hpp"
-#include "common.cuh"
+#include "core/mask.hpp"
+#include "core/philox.hpp"
+#include "core/problem.hpp"
+#include "cuda/common.cuh"
+#include "cuda/host_passes.cuh"
 
 namespace flashlab::cuda {
 
@@ -56,15 +57,9 @@ struct AttnParams {
 };
 
 inline AttnParams make_params(const Problem& p) {
-  const Shape& s = p.shape;
   AttnParams a{};
-  a.batch = s.batch;
-  a.heads_q = s.heads_q;
-  a.heads_kv = s.heads_kv;
-  a.seq_q = s.seq_q;
-  a.seq_k = s.seq_k;
-  a.head_dim = s.head_dim;
-  a.group = s.group();
+  set_extents(a, p.shape);
+  a.group = p.shape.group();
   a.causal = p.options.causal;
   a.scale = static_cast<float>(p.softmax_scale());
   a.scale_log2 = a.scale * kLog2e;
@@ -308,7 +303,7 @@ __device__ __forceinline__ void tile_ab(const float* dS, const float* K, int ty,
 template <int D>
 __device__ __forceinline__ void backward_probs(const AttnParams& p, int b, int h, int row0, int col0,
                                                const float* q, const float* dO, const float* k, const float* v,
-                                               const float* lse2, const float* delta, float* pd, float* ds,
+                                               const float* lse2, const float* D_i, float* pd, float* ds,
                                                int ty, int tx) {
   constexpr int kLdP = BwdLayout<D>::kLdP;
   float s[kBwdRows][kBwdCols], dp[kBwdRows][kBwdCols];
@@ -325,7 +320,7 @@ __device__ __forceinline__ void backward_probs(const AttnParams& p, int b, int h
       const float prob = masked ? 0.0f : exp2f(s[a][c] - lse2[r]);
       const float z = dropout_factor(p, b, h, row0 + r, col0 + col);
       pd[r * kLdP + col] = prob * z;
-      ds[r * kLdP + col] = prob * (dp[a][c] * z - delta[r]);
+      ds[r * kLdP + col] = prob * (dp[a][c] * z - D_i[r]);
     }
   }
 }

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "core/tolerance.hpp"
-#include "core/variants.hpp"
+#include "registry/variants.hpp"
 #include "cpu_reference/naive.hpp"
 
 namespace {
@@ -47,7 +47,7 @@ void check_output(const char* name, DType dtype, Quantity quantity, const HostTe
 
 // Forward (and backward) of cuda-fa2 on fresh random inputs against the CPU references.
 void check_problem(const Shape& shape, const Options& options, DType dtype, bool backward = true) {
-  const Problem p{shape, options};
+  const Problem p{.shape = shape, .options = options};
   const std::uint64_t seed = fresh_seed();
   INFO(describe(p, dtype, seed));
   const Variant& fa2 = find_variant("cuda-fa2");
@@ -69,10 +69,6 @@ void check_problem(const Shape& shape, const Options& options, DType dtype, bool
   check_output("dV", dtype, Quantity::Gradient, g.dv, gref.dv, glowp.dv);
 }
 
-Shape shape_of(int batch, int heads_q, int heads_kv, int seq_q, int seq_k, int head_dim) {
-  return Shape{batch, heads_q, heads_kv, seq_q, seq_k, head_dim};
-}
-
 Options causal_opts(CausalAlign align, double dropout_p = 0.0) {
   Options o;
   o.causal = align;
@@ -88,8 +84,10 @@ constexpr DType kDtypes[] = {DType::F16, DType::BF16};
 TEST_CASE("cuda-fa2 matches naive attention for every supported head dim, fp16 and bf16") {
   for (DType dtype : kDtypes)
     for (int d : {32, 64, 96, 128, 256}) {
-      check_problem(shape_of(2, 3, 3, 113, 157, d), causal_opts(CausalAlign::None), dtype);
-      check_problem(shape_of(1, 2, 2, 130, 77, d), causal_opts(CausalAlign::BottomRight), dtype);
+      check_problem(Shape{.batch = 2, .heads_q = 3, .heads_kv = 3, .seq_q = 113, .seq_k = 157, .head_dim = d},
+                    causal_opts(CausalAlign::None), dtype);
+      check_problem(Shape{.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 130, .seq_k = 77, .head_dim = d},
+                    causal_opts(CausalAlign::BottomRight), dtype);
     }
 }
 
@@ -104,9 +102,12 @@ TEST_CASE("cuda-fa2's compact backward tiles (what a GPU with less shared memory
   const ScopedEnv compact("FLASHLAB_FA2_COMPACT_BACKWARD", "1");
   for (DType dtype : kDtypes)
     for (int d : {64, 128}) {
-      check_problem(shape_of(2, 3, 3, 113, 157, d), causal_opts(CausalAlign::None), dtype);
-      check_problem(shape_of(1, 4, 2, 130, 77, d), causal_opts(CausalAlign::BottomRight, 0.1), dtype);
-      check_problem(shape_of(1, 2, 1, 257, 257, d), causal_opts(CausalAlign::TopLeft), dtype);
+      check_problem(Shape{.batch = 2, .heads_q = 3, .heads_kv = 3, .seq_q = 113, .seq_k = 157, .head_dim = d},
+                    causal_opts(CausalAlign::None), dtype);
+      check_problem(Shape{.batch = 1, .heads_q = 4, .heads_kv = 2, .seq_q = 130, .seq_k = 77, .head_dim = d},
+                    causal_opts(CausalAlign::BottomRight, 0.1), dtype);
+      check_problem(Shape{.batch = 1, .heads_q = 2, .heads_kv = 1, .seq_q = 257, .seq_k = 257, .head_dim = d},
+                    causal_opts(CausalAlign::TopLeft), dtype);
     }
 }
 
@@ -115,15 +116,19 @@ TEST_CASE("cuda-fa2 handles any length: 1, odd, seq_q != seq_k both ways, severa
   for (DType dtype : kDtypes)
     for (const auto& len : lengths)
       for (CausalAlign align : {CausalAlign::None, CausalAlign::TopLeft, CausalAlign::BottomRight})
-        check_problem(shape_of(1, 2, 2, len[0], len[1], 64), causal_opts(align), dtype);
+        check_problem(Shape{.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = len[0], .seq_k = len[1], .head_dim = 64},
+                      causal_opts(align), dtype);
 }
 
 TEST_CASE("cuda-fa2 causal, both alignments, large enough to skip tiles (d=128)") {
   for (DType dtype : kDtypes)
     for (CausalAlign align : {CausalAlign::TopLeft, CausalAlign::BottomRight}) {
-      check_problem(shape_of(1, 2, 2, 515, 515, 128), causal_opts(align), dtype);
-      check_problem(shape_of(1, 1, 1, 300, 700, 128), causal_opts(align), dtype);
-      check_problem(shape_of(1, 1, 1, 700, 300, 128), causal_opts(align), dtype);
+      check_problem(Shape{.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 515, .seq_k = 515, .head_dim = 128},
+                    causal_opts(align), dtype);
+      check_problem(Shape{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 300, .seq_k = 700, .head_dim = 128},
+                    causal_opts(align), dtype);
+      check_problem(Shape{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 700, .seq_k = 300, .head_dim = 128},
+                    causal_opts(align), dtype);
     }
 }
 
@@ -134,30 +139,37 @@ TEST_CASE("cuda-fa2 applies a given softmax scale, a negative one too (the forwa
         for (int d : {64, 128}) {
           Options o = causal_opts(align);
           o.scale = scale;
-          check_problem(shape_of(1, 2, 2, 150, 203, d), o, dtype);
+          check_problem(Shape{.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 150, .seq_k = 203, .head_dim = d}, o,
+                        dtype);
         }
 }
 
 TEST_CASE("cuda-fa2 GQA and MQA: dK and dV sum over the query heads of a group") {
   for (DType dtype : kDtypes) {
-    check_problem(shape_of(2, 4, 2, 97, 131, 64), causal_opts(CausalAlign::None), dtype);
-    check_problem(shape_of(1, 6, 1, 131, 97, 128), causal_opts(CausalAlign::BottomRight), dtype);
-    check_problem(shape_of(1, 4, 2, 200, 200, 32), causal_opts(CausalAlign::TopLeft), dtype);
+    check_problem(Shape{.batch = 2, .heads_q = 4, .heads_kv = 2, .seq_q = 97, .seq_k = 131, .head_dim = 64},
+                  causal_opts(CausalAlign::None), dtype);
+    check_problem(Shape{.batch = 1, .heads_q = 6, .heads_kv = 1, .seq_q = 131, .seq_k = 97, .head_dim = 128},
+                  causal_opts(CausalAlign::BottomRight), dtype);
+    check_problem(Shape{.batch = 1, .heads_q = 4, .heads_kv = 2, .seq_q = 200, .seq_k = 200, .head_dim = 32},
+                  causal_opts(CausalAlign::TopLeft), dtype);
   }
 }
 
 TEST_CASE("cuda-fa2 dropout drops the same elements as the CPU reference (same Philox seed)") {
   for (DType dtype : kDtypes) {
-    check_problem(shape_of(2, 2, 2, 129, 141, 64), causal_opts(CausalAlign::None, 0.17), dtype);
-    check_problem(shape_of(1, 4, 2, 150, 90, 128), causal_opts(CausalAlign::BottomRight, 0.3), dtype);
-    check_problem(shape_of(1, 2, 2, 77, 77, 96), causal_opts(CausalAlign::TopLeft, 0.5), dtype);
+    check_problem(Shape{.batch = 2, .heads_q = 2, .heads_kv = 2, .seq_q = 129, .seq_k = 141, .head_dim = 64},
+                  causal_opts(CausalAlign::None, 0.17), dtype);
+    check_problem(Shape{.batch = 1, .heads_q = 4, .heads_kv = 2, .seq_q = 150, .seq_k = 90, .head_dim = 128},
+                  causal_opts(CausalAlign::BottomRight, 0.3), dtype);
+    check_problem(Shape{.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 77, .seq_k = 77, .head_dim = 96},
+                  causal_opts(CausalAlign::TopLeft, 0.5), dtype);
   }
 }
 
 TEST_CASE("cuda-fa2 fully masked rows give O = 0 and LSE = -inf, never NaN") {
   // Bottom-right alignment with seq_q > seq_k: the first seq_q - seq_k queries see no key.
-  const Shape shape = shape_of(1, 2, 2, 150, 40, 64);
-  const Problem p{shape, causal_opts(CausalAlign::BottomRight)};
+  const Shape shape = Shape{.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 150, .seq_k = 40, .head_dim = 64};
+  const Problem p{.shape = shape, .options = causal_opts(CausalAlign::BottomRight)};
   const Qkv in = random_qkv(shape, DType::BF16, fresh_seed());
   const ForwardOut out = find_variant("cuda-fa2").forward(p, DType::BF16, in, nullptr);
   for (int h = 0; h < shape.heads_q; ++h)
@@ -173,7 +185,8 @@ TEST_CASE("cuda-fa2 fully masked rows give O = 0 and LSE = -inf, never NaN") {
 }
 
 TEST_CASE("cuda-fa2 rejects more (batch, head) rows than the grid holds, before touching the GPU") {
-  const Problem p{shape_of(2, 32768, 1, 1, 1, 32), Options{}};  // batch 2 x 32768 query heads = 65536 rows
+  const Problem p{.shape = Shape{.batch = 2, .heads_q = 32768, .heads_kv = 1, .seq_q = 1, .seq_k = 1, .head_dim = 32},
+                  .options = Options{}};  // batch 2 x 32768 query heads = 65536 rows
   const Qkv in = random_qkv(p.shape, DType::BF16, 1);
   try {
     (void)find_variant("cuda-fa2").forward(p, DType::BF16, in, nullptr);
@@ -186,7 +199,8 @@ TEST_CASE("cuda-fa2 rejects more (batch, head) rows than the grid holds, before 
 }
 
 TEST_CASE("cuda-fa2 rejects an unsupported head dim with the supported list") {
-  const Problem p{shape_of(1, 1, 1, 16, 16, 80), Options{}};
+  const Problem p{.shape = Shape{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 16, .seq_k = 16, .head_dim = 80},
+                  .options = Options{}};
   const Variant& fa2 = find_variant("cuda-fa2");
   const Qkv in = random_qkv(p.shape, DType::F16, 1);
   try {
@@ -198,6 +212,7 @@ TEST_CASE("cuda-fa2 rejects an unsupported head dim with the supported list") {
     CHECK_MESSAGE(msg.find("32, 64, 96, 128, 256") != std::string::npos, msg);
   }
   // fp32 is the readable kernels' business: cuda-fa2 says it computes in f16 and bf16 only.
-  const Problem p64{shape_of(1, 1, 1, 16, 16, 64), Options{}};
+  const Problem p64{.shape = Shape{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 16, .seq_k = 16, .head_dim = 64},
+                    .options = Options{}};
   CHECK_THROWS_AS(fa2.forward(p64, DType::F32, random_qkv(p64.shape, DType::F32, 2), nullptr), InputError);
 }

@@ -13,7 +13,7 @@
 
 #include "core/mask.hpp"
 #include "core/tolerance.hpp"
-#include "core/variants.hpp"
+#include "registry/variants.hpp"
 #include "cpu_reference/naive.hpp"
 
 using namespace flashlab;
@@ -77,35 +77,65 @@ void check_all_variants(const Problem& p, bool backward = true) {
 }  // namespace
 
 TEST_CASE("readable CUDA kernels equal the double reference on plain shapes") {
-  SUBCASE("one tile exactly: S = 64, d = 64") { check_all_variants(make_problem({1, 1, 1, 64, 64, 64})); }
-  SUBCASE("several tiles, batch and heads: S = 192, d = 64") { check_all_variants(make_problem({2, 3, 3, 192, 192, 64})); }
-  SUBCASE("length 1") { check_all_variants(make_problem({1, 2, 2, 1, 1, 32})); }
+  SUBCASE("one tile exactly: S = 64, d = 64") {
+    check_all_variants(
+        make_problem({.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 64, .seq_k = 64, .head_dim = 64}));
+  }
+  SUBCASE("several tiles, batch and heads: S = 192, d = 64") {
+    check_all_variants(
+        make_problem({.batch = 2, .heads_q = 3, .heads_kv = 3, .seq_q = 192, .seq_k = 192, .head_dim = 64}));
+  }
+  SUBCASE("length 1") {
+    check_all_variants(make_problem({.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 1, .seq_k = 1, .head_dim = 32}));
+  }
 }
 
 TEST_CASE("readable CUDA kernels handle odd lengths and seq_q != seq_k") {
-  SUBCASE("odd length, not a multiple of any block: S = 77") { check_all_variants(make_problem({1, 2, 2, 77, 77, 64})); }
-  SUBCASE("seq_q < seq_k: 50 x 133") { check_all_variants(make_problem({1, 2, 2, 50, 133, 64})); }
-  SUBCASE("seq_q > seq_k: 150 x 70") { check_all_variants(make_problem({2, 1, 1, 150, 70, 64})); }
+  SUBCASE("odd length, not a multiple of any block: S = 77") {
+    check_all_variants(
+        make_problem({.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 77, .seq_k = 77, .head_dim = 64}));
+  }
+  SUBCASE("seq_q < seq_k: 50 x 133") {
+    check_all_variants(
+        make_problem({.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 50, .seq_k = 133, .head_dim = 64}));
+  }
+  SUBCASE("seq_q > seq_k: 150 x 70") {
+    check_all_variants(
+        make_problem({.batch = 2, .heads_q = 1, .heads_kv = 1, .seq_q = 150, .seq_k = 70, .head_dim = 64}));
+  }
 }
 
 TEST_CASE("readable CUDA kernels cover head dims 16 to 128, including ones not a multiple of 4") {
   for (int d : {16, 40, 64, 97, 128}) {
-    SUBCASE(("head_dim " + std::to_string(d)).c_str()) { check_all_variants(make_problem({1, 2, 2, 130, 100, d})); }
+    SUBCASE(("head_dim " + std::to_string(d)).c_str()) {
+      check_all_variants(
+          make_problem({.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 130, .seq_k = 100, .head_dim = d}));
+    }
   }
 }
 
 TEST_CASE("readable CUDA kernels apply the causal mask in both alignments") {
   for (CausalAlign align : {CausalAlign::TopLeft, CausalAlign::BottomRight}) {
     const std::string a = to_string(align);
-    SUBCASE((a + ", square 200").c_str()) { check_all_variants(make_problem({1, 2, 2, 200, 200, 64}, align)); }
-    SUBCASE((a + ", seq_q < seq_k: 70 x 200").c_str()) { check_all_variants(make_problem({1, 2, 2, 70, 200, 64}, align)); }
-    SUBCASE((a + ", seq_q > seq_k: 200 x 70").c_str()) { check_all_variants(make_problem({1, 2, 2, 200, 70, 32}, align)); }
+    SUBCASE((a + ", square 200").c_str()) {
+      check_all_variants(
+          make_problem({.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 200, .seq_k = 200, .head_dim = 64}, align));
+    }
+    SUBCASE((a + ", seq_q < seq_k: 70 x 200").c_str()) {
+      check_all_variants(
+          make_problem({.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 70, .seq_k = 200, .head_dim = 64}, align));
+    }
+    SUBCASE((a + ", seq_q > seq_k: 200 x 70").c_str()) {
+      check_all_variants(
+          make_problem({.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 200, .seq_k = 70, .head_dim = 32}, align));
+    }
   }
 }
 
 TEST_CASE("fully masked rows give O = 0 and LSE = -inf on every readable kernel") {
   // Bottom-right with seq_q > seq_k: the first seq_q - seq_k queries see no key at all.
-  const Problem p = make_problem({1, 2, 2, 150, 40, 64}, CausalAlign::BottomRight);
+  const Problem p = make_problem({.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 150, .seq_k = 40, .head_dim = 64},
+                                 CausalAlign::BottomRight);
   INFO(describe(p));
   const Qkv in = random_qkv(p.shape, DType::F32, fresh_seed());
   const int masked_rows = p.shape.seq_q - p.shape.seq_k;
@@ -125,23 +155,33 @@ TEST_CASE("fully masked rows give O = 0 and LSE = -inf on every readable kernel"
 }
 
 TEST_CASE("readable CUDA kernels support grouped-query and multi-query attention") {
-  SUBCASE("GQA: 4 query heads on 2 K/V heads") { check_all_variants(make_problem({2, 4, 2, 96, 96, 64})); }
+  SUBCASE("GQA: 4 query heads on 2 K/V heads") {
+    check_all_variants(
+        make_problem({.batch = 2, .heads_q = 4, .heads_kv = 2, .seq_q = 96, .seq_k = 96, .head_dim = 64}));
+  }
   SUBCASE("MQA, causal: 3 query heads on 1 K/V head") {
-    check_all_variants(make_problem({1, 3, 1, 100, 130, 64}, CausalAlign::TopLeft));
+    check_all_variants(make_problem(
+        {.batch = 1, .heads_q = 3, .heads_kv = 1, .seq_q = 100, .seq_k = 130, .head_dim = 64}, CausalAlign::TopLeft));
   }
 }
 
 TEST_CASE("readable CUDA kernels drop exactly the elements the CPU reference drops") {
   // Same seed, same Philox mask: a kernel that dropped other elements would be off by O(p), far
   // beyond the fp32 bound.
-  SUBCASE("dropout 0.2") { check_all_variants(make_problem({1, 2, 2, 130, 90, 64}, CausalAlign::None, 0.2)); }
+  SUBCASE("dropout 0.2") {
+    check_all_variants(make_problem(
+        {.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 130, .seq_k = 90, .head_dim = 64}, CausalAlign::None, 0.2));
+  }
   SUBCASE("dropout 0.1, causal bottom-right, GQA") {
-    check_all_variants(make_problem({2, 4, 2, 100, 140, 64}, CausalAlign::BottomRight, 0.1));
+    check_all_variants(
+        make_problem({.batch = 2, .heads_q = 4, .heads_kv = 2, .seq_q = 100, .seq_k = 140, .head_dim = 64},
+                     CausalAlign::BottomRight, 0.1));
   }
 }
 
 TEST_CASE("cuda-fa2-simt is right on a longer sequence (many K/V blocks, many Q blocks)") {
-  const Problem p = make_problem({1, 2, 2, 1000, 1000, 64}, CausalAlign::TopLeft);
+  const Problem p = make_problem(
+      {.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 1000, .seq_k = 1000, .head_dim = 64}, CausalAlign::TopLeft);
   const std::uint64_t data_seed = fresh_seed();
   INFO(describe(p) << " data_seed=" << data_seed);
   const Qkv in = random_qkv(p.shape, DType::F32, data_seed);
@@ -163,7 +203,7 @@ TEST_CASE("cuda-fa2-simt is right on a longer sequence (many K/V blocks, many Q 
 
 TEST_CASE("bad input is refused with an InputError before any launch") {
   SUBCASE("head_dim above the fused kernels' limit") {
-    const Problem p = make_problem({1, 1, 1, 8, 8, 160});
+    const Problem p = make_problem({.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 8, .seq_k = 8, .head_dim = 160});
     const Qkv in = random_qkv(p.shape, DType::F32, 1);
     for (const char* name : {"cuda-fa1", "cuda-fa2-simt"}) {
       INFO("variant " << name);
@@ -173,7 +213,7 @@ TEST_CASE("bad input is refused with an InputError before any launch") {
     }
   }
   SUBCASE("a dtype the variant does not compute in") {
-    const Problem p = make_problem({1, 1, 1, 8, 8, 64});
+    const Problem p = make_problem({.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 8, .seq_k = 8, .head_dim = 64});
     const Qkv in = random_qkv(p.shape, DType::F16, 1);
     for (const std::string& name : kReadable) {
       INFO("variant " << name);
@@ -181,7 +221,7 @@ TEST_CASE("bad input is refused with an InputError before any launch") {
     }
   }
   SUBCASE("inputs whose dims do not match the problem") {
-    const Problem p = make_problem({1, 1, 1, 8, 8, 64});
+    const Problem p = make_problem({.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 8, .seq_k = 8, .head_dim = 64});
     Qkv in = random_qkv(p.shape, DType::F32, 1);
     in.k = HostTensor({1, 9, 1, 64});
     for (const std::string& name : kReadable) {
@@ -191,11 +231,13 @@ TEST_CASE("bad input is refused with an InputError before any launch") {
   }
   SUBCASE("standard attention that will not fit in GPU memory is refused before allocating") {
     // B = 1, H = 16, N = 512k: S and P alone are 2 * 16 * 2^38 bytes = 8 TiB.
-    const Problem p = make_problem({1, 16, 16, 1 << 19, 1 << 19, 64});
+    const Problem p =
+        make_problem({.batch = 1, .heads_q = 16, .heads_kv = 16, .seq_q = 1 << 19, .seq_k = 1 << 19, .head_dim = 64});
     for (const char* name : {"cuda-naive", "cuda-cublas"}) {
       INFO("variant " << name);
-      CHECK_THROWS_WITH_AS(find_variant(name).bench(p, DType::F32, BenchSettings{0, 1, false}),
-                           doctest::Contains("free"), InputError);
+      CHECK_THROWS_WITH_AS(
+          find_variant(name).bench(p, DType::F32, BenchSettings{.warmup = 0, .iters = 1, .backward = false}),
+          doctest::Contains("free"), InputError);
     }
   }
 }

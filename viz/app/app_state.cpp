@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/flops.hpp"
-#include "core/variants.hpp"
+#include "registry/variants.hpp"
 #include "panels.hpp"
 
 namespace flashlab::viz {
@@ -87,6 +87,7 @@ void set_visible_from(AppState& st, const Scenario& s) {
   st.visible.assign(reg.size(), s.panels.empty());
   for (std::size_t k = 0; k < reg.size(); ++k)
     if (std::find(s.panels.begin(), s.panels.end(), reg[k].id) != s.panels.end()) st.visible[k] = true;
+    else if (s.panels.empty() && s.timeline.empty() && std::string(reg[k].id) == "pipeline") st.visible[k] = false;  // shown when asked for
 }
 
 void load_bench(AppState& st, const std::string& directory) {

@@ -23,6 +23,7 @@ const std::vector<Panel>& panels() {
       {"softmax", "Online softmax", false, 0.f, 1.1f, draw_online_softmax},
       {"compare", "Compare", false, 0.f, 1.1f, draw_compare},
       {"plots", "Plots vs N", false, 0.f, 1.6f, draw_plots},
+      {"pipeline", "Pipeline (warpgroup timeline)", false, 0.f, 1.6f, draw_pipeline},
   };
   return registry;
 }

@@ -31,5 +31,6 @@ void draw_memory_chart(AppState&);
 void draw_online_softmax(AppState&);
 void draw_compare(AppState&);
 void draw_plots(AppState&);
+void draw_pipeline(AppState&);
 
 }  // namespace flashlab::viz

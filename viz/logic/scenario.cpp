@@ -1,6 +1,7 @@
 #include "scenario.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -17,7 +18,7 @@ constexpr int kMinWindowSide = 320;
 
 const std::vector<std::string> kKeys = {"algorithm", "pass", "seq", "seq_q", "seq_k", "head_dim", "sram_bytes",
                                         "br", "bc", "causal", "dtype", "step", "compare", "panels", "size",
-                                        "caption", "seed"};
+                                        "caption", "seed", "timeline", "timeline_compare"};
 
 std::string key_list() {
   std::string s;
@@ -59,7 +60,7 @@ const GpuPreset& h100() {
 
 const std::vector<std::string>& panel_ids() {
   static const std::vector<std::string> ids = {"controls", "transport", "export", "loop_nest", "tiles",
-                                               "memory", "softmax", "compare", "plots"};
+                                               "memory", "softmax", "compare", "plots", "pipeline"};
   return ids;
 }
 
@@ -117,6 +118,8 @@ Scenario parse_scenario(const std::string& text, const std::string& where) {
     }
     if (j.contains("caption")) s.caption = get_string(j, "caption", where);
     if (j.contains("seed")) s.seed = static_cast<std::uint64_t>(get_int(j, "seed", where));
+    if (j.contains("timeline")) s.timeline = get_string(j, "timeline", where);
+    if (j.contains("timeline_compare")) s.timeline_compare = get_string(j, "timeline_compare", where);
   } catch (const InputError& e) {
     const std::string msg = e.what();
     if (msg.rfind(where, 0) == 0) throw;
@@ -135,7 +138,10 @@ Scenario load_scenario_file(const std::string& path) {
   if (!in) throw InputError("cannot read scenario file '" + path + "'");
   std::ostringstream text;
   text << in.rdbuf();
-  return parse_scenario(text.str(), path);
+  Scenario s = parse_scenario(text.str(), path);
+  for (std::string* t : {&s.timeline, &s.timeline_compare})  // relative to the scenario's folder
+    if (!t->empty() && std::filesystem::path(*t).is_relative()) *t = (std::filesystem::path(path).parent_path() / *t).lexically_normal().string();
+  return s;
 }
 
 std::string to_json(const Scenario& s) {
@@ -156,6 +162,8 @@ std::string to_json(const Scenario& s) {
   j["size"] = {s.width, s.height};
   if (!s.caption.empty()) j["caption"] = s.caption;
   j["seed"] = s.seed;
+  if (!s.timeline.empty()) j["timeline"] = s.timeline;
+  if (!s.timeline_compare.empty()) j["timeline_compare"] = s.timeline_compare;
   return j.dump(2);
 }
 

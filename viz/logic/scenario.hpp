@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "cpu_reference/tiled.hpp"
-#include "cpu_reference/traffic.hpp"
+#include "model/traffic.hpp"
 #include "core/problem.hpp"
 
 namespace flashlab::viz {
 
-// The H100 the project measured (shared/GPU.md, 2026-11-22): the app's one GPU preset.
+// The H100 the project measured (2026-11-22): the app's one GPU preset.
 struct GpuPreset {
   const char* name = "NVIDIA H100 80GB HBM3 (measured)";
   double hbm_bytes_per_s = 3.0e12;        // device-to-device copy, bytes read + written
@@ -40,6 +40,7 @@ struct Scenario {
   int width = 1600, height = 1000;       // window size for screenshots
   std::string caption;                   // drawn in the Controls panel (figures)
   std::uint64_t seed = 1;                // inputs of the Online softmax panel's real run
+  std::string timeline, timeline_compare;  // Pipeline panel: Trace Event JSON files (relative: to the scenario file)
 };
 
 // Parses a scenario from JSON text. Throws InputError (one sentence) on malformed JSON, unknown keys,

@@ -119,8 +119,7 @@ SoftmaxTrace trace_online_softmax(const Trace& t, std::uint64_t seed) {
   }
 
   // The library's own tiled run on the same inputs: its LSE must be our m + log(l).
-  const LoopOrder order = t.algorithm == Algorithm::FA1 ? LoopOrder::FA1 : LoopOrder::FA2;
-  const ForwardOut lib = tiled_forward<double>(order, p, x, t.tiling);
+  const ForwardOut lib = tiled_forward<double>(t.algorithm, p, x, t.tiling);
   for (int r = 0; r < N; ++r) {
     if (row[r].l <= 0) continue;
     const double lse = row[r].m + std::log(row[r].l);

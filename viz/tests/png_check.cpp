@@ -13,7 +13,7 @@
 #define STB_IMAGE_IMPLEMENTATION
 #include <stb_image.h>
 
-#include "../app/palette.hpp"
+#include "app/palette.hpp"
 
 namespace {
 

@@ -82,7 +82,7 @@ void draw_controls(AppState& st) {
 
   ImGui::Separator();
   const GpuPreset& g = h100();
-  ImGui::TextUnformatted("GPU preset (measured, shared/GPU.md):");
+  ImGui::TextUnformatted("GPU preset (measured on the lent H100, 2026-11-22):");
   ImGui::TextWrapped("%s: %.1f TB/s copy, %.0f-%.0f TFLOP/s bf16, %s L2, %s smem/SM, %d SMs", g.name,
                      g.hbm_bytes_per_s / 1e12, g.bf16_flops_per_s / 1e12, g.bf16_flops_per_s_best / 1e12,
                      axis_bytes(double(g.l2_bytes)).c_str(), format_bytes(double(g.smem_bytes_per_sm)).c_str(), g.sms);

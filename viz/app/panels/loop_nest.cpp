@@ -4,6 +4,7 @@
 
 #include "app/panels.hpp"
 #include "app/palette.hpp"
+#include "model/pseudocode.hpp"
 
 namespace flashlab::viz {
 

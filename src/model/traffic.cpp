@@ -1,6 +1,7 @@
 // The traffic model's consumer-side pieces: tensor names, the totals a TrafficCounter keeps, and the
-// L2 level. The events themselves come from the one loop nest per algorithm in tiled.cpp.
-#include "traffic.hpp"
+// L2 level. The events themselves come from the one loop nest per algorithm and pass in
+// src/cpu_reference.
+#include "model/traffic.hpp"
 
 #include <algorithm>
 #include <list>
@@ -17,8 +18,8 @@ const char* to_string(TensorId t) {
     case TensorId::O: return "O";
     case TensorId::S: return "S";
     case TensorId::P: return "P";
-    case TensorId::M: return "m";
-    case TensorId::L: return "l";
+    case TensorId::m: return "m";
+    case TensorId::l: return "l";
     case TensorId::LSE: return "L";
     case TensorId::dO: return "dO";
     case TensorId::dQ: return "dQ";

@@ -1,20 +1,21 @@
 #pragma once
 // The traffic model: every HBM <-> SRAM tile transfer of a loop nest, as events. The tiled loop nest
-// (tiled.cpp) is the only producer; the CLI's `trace`, the tests and the app's animation are
+// (src/cpu_reference) is the only producer; the CLI's `trace`, the tests and the app's animation are
 // consumers. Two levels, as in the paper: HBM and SRAM (on-chip shared memory / registers).
 #include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
 
-#include "../core/problem.hpp"
+#include "core/problem.hpp"
 
 namespace flashlab {
 
 enum class Pass { Forward, Backward };
 
-// Tensors that live in HBM. Stats: m and l (FA1) or the LSE (FA2); D = rowsum(dO * O).
-enum class TensorId { Q, K, V, O, S, P, M, L, LSE, dO, dQ, dK, dV, dS, dP, D, Count };
+// Tensors that live in HBM. Row statistics: FA1 saves the running max m and the running sum l; FA2
+// saves the logsumexp L = m + log(l) (TensorId::LSE, printed "L"). D holds D_i = rowsum(dO_i o O_i).
+enum class TensorId { Q, K, V, O, S, P, m, l, LSE, dO, dQ, dK, dV, dS, dP, D, Count };
 const char* to_string(TensorId);
 
 enum class Direction {
@@ -23,7 +24,7 @@ enum class Direction {
   Free,     // leaves SRAM without being written back (no bytes move)
   Compute,  // arithmetic on tiles already in SRAM: marks a line of the pseudocode (bytes = 0)
 };
-// How the producer (tiled.cpp) uses them, so a consumer can replay SRAM occupancy:
+// How the producer (the tiled loop nests) uses them, so a consumer can replay SRAM occupancy:
 //  * Load adds the tile to SRAM; Store writes it back and it leaves SRAM; Free drops it unwritten.
 //  * Compute names the tile it produces or updates (tensor, tile, rows, cols). A tile born on chip
 //    (O_i initialized to 0, S_ij, dK_j, ...) enters SRAM with its first Compute event; sram_bytes
@@ -71,8 +72,8 @@ class TrafficCounter : public TrafficObserver {
   TrafficTotals totals_;
 };
 
-// A third level between HBM and SRAM: a last-level cache (DESIGN.md, "What the hardware really
-// does": an H100's 50 MB L2 absorbs FA2's re-reads of K and V). Replays the events through an LRU
+// A third level between HBM and SRAM: a last-level cache (on an H100, Nsight Compute shows the
+// 50 MB L2 absorbing FA2's re-reads of K and V). Replays the events through an LRU
 // cache of whole tiles with write-back and write-allocate, and counts the bytes that reach DRAM:
 // a Load of a tile still in L2 is a hit; a Store dirties the tile; a dirty tile is written to DRAM
 // when evicted or at flush(). Simplifications, said plainly: tiles are keyed by (bh, tensor, tile),

@@ -1,0 +1,29 @@
+#pragma once
+// What each CUDA kernel family accepts, as data: the registry's rows read it (and check every problem
+// against it before dispatch), and the launchers turn a runtime head dim into a template argument from
+// the same list (cuda/dispatch.cuh). One list per family; adding a head dim is one edit here.
+#include "core/problem.hpp"
+
+namespace flashlab::cuda {
+
+// The unfused pipelines (cuda-naive, cuda-cublas): any head dim the problem allows.
+namespace unfused {
+inline constexpr DType kDTypes[] = {DType::F32};
+inline constexpr int kMaxHeadDim = 256;
+}  // namespace unfused
+
+// The fused fp32 kernels (cuda-fa1, cuda-fa2-simt): d is padded up to the next multiple of 32 in shared
+// memory, and d = 128 is the largest tile that fits with Br = Bc = 64.
+namespace simt {
+inline constexpr DType kDTypes[] = {DType::F32};
+inline constexpr int kPaddedHeadDims[] = {32, 64, 96, 128};
+inline constexpr int kMaxHeadDim = 128;
+}  // namespace simt
+
+// cuda-fa2 (tensor cores): one compiled configuration per listed head dim.
+namespace fa2 {
+inline constexpr DType kDTypes[] = {DType::F16, DType::BF16};
+inline constexpr int kHeadDims[] = {32, 64, 96, 128, 256};
+}  // namespace fa2
+
+}  // namespace flashlab::cuda

@@ -1,0 +1,137 @@
+#pragma once
+// The host side every kernel generation shares (naive.cu and cublas.cu's unfused pipeline, fa1.cu,
+// fa2_simt.cu, fa2.cu), so that each generation's file says only what is its own: its scratch
+// buffers and its launches.
+//  * DeviceAttention<T>: the device tensors of one problem, q, k, v, o (element type T) and lse (fp32),
+//    and for the backward dO, dq, dk, dv. Made from host tensors (for_forward, for_backward: inputs
+//    uploaded, outputs poisoned) or at random (random: benchmarks), downloaded back into ForwardOut or
+//    Grads, and io_bytes(): what BenchResult::io_bytes reports.
+//  * bench_passes(): one untimed forward (the backward reads its O and L), then time_passes().
+//  * set_extents(): a Shape's extents into a kernel's parameter struct.
+// A benchmark opens its PeakScope before making its DeviceAttention and scratch, so peak_bytes counts
+// them all.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/bench.hpp"
+#include "core/problem.hpp"
+#include "core/tensor.hpp"
+#include "cuda/common.cuh"
+
+namespace flashlab::cuda {
+
+// Elements of a tensor of these dims (q_dims, kv_dims, lse_dims of core/tensor.hpp).
+inline std::size_t numel(const std::vector<std::int64_t>& dims) {
+  std::size_t n = 1;
+  for (auto d : dims) n *= static_cast<std::size_t>(d);
+  return n;
+}
+
+// Copy a problem's extents into a kernel parameter struct that names them the same way (AttnParams of
+// simt_tiles.cuh, fa2::Params of fa2_launch.cuh).
+template <class KernelParams>
+void set_extents(KernelParams& params, const Shape& s) {
+  params.batch = s.batch;
+  params.heads_q = s.heads_q;
+  params.heads_kv = s.heads_kv;
+  params.seq_q = s.seq_q;
+  params.seq_k = s.seq_k;
+  params.head_dim = s.head_dim;
+}
+
+// What a backward pass reads of the forward's outputs: the unfused pipeline recomputes P from L
+// alone; the fused kernels also need O, for D_i = rowsum(dO_i o O_i).
+enum class BackwardReads { lse, o_and_lse };
+
+template <class T>
+struct DeviceAttention {
+  DeviceBuffer<T> q, k, v, o;  // (B, S_q, H_q, D), (B, S_k, H_kv, D) twice, (B, S_q, H_q, D)
+  DeviceBuffer<float> lse;     // (B, H_q, S_q), natural log
+  DeviceBuffer<T> dO, dq, dk, dv;  // backward only: shaped like o, q, k, v
+
+  // A forward from host inputs: q, k, v uploaded (rounded to T); o and lse allocated and poisoned.
+  static DeviceAttention for_forward(const Shape& shape, const Qkv& in) {
+    DeviceAttention t;
+    t.upload_inputs(in);
+    t.o = DeviceBuffer<T>(numel(q_dims(shape)));
+    t.lse = DeviceBuffer<float>(numel(lse_dims(shape)));
+    poison(t.o);
+    poison(t.lse);
+    return t;
+  }
+
+  // A backward from host tensors: q, k, v, the forward's lse (and o, if `reads` says so) and dO
+  // uploaded; dq, dk, dv allocated and poisoned.
+  static DeviceAttention for_backward(const Shape& shape, const Qkv& in, const ForwardOut& fwd,
+                                      const HostTensor& dO, BackwardReads reads) {
+    DeviceAttention t;
+    t.upload_inputs(in);
+    if (reads == BackwardReads::o_and_lse) t.o = upload<T>(fwd.o);
+    t.lse = upload<float>(fwd.lse);
+    t.dO = upload<T>(dO);
+    t.allocate_grads(shape);
+    poison(t.dq);
+    poison(t.dk);
+    poison(t.dv);
+    return t;
+  }
+
+  // Benchmark tensors made on the device: q, k, v uniform in (-1, 1) (seeds 1, 2, 3), o and lse
+  // allocated; with `backward`, dO too (seed 4) and dq, dk, dv.
+  static DeviceAttention random(const Shape& shape, bool backward) {
+    DeviceAttention t;
+    t.q = DeviceBuffer<T>(numel(q_dims(shape)));
+    t.k = DeviceBuffer<T>(numel(kv_dims(shape)));
+    t.v = DeviceBuffer<T>(numel(kv_dims(shape)));
+    t.o = DeviceBuffer<T>(numel(q_dims(shape)));
+    t.lse = DeviceBuffer<float>(numel(lse_dims(shape)));
+    fill_random(t.q, 1);
+    fill_random(t.k, 2);
+    fill_random(t.v, 3);
+    if (backward) {
+      t.dO = DeviceBuffer<T>(numel(q_dims(shape)));
+      fill_random(t.dO, 4);
+      t.allocate_grads(shape);
+    }
+    return t;
+  }
+
+  // Bytes of the problem's inputs and outputs (the buffers that exist): q, k, v, o, lse, and dO, dq,
+  // dk, dv when the backward is timed.
+  std::size_t io_bytes() const {
+    return q.bytes() + k.bytes() + v.bytes() + o.bytes() + lse.bytes() + dO.bytes() + dq.bytes() + dk.bytes() +
+           dv.bytes();
+  }
+
+  ForwardOut download_forward(const Shape& shape) const {
+    return ForwardOut{download(o, q_dims(shape)), download(lse, lse_dims(shape))};
+  }
+  Grads download_grads(const Shape& shape) const {
+    return Grads{download(dq, q_dims(shape)), download(dk, kv_dims(shape)), download(dv, kv_dims(shape))};
+  }
+
+ private:
+  void upload_inputs(const Qkv& in) {
+    q = upload<T>(in.q);
+    k = upload<T>(in.k);
+    v = upload<T>(in.v);
+  }
+  void allocate_grads(const Shape& shape) {
+    dq = DeviceBuffer<T>(numel(q_dims(shape)));
+    dk = DeviceBuffer<T>(numel(kv_dims(shape)));
+    dv = DeviceBuffer<T>(numel(kv_dims(shape)));
+  }
+};
+
+// Benchmark one generation on `t` (made by DeviceAttention::random inside `scope`): one untimed
+// forward, so that the backward reads a real O and L, then time_passes.
+template <class T>
+BenchResult bench_passes(const BenchSettings& settings, const PeakScope& scope, const DeviceAttention<T>& t,
+                         const std::function<void()>& forward, const std::function<void()>& backward) {
+  forward();
+  return time_passes(settings, scope, t.io_bytes(), forward, backward);
+}
+
+}  // namespace flashlab::cuda

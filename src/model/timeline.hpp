@@ -1,0 +1,84 @@
+#pragma once
+// A pipeline timeline: when each warpgroup of a few thread blocks of a warp-specialized kernel
+// (cuda-fa3-ws) issued its TMA loads, saw them land, issued and waited on its wgmma, ran the softmax,
+// waited at a barrier, ran the epilogue. The kernel writes TimelineRecord (plain, fixed-width, usable
+// in device code); the host turns them into a Timeline and writes it in the Chrome Trace Event Format
+// (what Perfetto and chrome://tracing open); the app reads it back (viz Pipeline panel).
+//
+// This header stays free of nlohmann/json and of anything a .cu file cannot include.
+#include <cstddef>
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace flashlab {
+
+// Names are stable (they are the "name" of each trace event): append new kinds, never renumber.
+enum class PipelineEvent : std::uint16_t {
+  TmaIssue,     // instant: the producer issued a TMA load (K/V tile into a stage)
+  TmaLanded,    // instant: the tile's bytes arrived (its mbarrier completed)
+  WgmmaIssue,   // instant: a warpgroup issued its wgmma (S = Q K^T or O += P V)
+  WgmmaWait,    // instant: wgmma.wait_group returned (the product is in registers)
+  Softmax,      // span: online softmax of one tile (max, exp, row sums, rescale)
+  BarrierWait,  // span: blocked on a barrier (a full stage, an empty stage, the other warpgroup)
+  Epilogue,     // span: O / l, LSE, the store of O
+  Count
+};
+constexpr int kPipelineEventCount = static_cast<int>(PipelineEvent::Count);
+
+const char* to_string(PipelineEvent);      // "tma_issue", "tma_landed", "wgmma_issue", ...
+PipelineEvent parse_pipeline_event(const std::string&);  // throws InputError naming the known ones
+bool is_span(PipelineEvent);               // true: has a duration; false: an instant (begin == end)
+const char* category(PipelineEvent);       // the trace event "cat": "tma", "wgmma", "softmax", "sync", "epilogue"
+std::string known_pipeline_events();       // "tma_issue, tma_landed, ..." for messages
+
+// What the kernel writes, one per event, into a global buffer (24 bytes, no padding). Stamps are
+// %globaltimer nanoseconds; an instant has t_end_ns == t_begin_ns.
+struct TimelineRecord {
+  std::uint32_t block;      // blockIdx (linearized)
+  std::uint16_t warpgroup;  // threadIdx.x / 128
+  std::uint16_t event;      // a PipelineEvent
+  std::uint64_t t_begin_ns;
+  std::uint64_t t_end_ns;
+};
+static_assert(std::is_trivially_copyable_v<TimelineRecord> && std::is_standard_layout_v<TimelineRecord>);
+static_assert(sizeof(TimelineRecord) == 24, "TimelineRecord is the kernel's wire format: keep it 24 bytes");
+
+struct TimelineSpan {
+  std::uint32_t block = 0;
+  std::uint32_t warpgroup = 0;  // the lane within the block
+  PipelineEvent event = PipelineEvent::Softmax;
+  std::uint64_t begin_ns = 0, end_ns = 0;  // end == begin for instants
+  bool operator==(const TimelineSpan&) const = default;
+};
+
+struct Timeline {
+  std::string device, variant;  // "NVIDIA H100 80GB HBM3", "cuda-fa3-ws"
+  std::string label;            // what the run was ("ladder step 3, N=4096 d=128"); "synthetic ..." if made up
+  std::uint32_t producer_warpgroups = 1;  // warpgroups 0 .. this-1 produce (TMA), the rest consume
+  std::vector<TimelineSpan> spans;
+
+  std::uint64_t start_ns() const;  // the earliest stamp (0 when empty)
+  std::uint64_t end_ns() const;    // the latest stamp
+  bool operator==(const Timeline&) const = default;
+};
+
+// The records of a kernel run, as a Timeline. Throws InputError for an unknown event number, an end
+// before its begin, or an instant with a duration.
+Timeline timeline_from_records(const TimelineRecord* records, std::size_t count, const std::string& device,
+                               const std::string& variant, const std::string& label,
+                               std::uint32_t producer_warpgroups = 1);
+
+// Chrome Trace Event Format: {"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}.
+// Spans are "ph": "X" with "ts"/"dur" in microseconds relative to the earliest stamp, instants are
+// "ph": "i"; pid = block, tid = warpgroup, with "M" events naming them ("block 3", "producer WG0").
+// otherData holds device, variant, label, producer_warpgroups and t0_ns (the earliest stamp), so
+// reading the output gives back the same Timeline.
+void write_trace_event_json(const Timeline&, std::ostream&);
+// Throws InputError with one sentence naming `what` (e.g. "timeline run.json") for a bad file.
+Timeline read_trace_event_json(std::istream&, const std::string& what);
+Timeline read_trace_event_file(const std::string& path);  // what = "timeline PATH"
+
+}  // namespace flashlab

@@ -1,0 +1,80 @@
+#pragma once
+// The one table of variants. The CLI (check, run, bench), the tests and the app all read it: adding a
+// kernel means adding one row in variants.cpp, and it shows up everywhere.
+//
+// The registry is the only layer that knows every implementation. Each row takes the kernel's
+// constraints (dtypes, head dims) from the data the kernel exports, and the row's checked entry points
+// (Variant::forward, backward, bench) test a problem against them once, before dispatch: the
+// implementations below never look themselves up here.
+#include <cstddef>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/bench.hpp"
+#include "core/problem.hpp"
+#include "core/tensor.hpp"
+#include "model/traffic.hpp"
+
+namespace flashlab {
+
+enum class Device { Cpu, Cuda };
+const char* to_string(Device);
+
+struct Supports {
+  bool causal = false, dropout = false, gqa = false, backward = false;
+};
+
+// Head dims a variant accepts: every d in [min, max], or only the listed ones when `only` is set.
+struct HeadDims {
+  int min = 1, max = 256;
+  std::vector<int> only;
+  static HeadDims range(int min, int max) { return HeadDims{min, max, {}}; }
+  static HeadDims listed(std::span<const int> dims) { return HeadDims{0, 0, {dims.begin(), dims.end()}}; }
+  bool contains(int d) const;
+  std::string describe() const;  // "1..256" or "64, 128"
+};
+
+// The implementation behind a row (unchecked: the row checks before calling).
+using ForwardFn = ForwardOut (*)(const Problem&, DType, const Qkv&, TrafficObserver*);
+using BackwardFn = Grads (*)(const Problem&, DType, const Qkv&, const ForwardOut&, const HostTensor& dO);
+using BenchFn = BenchResult (*)(const Problem&, DType, const BenchSettings&);
+
+struct Variant {
+  std::string name;  // stable: scripts and lessons use it
+  Device device = Device::Cpu;
+  std::vector<DType> dtypes;
+  Supports supports;
+  HeadDims head_dims;
+  std::string summary;  // one line
+  Algorithm algorithm = Algorithm::FA2;  // its loop nest, hence its modeled HBM traffic
+  ForwardFn forward_fn = nullptr;
+  BackwardFn backward_fn = nullptr;  // nullptr when !supports.backward
+  BenchFn bench_fn = nullptr;        // nullptr: timed from the host around forward/backward
+
+  bool available() const;  // CPU: always; CUDA: built with CUDA and a device is present
+  bool supports_dtype(DType) const;
+  bool has_backward() const { return supports.backward && backward_fn != nullptr; }
+  bool has_device_timer() const { return bench_fn != nullptr; }
+
+  // Checked entry points: check_supported and the tensors' shapes, then the implementation. Bad input
+  // throws InputError (one sentence) before anything is allocated or launched.
+  ForwardOut forward(const Problem&, DType, const Qkv&, TrafficObserver* = nullptr) const;
+  Grads backward(const Problem&, DType, const Qkv&, const ForwardOut&, const HostTensor& dO) const;
+  BenchResult bench(const Problem&, DType, const BenchSettings&) const;  // needs has_device_timer()
+};
+
+const std::vector<Variant>& variants();
+// Throws InputError listing the known names when `name` is not one. (A string_view, not a const
+// std::string&: a reference to a temporary name would make GCC 13 warn about the returned reference.)
+const Variant& find_variant(std::string_view name);
+
+// Throws InputError (one sentence) unless the variant can run this problem in this dtype:
+// head dim, dtype, causal, dropout, GQA, backward, availability.
+void check_supported(const Variant&, const Problem&, DType, bool backward);
+
+bool cuda_device_present();      // false when built without CUDA
+std::string cuda_device_name();  // e.g. "NVIDIA H100 80GB HBM3"; "" without a device
+
+}  // namespace flashlab
