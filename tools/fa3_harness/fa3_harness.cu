@@ -5,12 +5,21 @@
 //  --check  : every ladder step x head dim x dtype x case vs a CPU double reference, with the
 //             FlashAttention rule max|O - O_ref| <= 2 max|O_lowp - O_ref| + 1e-5 and |LSE - LSE_ref| <= 1e-3.
 //  --bench  : TFLOP/s per ladder step, bf16, B N = 16384 tokens, H d = 2048.
+//  --variants : with --check / --bench, also the candidate builds (launch_forward_variant: var 0 = the
+//             previous pass's kernel, 1 = m-fast tile order, 3 = + K ahead of V at d = 128), steps 2-5,
+//             checked on the cases without dropout (the variants are built without it).
+//  --timeline DIR : per step / d / N (--steps, --dims, --ns; --causal for bottom-right), one run of the
+//             timeline build (bf16, shipped choices), written as Trace Event JSON to
+//             DIR/h100-fa3-ws-timeline-step<S>-d<D>-n<N/1024>k.json, and the cost of recording (median
+//             ms of the plain kernel, the timeline build not recording, and recording).
+//             --timeline-records N caps the records kept (default 8192: ~4 blocks of steps 2-4 at N = 8k).
 // Default: --probes --check. Options: --steps 1,2,.. --dims 64,.. --ns 4096,.. (bench N) --seed N --log FILE. Exit 1 on any FAIL.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <fstream>
 #include <cmath>
 #include <cstdarg>
 #include <cstdint>
@@ -27,9 +36,17 @@
 #include "core/philox.hpp"
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
 #include "cuda/fa3_ws/hopper.cuh"
+#include "model/timeline.hpp"
+
+namespace flashlab::cuda::fa3ws {
+// fa3_ws_forward.cu built with FLASHLAB_FA3_VARIANT_ENTRY (the candidate builds and the timeline build).
+bool launch_forward_variant(DType dtype, const Params& p, cudaStream_t stream, LadderStep step, int var, bool timeline);
+}  // namespace flashlab::cuda::fa3ws
 
 using namespace flashlab;
 using namespace flashlab::cuda::fa3ws;
+
+constexpr int kVariants[] = {0, 1, 3};  // the candidate builds --variants runs (besides the shipped one)
 
 namespace {
 
@@ -421,13 +438,15 @@ struct Tally {
   int pass = 0, fail = 0;
 };
 
-int run_checks(const std::vector<int>& steps, const std::vector<int>& dims, std::uint64_t seed, std::vector<std::string>& summary) {
+int run_checks(const std::vector<int>& steps, const std::vector<int>& dims, std::uint64_t seed, std::vector<std::string>& summary,
+               bool variants) {
   int total_fail = 0;
   const std::uint64_t drop_seed = 0x5eed1234abcdull;
   for (DType dt : {DType::BF16, DType::F16}) {
     const char* dname = dt == DType::BF16 ? "bf16" : "fp16";
     for (int D : dims) {
       std::vector<Tally> tally(6);
+      std::vector<std::vector<Tally>> vtally(6, std::vector<Tally>(std::size(kVariants)));
       for (const Case& cs : kCases) {
         std::mt19937_64 rng(seed ^ (std::uint64_t(D) << 32) ^ std::hash<std::string>{}(cs.name) ^ (dt == DType::BF16 ? 0 : 77));
         const std::size_t nq = std::size_t(cs.B) * cs.Sq * cs.Hq * D, nk = std::size_t(cs.B) * cs.Sk * cs.Hkv * D;
@@ -466,20 +485,31 @@ int run_checks(const std::vector<int>& steps, const std::vector<int>& dims, std:
         p.drop_rescale = static_cast<float>(1.0 / (1.0 - cs.dropout));
         p.seed = drop_seed;
         std::string line;
+        // (step, variant index): -1 = the shipped build (launch_forward), k = kVariants[k].
+        std::vector<std::pair<int, int>> runs;
         for (int step : steps) {
+          runs.emplace_back(step, -1);
+          if (variants && step >= 2 && !p.dropout)
+            for (int k = 0; k < int(std::size(kVariants)); ++k) runs.emplace_back(step, k);
+        }
+        for (auto [step, vk] : runs) {
+          Tally& tl = vk < 0 ? tally[step] : vtally[step][vk];
           cuda_ok(cudaMemset(d_o, 0xff, nq * 2), "poison O");
           cuda_ok(cudaMemset(dl, 0xff, nl * 4), "poison LSE");
+          char vname[16] = "";
+          if (vk >= 0) std::snprintf(vname, sizeof vname, " var %d", kVariants[vk]);
           try {
-            launch_forward(dt, p, nullptr, static_cast<LadderStep>(step));
+            if (vk < 0) launch_forward(dt, p, nullptr, static_cast<LadderStep>(step));
+            else if (!launch_forward_variant(dt, p, nullptr, static_cast<LadderStep>(step), kVariants[vk], false)) continue;
           } catch (const std::exception& e) {
-            SAY("FAIL %s d=%d step %d %s: launch threw: %s\n", dname, D, step, cs.name, e.what());
-            ++tally[step].fail;
+            SAY("FAIL %s d=%d step %d%s %s: launch threw: %s\n", dname, D, step, vname, cs.name, e.what());
+            ++tl.fail;
             ++total_fail;
             line += " X";
             continue;
           }
           char what[160];
-          std::snprintf(what, sizeof what, "kernel %s d=%d step %d case %s", dname, D, step, cs.name);
+          std::snprintf(what, sizeof what, "kernel %s d=%d step %d%s case %s", dname, D, step, vname, cs.name);
           cuda_ok(cudaDeviceSynchronize(), what);
           std::vector<std::uint16_t> o(nq);
           std::vector<float> lse(nl);
@@ -522,28 +552,28 @@ int run_checks(const std::vector<int>& steps, const std::vector<int>& dims, std:
           };
           char buf[96];
           if (!ok) {
-            ++tally[step].fail;
+            ++tl.fail;
             ++total_fail;
             line += " F";
             if (nan) {
               where(first_nan, buf, sizeof buf);
-              SAY("FAIL %s d=%d step %d %s: O not finite at %s (got %g want %g)\n", dname, D, step, cs.name, buf,
+              SAY("FAIL %s d=%d step %d%s %s: O not finite at %s (got %g want %g)\n", dname, D, step, vname, cs.name, buf,
                   from_bits(o[first_nan], dt), ref.o[first_nan]);
             } else if (err > tol) {
               where(worst, buf, sizeof buf);
-              SAY("FAIL %s d=%d step %d %s: max|O-ref| %.3g > tol %.3g at %s (got %g want %g)\n", dname, D, step, cs.name, err,
+              SAY("FAIL %s d=%d step %d%s %s: max|O-ref| %.3g > tol %.3g at %s (got %g want %g)\n", dname, D, step, vname, cs.name, err,
                   tol, buf, from_bits(o[worst], dt), ref.o[worst]);
             }
             if (lbad || lerr > 1e-3) {
               const int row = int(lworst % cs.Sq), h = int(lworst / cs.Sq % cs.Hq), b = int(lworst / cs.Sq / cs.Hq);
-              SAY("FAIL %s d=%d step %d %s: LSE at (b %d, h %d, row %d) got %g want %g\n", dname, D, step, cs.name, b, h, row,
+              SAY("FAIL %s d=%d step %d%s %s: LSE at (b %d, h %d, row %d) got %g want %g\n", dname, D, step, vname, cs.name, b, h, row,
                   lse[lworst], ref.lse[lworst]);
             }
           } else {
-            ++tally[step].pass;
+            ++tl.pass;
             line += " .";
           }
-          LOG("  %s d=%d step %d %-24s err %.3g tol %.3g lse_err %.3g %s\n", dname, D, step, cs.name, err, tol, lerr, ok ? "PASS" : "FAIL");
+          LOG("  %s d=%d step %d%s %-24s err %.3g tol %.3g lse_err %.3g %s\n", dname, D, step, vname, cs.name, err, tol, lerr, ok ? "PASS" : "FAIL");
         }
         LOG("%s d=%3d %-24s steps:%s\n", dname, D, cs.name, line.c_str());
         cudaFree(dq);
@@ -557,6 +587,15 @@ int run_checks(const std::vector<int>& steps, const std::vector<int>& dims, std:
         row += "  step" + std::to_string(step) + " " + std::to_string(tally[step].pass) + "/" +
                std::to_string(tally[step].pass + tally[step].fail);
       summary.push_back(row);
+      if (variants) {
+        std::string vrow = std::string(dname) + " d=" + std::to_string(D) + " variants (no-dropout cases):";
+        for (int step : steps)
+          for (int k = 0; k < int(std::size(kVariants)); ++k)
+            if (vtally[step][k].pass + vtally[step][k].fail > 0)
+              vrow += "  step" + std::to_string(step) + "v" + std::to_string(kVariants[k]) + " " +
+                      std::to_string(vtally[step][k].pass) + "/" + std::to_string(vtally[step][k].pass + vtally[step][k].fail);
+        summary.push_back(vrow);
+      }
     }
   }
   return total_fail;
@@ -581,66 +620,190 @@ __global__ void fill_random_kernel(std::uint16_t* x, std::size_t n, std::uint32_
   }
 }
 
-void run_bench(const std::vector<int>& steps, const std::vector<int>& dims, const std::vector<int>& ns) {
-  constexpr int kTokens = 16384, kHidden = 2048, kWarm = 5, kIters = 20;
-  const std::size_t n = std::size_t(kTokens) * kHidden;
-  auto* dq = dev_alloc<std::uint16_t>(n);
-  auto* dk = dev_alloc<std::uint16_t>(n);
-  auto* dv = dev_alloc<std::uint16_t>(n);
-  auto* d_o = dev_alloc<std::uint16_t>(n);
-  auto* dl = dev_alloc<float>(std::size_t(kTokens) * kHidden / 64);
-  fill_random_kernel<<<1024, 256>>>(dq, n, 1, true);
-  fill_random_kernel<<<1024, 256>>>(dk, n, 2, true);
-  fill_random_kernel<<<1024, 256>>>(dv, n, 3, true);
-  cuda_ok(cudaDeviceSynchronize(), "fill");
+// Median ms of kIters runs after kWarm (events around each launch); -1 when `launch` says "not built".
+template <class F>
+double median_ms(F&& launch, int warm = 5, int iters = 20) {
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
-  SAY("bench bf16, B*N = %d tokens, H*d = %d, TFLOP/s (median of %d after %d warm-ups)\n", kTokens, kHidden, kIters, kWarm);
+  std::vector<float> ms;
+  for (int it = 0; it < warm + iters; ++it) {
+    cudaEventRecord(e0);
+    const bool built = launch();
+    cudaEventRecord(e1);
+    cuda_ok(cudaEventSynchronize(e1), "bench kernel");
+    if (!built) return -1;
+    float t = 0;
+    cudaEventElapsedTime(&t, e0, e1);
+    if (it >= warm) ms.push_back(t);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+struct BenchBuffers {
+  static constexpr int kTokens = 16384, kHidden = 2048;
+  std::uint16_t *q, *k, *v, *o;
+  float* lse;
+  BenchBuffers() {
+    const std::size_t n = std::size_t(kTokens) * kHidden;
+    q = dev_alloc<std::uint16_t>(n);
+    k = dev_alloc<std::uint16_t>(n);
+    v = dev_alloc<std::uint16_t>(n);
+    o = dev_alloc<std::uint16_t>(n);
+    lse = dev_alloc<float>(std::size_t(kTokens) * kHidden / 64);
+    fill_random_kernel<<<1024, 256>>>(q, n, 1, true);
+    fill_random_kernel<<<1024, 256>>>(k, n, 2, true);
+    fill_random_kernel<<<1024, 256>>>(v, n, 3, true);
+    cuda_ok(cudaDeviceSynchronize(), "fill");
+  }
+  ~BenchBuffers() {
+    cudaFree(q);
+    cudaFree(k);
+    cudaFree(v);
+    cudaFree(o);
+    cudaFree(lse);
+  }
+  // B N = kTokens, H d = kHidden, bf16.
+  Params params(int D, int N, bool causal) const {
+    Params p;
+    p.q = q;
+    p.k = k;
+    p.v = v;
+    p.o = o;
+    p.lse = lse;
+    p.batch = kTokens / N;
+    p.heads_q = p.heads_kv = kHidden / D;
+    p.seq_q = p.seq_k = N;
+    p.head_dim = D;
+    p.align = causal ? CausalAlign::BottomRight : CausalAlign::None;
+    p.scale = static_cast<float>(1.0 / std::sqrt(double(D)));
+    p.scale_log2 = p.scale * 1.4426950408889634f;
+    return p;
+  }
+};
+
+double tflops(const Params& p, double ms) {
+  double flops = 4.0 * p.batch * p.heads_q * double(p.seq_q) * p.seq_k * p.head_dim;
+  if (p.align != CausalAlign::None) flops /= 2;
+  return ms > 0 ? flops / (ms * 1e-3) / 1e12 : -1;
+}
+
+void run_bench(const std::vector<int>& steps, const std::vector<int>& dims, const std::vector<int>& ns, bool variants) {
+  const BenchBuffers buf;
+  SAY("bench bf16, B*N = %d tokens, H*d = %d, TFLOP/s (median of 20 after 5 warm-ups)\n", BenchBuffers::kTokens, BenchBuffers::kHidden);
   SAY("%4s %6s %6s", "d", "N", "causal");
   for (int s : steps) SAY("  step%d", s);
   SAY("\n");
   for (int D : dims)
     for (bool causal : {false, true})
       for (int N : ns) {
-        Params p;
-        p.q = dq;
-        p.k = dk;
-        p.v = dv;
-        p.o = d_o;
-        p.lse = dl;
-        p.batch = kTokens / N;
-        p.heads_q = p.heads_kv = kHidden / D;
-        p.seq_q = p.seq_k = N;
-        p.head_dim = D;
-        p.align = causal ? CausalAlign::BottomRight : CausalAlign::None;
-        p.scale = static_cast<float>(1.0 / std::sqrt(double(D)));
-        p.scale_log2 = p.scale * 1.4426950408889634f;
+        const Params p = buf.params(D, N, causal);
         SAY("%4d %6d %6s", D, N, causal ? "yes" : "no");
         for (int step : steps) {
-          std::vector<float> ms;
-          for (int it = 0; it < kWarm + kIters; ++it) {
-            cudaEventRecord(e0);
+          const double ms = median_ms([&] {
             launch_forward(DType::BF16, p, nullptr, static_cast<LadderStep>(step));
-            cudaEventRecord(e1);
-            cuda_ok(cudaEventSynchronize(e1), "bench kernel");
-            float t = 0;
-            cudaEventElapsedTime(&t, e0, e1);
-            if (it >= kWarm) ms.push_back(t);
-          }
-          std::sort(ms.begin(), ms.end());
-          const double t = ms[ms.size() / 2] * 1e-3;
-          double flops = 4.0 * p.batch * p.heads_q * double(N) * N * D;
-          if (causal) flops /= 2;
-          SAY("  %5.0f", flops / t / 1e12);
+            return true;
+          });
+          SAY("  %5.0f", tflops(p, ms));
         }
         SAY("\n");
       }
-  cudaFree(dq);
-  cudaFree(dk);
-  cudaFree(dv);
-  cudaFree(d_o);
-  cudaFree(dl);
+  if (!variants) return;
+  SAY("variants, TFLOP/s: ship = launch_forward (order m-fast + K ahead + 3 stages at d=128), v0 = previous pass,\n"
+      "v1 = + m-fast tile order, v3 = + K ahead of V (built at d = 128 only; elsewhere ship = v3)\n");
+  SAY("%4s %6s %6s %4s %6s", "d", "N", "causal", "step", "ship");
+  for (int v : kVariants) SAY("  %5s", ("v" + std::to_string(v)).c_str());
+  SAY("\n");
+  for (int D : dims)
+    for (bool causal : {false, true})
+      for (int N : ns)
+        for (int step : steps) {
+          if (step < 2) continue;
+          const Params p = buf.params(D, N, causal);
+          SAY("%4d %6d %6s %4d", D, N, causal ? "yes" : "no", step);
+          SAY("  %5.0f", tflops(p, median_ms([&] {
+                launch_forward(DType::BF16, p, nullptr, static_cast<LadderStep>(step));
+                return true;
+              })));
+          for (int v : kVariants) {
+            const double ms = median_ms([&] { return launch_forward_variant(DType::BF16, p, nullptr, static_cast<LadderStep>(step), v, false); });
+            if (ms < 0) SAY("  %5s", "-");
+            else SAY("  %5.0f", tflops(p, ms));
+          }
+          SAY("\n");
+        }
+}
+
+// One timeline run per (step, d, N): records of the first blocks, as Trace Event JSON in `dir`; and the
+// cost of recording (plain shipped kernel vs the timeline build with and without a buffer).
+int run_timeline(const std::string& dir, const std::vector<int>& steps, const std::vector<int>& dims, const std::vector<int>& ns,
+                 bool causal, int capacity) {
+  const BenchBuffers buf;
+  cudaDeviceProp prop{};
+  cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  auto* d_rec = dev_alloc<flashlab::TimelineRecord>(capacity);  // the kernel reads p.timeline as flashlab::TimelineRecord slots
+  auto* d_count = dev_alloc<unsigned>(1);
+  int fails = 0;
+  SAY("timeline (bf16, shipped choices, %s): ms median of 20: plain / timeline build, no buffer / recording\n",
+      causal ? "causal bottom-right" : "not causal");
+  for (int D : dims)
+    for (int N : ns)
+      for (int step : steps) {
+        Params p = buf.params(D, N, causal);
+        const LadderStep ls = static_cast<LadderStep>(step);
+        const double plain = median_ms([&] {
+          launch_forward(DType::BF16, p, nullptr, ls);
+          return true;
+        });
+        const double idle = median_ms([&] { return launch_forward_variant(DType::BF16, p, nullptr, ls, 0, true); });
+        p.timeline = reinterpret_cast<::flashlab::cuda::fa3ws::TimelineRecord*>(d_rec);
+        p.timeline_count = d_count;
+        p.timeline_capacity = capacity;
+        const double rec = median_ms([&] {
+          cudaMemsetAsync(d_count, 0, sizeof(unsigned));
+          return launch_forward_variant(DType::BF16, p, nullptr, ls, 0, true);
+        });
+        // The kept run: a clean buffer (0xff = hole), then one launch.
+        cuda_ok(cudaMemset(d_rec, 0xff, std::size_t(capacity) * sizeof(flashlab::TimelineRecord)), "timeline fill");
+        cuda_ok(cudaMemset(d_count, 0, sizeof(unsigned)), "timeline count");
+        if (!launch_forward_variant(DType::BF16, p, nullptr, ls, 0, true)) {
+          SAY("timeline: step %d d=%d not built\n", step, D);
+          ++fails;
+          continue;
+        }
+        cuda_ok(cudaDeviceSynchronize(), "timeline kernel");
+        unsigned used = 0;
+        cuda_ok(cudaMemcpy(&used, d_count, sizeof used, cudaMemcpyDeviceToHost), "memcpy");
+        std::vector<flashlab::TimelineRecord> raw(std::min<std::size_t>(used, capacity));
+        cuda_ok(cudaMemcpy(raw.data(), d_rec, raw.size() * sizeof(flashlab::TimelineRecord), cudaMemcpyDeviceToHost), "memcpy");
+        std::vector<flashlab::TimelineRecord> recs;
+        for (const flashlab::TimelineRecord& r : raw)
+          if (r.event != 0xffff) recs.push_back(r);
+        char name[128], label[160];
+        std::snprintf(name, sizeof name, "%s/h100-fa3-ws-timeline-step%d-d%d-n%dk%s.json", dir.c_str(), step, D, N / 1024,
+                      causal ? "-causal" : "");
+        std::snprintf(label, sizeof label, "ladder step %d, bf16, B=%d H=%d N=%d d=%d%s, blocks 0-%d", step, p.batch, p.heads_q,
+                      N, D, causal ? " causal bottom-right" : "", kTimelineBlocks - 1);
+        try {
+          const flashlab::Timeline t = timeline_from_records(recs.data(), recs.size(), prop.name, "cuda-fa3-ws", label, step >= 2 ? 1 : 0);
+          std::ofstream f(name);
+          write_trace_event_json(t, f);
+          if (!f) throw std::runtime_error(std::string("cannot write ") + name);
+        } catch (const std::exception& e) {
+          SAY("timeline: step %d d=%d N=%d: %s\n", step, D, N, e.what());
+          ++fails;
+          continue;
+        }
+        SAY("timeline step %d d=%d N=%d: %zu records (%u slots taken of %d) -> %s; ms plain %.3f, timeline build %.3f "
+            "(%+.1f%%), recording %.3f (%+.1f%%)\n",
+            step, D, N, recs.size(), used, capacity, name, plain, idle, 100 * (idle / plain - 1), rec, 100 * (rec / plain - 1));
+      }
+  cudaFree(d_rec);
+  cudaFree(d_count);
+  return fails;
 }
 
 std::vector<int> parse_list(const char* s) {
@@ -656,7 +819,9 @@ std::vector<int> parse_list(const char* s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool probes = false, check = false, bench = false;
+  bool probes = false, check = false, bench = false, variants = false, causal = false;
+  std::string timeline_dir;
+  int timeline_records = 8192;
   std::vector<int> steps = {1, 2, 3, 4, 5}, dims(std::begin(kHeadDims), std::end(kHeadDims)),
                    ns = {512, 1024, 2048, 4096, 8192, 16384};
   std::uint64_t seed = std::random_device{}();
@@ -666,17 +831,21 @@ int main(int argc, char** argv) {
     if (a == "--probes") probes = true;
     else if (a == "--check") check = true;
     else if (a == "--bench") bench = true;
+    else if (a == "--variants") variants = true;
+    else if (a == "--causal") causal = true;
+    else if (a == "--timeline" && i + 1 < argc) timeline_dir = argv[++i];
+    else if (a == "--timeline-records" && i + 1 < argc) timeline_records = std::atoi(argv[++i]);
     else if (a == "--steps" && i + 1 < argc) steps = parse_list(argv[++i]);
     else if (a == "--dims" && i + 1 < argc) dims = parse_list(argv[++i]);
     else if (a == "--ns" && i + 1 < argc) ns = parse_list(argv[++i]);
     else if (a == "--seed" && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--log" && i + 1 < argc) log_path = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--probes] [--check] [--bench] [--steps 1,2,..] [--dims 64,..] [--ns 4096,..] [--seed N] [--log FILE]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--probes] [--check] [--bench] [--variants] [--timeline DIR [--causal] [--timeline-records N]] [--steps 1,2,..] [--dims 64,..] [--ns 4096,..] [--seed N] [--log FILE]\n", argv[0]);
       return 2;
     }
   }
-  if (!probes && !check && !bench) probes = check = true;
+  if (!probes && !check && !bench && timeline_dir.empty()) probes = check = true;
   if (log_path) g_log = std::fopen(log_path, "a");
   cudaDeviceProp prop{};
   cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
@@ -689,8 +858,13 @@ int main(int argc, char** argv) {
     fails += f;
     summary.push_back(std::string("probes: ") + (f ? std::to_string(f) + " FAIL" : "all PASS"));
   }
-  if (check) fails += run_checks(steps, dims, seed, summary);
-  if (bench) run_bench(steps, dims, ns);
+  if (check) fails += run_checks(steps, dims, seed, summary, variants);
+  if (bench) run_bench(steps, dims, ns, variants);
+  if (!timeline_dir.empty()) {
+    const int f = run_timeline(timeline_dir, steps, dims, ns, causal, timeline_records);
+    fails += f;
+    summary.push_back(std::string("timeline: ") + (f ? std::to_string(f) + " FAIL" : "written"));
+  }
   SAY("---- summary (pass/total per ladder step; %zu cases each) ----\n", std::size(kCases));
   for (const auto& s : summary) SAY("%s\n", s.c_str());
   SAY("%s\n", fails ? "RESULT: FAIL" : "RESULT: PASS");

@@ -39,6 +39,7 @@
 #include "core/philox.hpp"
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
 #include "cuda/fa3_ws/hopper.cuh"
+#include "model/timeline.hpp"
 
 namespace flashlab::cuda::fa3ws {
 namespace {
@@ -56,13 +57,24 @@ constexpr int kBarTurnBase = 3;
 
 // ---- configuration -------------------------------------------------------------------------------------
 
+// Candidate scheduling choices, one bit each of the kernel's kVar (the harness benches them side by side
+// through launch_forward_variant; launch_forward runs kShippedVar):
+//  * kVarTileOrderMFast: tiles numbered query block fastest within a (batch, head), so the blocks resident
+//    at once share a few heads' K/V streams in L2 (the older order, heads fastest, spread the ~132
+//    resident blocks over up to 132 heads: at N = 4k only ~2 blocks read each K/V stream).
+//  * kVarKAhead: the producer issues K_{j+1} before V_j (the order the consumers use them: S_{i,j+1}
+//    and P_ij V_j are issued together), instead of waiting V_j's empty slot before the next K.
+//  * kVarStages3: three K/V stages at d = 128 (Q 32 KiB + 3 x 64 KiB = 224 KiB fits the 227 KiB).
+constexpr int kVarTileOrderMFast = 1, kVarKAhead = 2, kVarStages3 = 4;
+constexpr int kShippedVar = kVarTileOrderMFast | kVarKAhead | kVarStages3;
+
 // Per head dim: Bc and the number of K/V stages. d = 256 takes Bc = 64 so that O_i (128 fp32 registers
 // per thread), S_ij (32) and P_ij (16, twice under intra-warpgroup overlap) fit in 240 registers; d = 64
-// has shared memory for a third stage.
-template <int D>
+// has shared memory for a third stage, d = 128 too with kVarStages3.
+template <int D, int kVar = 0>
 struct HeadConfig {
   static constexpr int kBc = D == 256 ? 64 : 128;
-  static constexpr int kStages = D == 64 ? 3 : 2;
+  static constexpr int kStages = D == 64 || (D == 128 && (kVar & kVarStages3) != 0) ? 3 : 2;
 };
 
 // Per ladder step: which scheduling ideas are on, and the block shape that follows.
@@ -79,9 +91,9 @@ struct StepConfig {
 
 // Shared memory: Q_i (Br, d), kStages x K_j (Bc, d), kStages x V_j (Bc, d), each as 128B-swizzled
 // 64-column panels, then the mbarriers. O_i goes out through Q_i's space (each consumer its own rows).
-template <int D, int kBr>
+template <int D, int kBr, int kStagesIn>
 struct SmemLayout {
-  static constexpr int kBc = HeadConfig<D>::kBc, kStages = HeadConfig<D>::kStages;
+  static constexpr int kBc = HeadConfig<D>::kBc, kStages = kStagesIn;
   static constexpr int kQBytes = kBr * D * kElemBytes;
   static constexpr int kKVBytes = kBc * D * kElemBytes;  // one K or V stage
   static constexpr int kQOffset = 0;
@@ -97,10 +109,11 @@ struct SmemLayout {
   static_assert(kBytes <= kMaxSmemBytes, "Q, the K/V stages and the barriers must fit 227 KiB");
 };
 
-template <class T, int D, int kStep>
-struct KernelConfig : StepConfig<kStep>, HeadConfig<D> {
+template <class T, int D, int kStep, int kVarIn>
+struct KernelConfig : StepConfig<kStep>, HeadConfig<D, kVarIn> {
   using Step = StepConfig<kStep>;
-  using Smem = SmemLayout<D, Step::kBr>;
+  static constexpr int kVar = kVarIn;
+  using Smem = SmemLayout<D, Step::kBr, HeadConfig<D, kVarIn>::kStages>;
 };
 
 // The value of x, which the compiler cannot see through (keeps loop-invariant math inside a loop).
@@ -134,41 +147,67 @@ constexpr bool kTimelineCompiled = true;
 constexpr bool kTimelineCompiled = false;
 #endif
 
+// What the kernel records: flashlab::TimelineRecord (model/timeline.hpp), 24 bytes each, %globaltimer
+// nanoseconds, into p.timeline read as flashlab::TimelineRecord slots (p.timeline_capacity of them;
+// Params' own 32-byte record type is not used). One thread per warpgroup records (the producer's
+// issuing thread, thread 0 of each consumer), in blocks blockIdx.x < kTimelineBlocks. A lane takes
+// kTimelineChunk slots per atomicAdd on p.timeline_count (one atomic per record would stall the
+// recording warp ~1 us on its round trip, longer than a softmax), so the buffer has holes: the host
+// fills it with 0xff first and drops records whose event is 0xffff. Within a lane, slot order is time order.
+using flashlab::PipelineEvent;
+constexpr unsigned kTimelineChunk = 128;
+
 template <bool kOn>
-struct Timeline {
+struct TimelineLane {
+  std::uint32_t next = 0, end = 0;
+  bool on = false;
   __device__ static std::uint64_t now() {
     if constexpr (kOn) return global_timer_ns();
     else return 0;
   }
-  // One record per call from the leader thread of a warpgroup in the first kTimelineBlocks blocks.
-  __device__ static void record(const Params& p, int warpgroup, TimelineEvent e, std::uint64_t t_begin) {
+  __device__ void start(const Params& p, bool recorder) {
+    if constexpr (kOn) on = recorder && blockIdx.x < static_cast<unsigned>(kTimelineBlocks) && p.timeline != nullptr;
+    else (void)p, (void)recorder;
+  }
+  __device__ void put(const Params& p, PipelineEvent e, std::uint64_t t0, std::uint64_t t1) {
     if constexpr (kOn) {
-      if (blockIdx.x >= kTimelineBlocks || threadIdx.x % kWarpgroupThreads != 0 || p.timeline == nullptr) return;
-      const unsigned slot = atomicAdd(p.timeline_count, 1u);
-      if (slot >= static_cast<unsigned>(p.timeline_capacity)) return;
-      p.timeline[slot] = TimelineRecord{blockIdx.x, static_cast<std::uint32_t>(warpgroup), static_cast<std::uint32_t>(e),
-                                        0, t_begin, global_timer_ns()};
+      if (!on) return;
+      if (next == end) {
+        next = atomicAdd(p.timeline_count, kTimelineChunk);
+        end = next + kTimelineChunk;
+      }
+      if (next < static_cast<std::uint32_t>(p.timeline_capacity))
+        reinterpret_cast<flashlab::TimelineRecord*>(p.timeline)[next] = flashlab::TimelineRecord{
+            blockIdx.x, static_cast<std::uint16_t>(threadIdx.x / kWarpgroupThreads), static_cast<std::uint16_t>(e), t0, t1};
+      ++next;
     } else {
-      (void)p, (void)warpgroup, (void)e, (void)t_begin;
+      (void)p, (void)e, (void)t0, (void)t1;
     }
+  }
+  __device__ void instant(const Params& p, PipelineEvent e, std::uint64_t t) { put(p, e, t, t); }
+  __device__ void span(const Params& p, PipelineEvent e, std::uint64_t t0) { put(p, e, t0, now()); }
+  // A barrier wait, recorded only when it blocked (the timer moved).
+  __device__ void waited(const Params& p, std::uint64_t t0, std::uint64_t t1) {
+    if (t1 > t0) put(p, PipelineEvent::BarrierWait, t0, t1);
   }
 };
 
 // ---- tile scheduler ----------------------------------------------------------------------------------------
 
-// A tile is Br query rows of one (batch, query head). Tile t is numbered heaviest first: the last query
-// blocks see the most keys under a causal mask.
+// A tile is Br query rows of one (batch, query head). Within a (batch, head) the last query blocks come
+// first: they see the most keys under a causal mask.
 struct Tile {
   int b, h, h_kv, row0;
   int n_blocks;  // K/V blocks that hold a visible key for some row of the tile (never a fully masked one)
 };
 
-template <int kBr, int kBc>
+template <int kBr, int kBc, bool kMFast>
 __device__ __forceinline__ Tile make_tile(const Params& p, int t) {
   const int bh_total = p.batch * p.heads_q;
   const int num_m = (p.seq_q + kBr - 1) / kBr;
   Tile tile;
-  const int m_block = num_m - 1 - t / bh_total, bh = t % bh_total;
+  // kMFast: the query blocks of one (batch, head) in a row, heaviest first; else heads fastest.
+  const int m_block = kMFast ? num_m - 1 - t % num_m : num_m - 1 - t / bh_total, bh = kMFast ? t / num_m : t % bh_total;
   tile.b = bh / p.heads_q;
   tile.h = bh % p.heads_q;
   tile.h_kv = tile.h / (p.heads_q / p.heads_kv);
@@ -200,9 +239,14 @@ struct Loader {
   unsigned char* smem;
   std::uint64_t* bars;
 
-  // Q_i (Br, d): once per tile.
-  __device__ void load_q(const Tile& tile, std::uint32_t tile_iter) const {
+  // Q_i (Br, d): once per tile. `tl` records the wait for the empty slot and the issue.
+  template <class Lane>
+  __device__ void load_q(const Tile& tile, std::uint32_t tile_iter, Lane& tl, const Params& p) const {
+    const std::uint64_t t0 = Lane::now();
     mbar_wait(&bars[Smem::kQEmpty], (tile_iter & 1) ^ 1);
+    const std::uint64_t t1 = Lane::now();
+    tl.waited(p, t0, t1);
+    tl.instant(p, PipelineEvent::TmaIssue, t1);
     mbar_arrive_expect_tx(&bars[Smem::kQFull], Smem::kQBytes);
 #pragma unroll
     for (int pnl = 0; pnl < kPanels; ++pnl)
@@ -210,14 +254,18 @@ struct Loader {
                   tile.b, &bars[Smem::kQFull]);
   }
   // K_j or V_j (Bc, d) into stage (iter % kStages); `iter` counts K/V blocks over the block's whole life.
-  template <bool kIsK>
-  __device__ void load_kv(const Tile& tile, int j, std::uint32_t iter) const {
+  template <bool kIsK, class Lane>
+  __device__ void load_kv(const Tile& tile, int j, std::uint32_t iter, Lane& tl, const Params& p) const {
     const int stage = static_cast<int>(iter % kStages);
     const std::uint32_t phase = (iter / kStages) & 1;
     const int empty = (kIsK ? Smem::kKEmpty : Smem::kVEmpty) + stage, full = (kIsK ? Smem::kKFull : Smem::kVFull) + stage;
     unsigned char* dst = smem + (kIsK ? Smem::kKOffset : Smem::kVOffset) + stage * Smem::kKVBytes;
     const CUtensorMap* map = kIsK ? &maps->k : &maps->v;
+    const std::uint64_t t0 = Lane::now();
     mbar_wait(&bars[empty], phase ^ 1);
+    const std::uint64_t t1 = Lane::now();
+    tl.waited(p, t0, t1);
+    tl.instant(p, PipelineEvent::TmaIssue, t1);
     mbar_arrive_expect_tx(&bars[full], Smem::kKVBytes);
 #pragma unroll
     for (int pnl = 0; pnl < kPanels; ++pnl)
@@ -308,11 +356,11 @@ struct OnlineSoftmax {
 
 // ---- consumer ---------------------------------------------------------------------------------------------------
 
-template <class T, int D, int kStep, bool kDropout, bool kTimeline>
+template <class T, int D, int kStep, bool kDropout, bool kTimeline, int kVar>
 struct Consumer {
-  using Cfg = KernelConfig<T, D, kStep>;
+  using Cfg = KernelConfig<T, D, kStep, kVar>;
   using Smem = typename Cfg::Smem;
-  using TL = Timeline<kTimeline>;
+  using TL = TimelineLane<kTimeline>;
   static constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kStages = Cfg::kStages;
   static constexpr int kNS = kBc / 2;   // S_ij accumulator floats per thread: (64, Bc)
   static constexpr int kNO = D / 2;     // O_i accumulator floats per thread: (64, d)
@@ -326,6 +374,7 @@ struct Consumer {
   int wg;   // warpgroup index in the block (for the timeline)
   int tid;  // thread index within the warpgroup
   int warp, g, t;  // warp in the warpgroup, lane / 4, lane % 4
+  mutable TL tl{};  // this warpgroup's timeline lane (thread 0 records)
 
   __device__ std::uint32_t q_addr() const { return smem_u32(smem + Smem::kQOffset) + c * kRowsPerConsumer * kPanelRowBytes; }
   __device__ std::uint32_t k_addr(int stage) const { return smem_u32(smem + Smem::kKOffset + stage * Smem::kKVBytes); }
@@ -337,7 +386,7 @@ struct Consumer {
     if constexpr (Cfg::kPingPong) {
       const std::uint64_t t0 = TL::now();
       named_barrier_sync(kBarTurnBase + c, 2 * kWarpgroupThreads);
-      TL::record(p, wg, TimelineEvent::BarrierWait, t0);
+      tl.waited(p, t0, TL::now());
     }
   }
   __device__ void turn_pass() const {
@@ -346,7 +395,9 @@ struct Consumer {
   __device__ void wait_full(int bar, std::uint32_t phase) const {
     const std::uint64_t t0 = TL::now();
     mbar_wait(&bars[bar], phase);
-    TL::record(p, wg, TimelineEvent::TmaLanded, t0);
+    const std::uint64_t t1 = TL::now();
+    tl.waited(p, t0, t1);
+    tl.instant(p, PipelineEvent::TmaLanded, t1);
   }
   // One arrival per consumer warp (the empty barriers count 4 per consumer), after its wgmma's waited.
   __device__ void release(int bar) const {
@@ -421,7 +472,7 @@ struct Consumer {
           s[4 * i + 2 * hf + 1] *= (keep[hf] >> (2 * i + 1)) & 1u ? p.drop_rescale : 0.f;
         }
     }
-    TL::record(p, wg, TimelineEvent::Softmax, t0);
+    tl.span(p, PipelineEvent::Softmax, t0);
   }
   // P_ij (fp32, in S_ij's registers) -> the A fragments of P_ij V_j. Under intra-warpgroup overlap this
   // runs only after the previous P V has been waited: packed while that GEMM was in flight (into a second
@@ -458,18 +509,18 @@ struct Consumer {
     wgmma_fence();
     issue_s(s, stage_of(0));
     wgmma_commit_group();
-    TL::record(p, wg, TimelineEvent::WgmmaIssued, t0);
+    tl.instant(p, PipelineEvent::WgmmaIssue, t0);
     turn_pass();
     t0 = TL::now();
     wgmma_wait_group<0>();
     reg_fence(s);
-    TL::record(p, wg, TimelineEvent::WgmmaWaited, t0);
+    tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
     release(Smem::kKEmpty + stage_of(0));
     softmax_block(s, tile, 0, sm, corr);  // O_i is still 0: no rescale
     pack_p(s, pf);
 
     for (int j = 1; j < n; ++j) {
-      if (issues_loads() && j + kStages - 1 < n) loader->template load_kv<true>(tile, j + kStages - 1, kv_iter + j + kStages - 1);
+      if (issues_loads() && j + kStages - 1 < n) loader->template load_kv<true>(tile, j + kStages - 1, kv_iter + j + kStages - 1, tl, p);
       wait_full(Smem::kKFull + stage_of(j), phase_of(j));
       wait_full(Smem::kVFull + stage_of(j - 1), phase_of(j - 1));
       turn_wait();
@@ -482,7 +533,7 @@ struct Consumer {
       wgmma_commit_group();
       issue_pv(o, pf, stage_of(j - 1));
       wgmma_commit_group();
-      TL::record(p, wg, TimelineEvent::WgmmaIssued, t0);
+      tl.instant(p, PipelineEvent::WgmmaIssue, t0);
       turn_pass();
       if constexpr (Cfg::kIntraOverlap) {
         // S_ij has landed; P_{i,j-1} V_{j-1} may still run while the softmax of block j does (in place,
@@ -490,15 +541,15 @@ struct Consumer {
         t0 = TL::now();
         wgmma_wait_group<1>();
         reg_fence(s);
-        TL::record(p, wg, TimelineEvent::WgmmaWaited, t0);
+        tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
         release(Smem::kKEmpty + stage_of(j));
         softmax_block(s, tile, j, sm, corr);
         t0 = TL::now();
         wgmma_wait_group<0>();
         reg_fence(o);
-        TL::record(p, wg, TimelineEvent::WgmmaWaited, t0);
+        tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
         release(Smem::kVEmpty + stage_of(j - 1));
-        if (issues_loads() && j + kStages - 1 < n) loader->template load_kv<false>(tile, j + kStages - 1, kv_iter + j + kStages - 1);
+        if (issues_loads() && j + kStages - 1 < n) loader->template load_kv<false>(tile, j + kStages - 1, kv_iter + j + kStages - 1, tl, p);
         pack_p(s, pf);
         OnlineSoftmax<kBc>::rescale(o, corr);
       } else {
@@ -507,10 +558,10 @@ struct Consumer {
         reg_fence(s);
         reg_fence(o);
         reg_fence(pf);
-        TL::record(p, wg, TimelineEvent::WgmmaWaited, t0);
+        tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
         release(Smem::kKEmpty + stage_of(j));
         release(Smem::kVEmpty + stage_of(j - 1));
-        if (issues_loads() && j + kStages - 1 < n) loader->template load_kv<false>(tile, j + kStages - 1, kv_iter + j + kStages - 1);
+        if (issues_loads() && j + kStages - 1 < n) loader->template load_kv<false>(tile, j + kStages - 1, kv_iter + j + kStages - 1, tl, p);
         softmax_block(s, tile, j, sm, corr);
         pack_p(s, pf);
         OnlineSoftmax<kBc>::rescale(o, corr);
@@ -530,7 +581,7 @@ struct Consumer {
     wgmma_wait_group<0>();
     reg_fence(o);
     reg_fence(pf);
-    TL::record(p, wg, TimelineEvent::WgmmaWaited, t0);
+    tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
     release(Smem::kVEmpty + stage_of(n - 1));
   }
 
@@ -568,7 +619,7 @@ struct Consumer {
     }
     named_barrier_sync(kBarConsumerBase + c, kWarpgroupThreads);  // every read of Q_i's space is done
     if (tid == 0) mbar_arrive(&bars[Smem::kQEmpty]);
-    TL::record(p, wg, TimelineEvent::Epilogue, t0);
+    tl.span(p, PipelineEvent::Epilogue, t0);
   }
 
   // Every tile of this block.
@@ -578,12 +629,12 @@ struct Consumer {
     }
     std::uint32_t kv_iter = 0, tile_iter = 0;
     for (int ti = sched.first(); ti < sched.total; ti = sched.next(ti), ++tile_iter) {
-      const Tile tile = make_tile<kBr, kBc>(p, ti);
+      const Tile tile = make_tile<kBr, kBc, (kVar & kVarTileOrderMFast) != 0>(p, ti);
       if (issues_loads()) {  // ladder step 1: this warpgroup is its own producer
-        loader->load_q(tile, tile_iter);
+        loader->load_q(tile, tile_iter, tl, p);
         for (int j = 0; j < kStages && j < tile.n_blocks; ++j) {
-          loader->template load_kv<true>(tile, j, kv_iter + j);
-          loader->template load_kv<false>(tile, j, kv_iter + j);
+          loader->template load_kv<true>(tile, j, kv_iter + j, tl, p);
+          loader->template load_kv<false>(tile, j, kv_iter + j, tl, p);
         }
       }
       float o[kNO];  // O_i  // (64, d) per consumer, unnormalized
@@ -609,16 +660,17 @@ struct Consumer {
       if (tile.n_blocks > 0) self.mainloop(tile, kv_iter, o, sm);
       kv_iter += tile.n_blocks;
       self.epilogue(tile, o, sm);
+      tl = self.tl;  // the timeline lane's slot state goes on to the next tile
     }
   }
 };
 
 // ---- kernel ------------------------------------------------------------------------------------------------------
 
-template <class T, int D, int kStep, bool kDropout, bool kTimeline>
+template <class T, int D, int kStep, bool kDropout, bool kTimeline, int kVar = kShippedVar>
 __global__ void __launch_bounds__(StepConfig<kStep>::kThreads, 1)
     fa3_ws_kernel(const __grid_constant__ Params p, const __grid_constant__ TmaMaps maps, int total_tiles) {
-  using Cfg = KernelConfig<T, D, kStep>;
+  using Cfg = KernelConfig<T, D, kStep, kVar>;
   using Smem = typename Cfg::Smem;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - smem_u32(smem_raw) % kSwizzleAtomBytes) % kSwizzleAtomBytes);
@@ -646,27 +698,39 @@ __global__ void __launch_bounds__(StepConfig<kStep>::kThreads, 1)
       // ---- producer: one elected thread of warp 0 issues every copy; warps 1-3 only give back registers.
       setmaxnreg_dec<kProducerRegs>();
       if (tid / 32 == 0 && elect_one()) {
-        using TL = Timeline<kTimeline>;
+        TimelineLane<kTimeline> tl;
+        tl.start(p, true);
         std::uint32_t kv_iter = 0, tile_iter = 0;
         for (int ti = sched.first(); ti < sched.total; ti = sched.next(ti), ++tile_iter) {
-          const Tile tile = make_tile<Cfg::kBr, Cfg::kBc>(p, ti);
-          loader.load_q(tile, tile_iter);
-          for (int j = 0; j < tile.n_blocks; ++j, ++kv_iter) {
-            const std::uint64_t t0 = TL::now();
-            loader.template load_kv<true>(tile, j, kv_iter);
-            loader.template load_kv<false>(tile, j, kv_iter);
-            TL::record(p, wg, TimelineEvent::TmaIssued, t0);
+          const Tile tile = make_tile<Cfg::kBr, Cfg::kBc, (kVar & kVarTileOrderMFast) != 0>(p, ti);
+          loader.load_q(tile, tile_iter, tl, p);
+          const int n = tile.n_blocks;
+          if constexpr ((kVar & kVarKAhead) != 0) {
+            // K one block ahead of V: K_0, K_1, V_0, K_2, V_1, ... (the consumers take K_{j+1} with V_j).
+            if (n > 0) loader.template load_kv<true>(tile, 0, kv_iter, tl, p);
+            for (int j = 0; j < n; ++j) {
+              if (j + 1 < n) loader.template load_kv<true>(tile, j + 1, kv_iter + j + 1, tl, p);
+              loader.template load_kv<false>(tile, j, kv_iter + j, tl, p);
+            }
+          } else {
+            for (int j = 0; j < n; ++j) {
+              loader.template load_kv<true>(tile, j, kv_iter + j, tl, p);
+              loader.template load_kv<false>(tile, j, kv_iter + j, tl, p);
+            }
           }
+          kv_iter += n;
         }
       }
     } else {
       // ---- consumers
       setmaxnreg_inc<kConsumerRegs>();
-      const Consumer<T, D, kStep, kDropout, kTimeline> consumer{p, &loader, smem, bars, wg - 1, wg, tid, tid / 32, lane / 4, lane % 4};
+      const Consumer<T, D, kStep, kDropout, kTimeline, kVar> consumer{p, &loader, smem, bars, wg - 1, wg, tid, tid / 32, lane / 4, lane % 4};
+      consumer.tl.start(p, tid == 0);
       consumer.run(sched);
     }
   } else {
-    const Consumer<T, D, kStep, kDropout, kTimeline> consumer{p, &loader, smem, bars, 0, wg, tid, tid / 32, lane / 4, lane % 4};
+    const Consumer<T, D, kStep, kDropout, kTimeline, kVar> consumer{p, &loader, smem, bars, 0, wg, tid, tid / 32, lane / 4, lane % 4};
+    consumer.tl.start(p, tid == 0);
     consumer.run(sched);
   }
 }
@@ -735,14 +799,14 @@ void require_hopper() {
   }
 }
 
-template <class T, int D, int kStep, bool kDropout>
+template <class T, int D, int kStep, bool kDropout, bool kTimeline = kTimelineCompiled, int kVar = kShippedVar>
 void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
-  using Cfg = KernelConfig<T, D, kStep>;
+  using Cfg = KernelConfig<T, D, kStep, kVar>;
   TmaMaps maps;
   maps.q = make_bshd_tensor_map(p.q, dtype, p.batch, p.seq_q, p.heads_q, D, Cfg::kBr);
   maps.k = make_bshd_tensor_map(p.k, dtype, p.batch, p.seq_k, p.heads_kv, D, Cfg::kBc);
   maps.v = make_bshd_tensor_map(p.v, dtype, p.batch, p.seq_k, p.heads_kv, D, Cfg::kBc);
-  auto kernel = fa3_ws_kernel<T, D, kStep, kDropout, kTimelineCompiled>;
+  auto kernel = fa3_ws_kernel<T, D, kStep, kDropout, kTimeline, kVar>;
   constexpr int kSmem = Cfg::Smem::kBytes;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
              "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
@@ -761,7 +825,44 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
 
 #endif  // FLASHLAB_FA3_NO_LAUNCHER
 }  // namespace
-#ifndef FLASHLAB_FA3_NO_LAUNCHER
+#if !defined(FLASHLAB_FA3_NO_LAUNCHER) && defined(FLASHLAB_FA3_VARIANT_ENTRY)
+// Harness-only entry (tools/fa3_harness builds this file a second time with FLASHLAB_FA3_VARIANT_ENTRY, so
+// the shipped object does not carry these kernels): ladder step `step` with the candidate bits `var`
+// (kVar* above), or, with `timeline`, the shipped choices with recording compiled in (bf16, no dropout).
+// Variants are built for steps 2-5 without dropout: var 0 (the previous pass's kernel), kVarTileOrderMFast,
+// and at d = 128 kVarTileOrderMFast | kVarKAhead. Returns false for a combination that is not built.
+bool launch_forward_variant(DType dtype, const Params& p, cudaStream_t stream, LadderStep step, int var, bool timeline) {
+  if (dtype != DType::F16 && dtype != DType::BF16) throw std::invalid_argument("cuda-fa3-ws takes f16 or bf16 inputs.");
+  require_hopper();
+  if (p.seq_q == 0 || p.batch == 0 || p.heads_q == 0) return true;
+  bool built = false;
+  dispatch_head_dim(p.head_dim, [&]<int D>() {
+    dispatch_step(step, [&]<int kStep>() {
+      if (timeline) {
+        if (dtype != DType::BF16 || p.dropout) return;
+        launch_config<__nv_bfloat16, D, kStep, false, true, kShippedVar>(dtype, p, stream);
+        built = true;
+        return;
+      }
+      if constexpr (kStep >= 2) {
+        if (p.dropout) return;
+        auto go = [&]<int kV>() {
+          if (dtype == DType::BF16) launch_config<__nv_bfloat16, D, kStep, false, false, kV>(dtype, p, stream);
+          else launch_config<__half, D, kStep, false, false, kV>(dtype, p, stream);
+          built = true;
+        };
+        if (var == 0) go.template operator()<0>();
+        else if (var == kVarTileOrderMFast) go.template operator()<kVarTileOrderMFast>();
+        else if constexpr (D == 128) {
+          if (var == (kVarTileOrderMFast | kVarKAhead)) go.template operator()<kVarTileOrderMFast | kVarKAhead>();
+        }
+      }
+    });
+  });
+  return built;
+}
+#endif
+#if !defined(FLASHLAB_FA3_NO_LAUNCHER) && !defined(FLASHLAB_FA3_VARIANT_ENTRY)
 
 // TMA needs a 16-byte aligned base and 16-byte multiple strides: a row of one head is d * 2 bytes (128,
 // 256 or 512 for d in {64, 128, 256}), so the S and B strides (H d 2, S H d 2) are multiples of 16 too.
