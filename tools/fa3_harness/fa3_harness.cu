@@ -759,7 +759,7 @@ int run_timeline(const std::string& dir, const std::vector<int>& steps, const st
           return true;
         });
         const double idle = median_ms([&] { return launch_forward_variant(DType::BF16, p, nullptr, ls, 0, true); });
-        p.timeline = reinterpret_cast<::flashlab::cuda::fa3ws::TimelineRecord*>(d_rec);
+        p.timeline = d_rec;
         p.timeline_count = d_count;
         p.timeline_capacity = capacity;
         const double rec = median_ms([&] {

@@ -148,7 +148,7 @@ constexpr bool kTimelineCompiled = false;
 #endif
 
 // What the kernel records: flashlab::TimelineRecord (model/timeline.hpp), 24 bytes each, %globaltimer
-// nanoseconds, into p.timeline read as flashlab::TimelineRecord slots (p.timeline_capacity of them;
+// nanoseconds, into p.timeline (p.timeline_capacity of them;
 // Params' own 32-byte record type is not used). One thread per warpgroup records (the producer's
 // issuing thread, thread 0 of each consumer), in blocks blockIdx.x < kTimelineBlocks. A lane takes
 // kTimelineChunk slots per atomicAdd on p.timeline_count (one atomic per record would stall the
@@ -177,7 +177,7 @@ struct TimelineLane {
         end = next + kTimelineChunk;
       }
       if (next < static_cast<std::uint32_t>(p.timeline_capacity))
-        reinterpret_cast<flashlab::TimelineRecord*>(p.timeline)[next] = flashlab::TimelineRecord{
+        p.timeline[next] = flashlab::TimelineRecord{
             blockIdx.x, static_cast<std::uint16_t>(threadIdx.x / kWarpgroupThreads), static_cast<std::uint16_t>(e), t0, t1};
       ++next;
     } else {
@@ -200,6 +200,16 @@ struct Tile {
   int b, h, h_kv, row0;
   int n_blocks;  // K/V blocks that hold a visible key for some row of the tile (never a fully masked one)
 };
+
+// The query-block-fastest order helps the one-tile-per-block grids (blocks resident together share a few
+// heads' K/V in L2), but not the persistent one: its round-robin over ~132 blocks then hands each block
+// the same query block of every head, so under causal masking some blocks get only heavy tiles and others
+// only light ones (measured: step 5 causal fell from ~470-556 to ~360 TFLOP/s at N = 16k;
+// bench/results/h100-fa3-ws-notes.md). The persistent grid keeps heads fastest.
+template <int kVar, bool kPersistent>
+constexpr bool tile_order_m_fast() {
+  return (kVar & kVarTileOrderMFast) != 0 && !kPersistent;
+}
 
 template <int kBr, int kBc, bool kMFast>
 __device__ __forceinline__ Tile make_tile(const Params& p, int t) {
@@ -629,7 +639,7 @@ struct Consumer {
     }
     std::uint32_t kv_iter = 0, tile_iter = 0;
     for (int ti = sched.first(); ti < sched.total; ti = sched.next(ti), ++tile_iter) {
-      const Tile tile = make_tile<kBr, kBc, (kVar & kVarTileOrderMFast) != 0>(p, ti);
+      const Tile tile = make_tile<kBr, kBc, tile_order_m_fast<kVar, Cfg::kPersistent>()>(p, ti);
       if (issues_loads()) {  // ladder step 1: this warpgroup is its own producer
         loader->load_q(tile, tile_iter, tl, p);
         for (int j = 0; j < kStages && j < tile.n_blocks; ++j) {
@@ -702,7 +712,7 @@ __global__ void __launch_bounds__(StepConfig<kStep>::kThreads, 1)
         tl.start(p, true);
         std::uint32_t kv_iter = 0, tile_iter = 0;
         for (int ti = sched.first(); ti < sched.total; ti = sched.next(ti), ++tile_iter) {
-          const Tile tile = make_tile<Cfg::kBr, Cfg::kBc, (kVar & kVarTileOrderMFast) != 0>(p, ti);
+          const Tile tile = make_tile<Cfg::kBr, Cfg::kBc, tile_order_m_fast<kVar, Cfg::kPersistent>()>(p, ti);
           loader.load_q(tile, tile_iter, tl, p);
           const int n = tile.n_blocks;
           if constexpr ((kVar & kVarKAhead) != 0) {

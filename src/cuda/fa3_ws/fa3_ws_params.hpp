@@ -9,24 +9,10 @@
 
 #include "core/problem.hpp"
 #include "cuda/constraints.hpp"
+#include "model/timeline.hpp"  // TimelineRecord: what the timeline build writes, one definition
 
 namespace flashlab::cuda::fa3ws {
 
-// One event of the optional timeline (FLASHLAB_FA3_TIMELINE builds): %globaltimer stamps in ns.
-enum class TimelineEvent : std::uint32_t {
-  TmaIssued,     // producer: a K/V (or Q) copy issued; t_begin = wait for the empty stage began
-  TmaLanded,     // consumer: the wait for a full stage, begin to end
-  WgmmaIssued,   // consumer: S = Q K^T and / or O += P V issued (inside the ping-pong turn)
-  WgmmaWaited,   // consumer: wgmma.wait_group, begin to end
-  Softmax,       // consumer: mask + online softmax, begin to end
-  BarrierWait,   // consumer: waiting for the ping-pong turn, begin to end
-  Epilogue,      // consumer: O, LSE written
-};
-struct TimelineRecord {
-  std::uint32_t block, warpgroup, kind;  // kind: TimelineEvent
-  std::uint32_t pad;
-  std::uint64_t t_begin, t_end;
-};
 // Blocks (blockIdx.x < this) that record, when the timeline is compiled in.
 inline constexpr int kTimelineBlocks = 4;
 
@@ -45,7 +31,7 @@ struct Params {
   float drop_rescale = 1;            // 1 / (1 - p)
   std::uint64_t seed = 0;
   // Timeline (only read by FLASHLAB_FA3_TIMELINE builds): records and an atomic record counter.
-  TimelineRecord* timeline = nullptr;
+  ::flashlab::TimelineRecord* timeline = nullptr;
   unsigned* timeline_count = nullptr;
   int timeline_capacity = 0;
 };
