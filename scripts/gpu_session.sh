@@ -32,6 +32,15 @@ for tool in memcheck racecheck; do
   done
 done
 
+echo "== compute-sanitizer on cuda-fa3-ws, every ladder step (memcheck, synccheck, initcheck; racecheck does not model TMA)"
+for tool in memcheck synccheck initcheck; do
+  compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/flashlab" check \
+    --variants cuda-fa3-ws-step1,cuda-fa3-ws-step2,cuda-fa3-ws-step3,cuda-fa3-ws-step4,cuda-fa3-ws --dtype bf16 \
+    --batch 2 --heads 4 --heads-kv 2 --seq-q 200 --seq-k 333 --head-dim 128 --causal bottom-right --dropout 0.1 \
+    >"$out/sanitizer-fa3.log" 2>&1
+  echo "$tool cuda-fa3-ws (5 steps): exit $? ($(grep -E 'ERROR SUMMARY' "$out/sanitizer-fa3.log" | tail -1))"
+done
+
 echo "== gpu_fa2_tests repeated $repeats times on fresh random inputs"
 failed=0
 for i in $(seq "$repeats"); do

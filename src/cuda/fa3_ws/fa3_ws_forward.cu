@@ -71,9 +71,12 @@ constexpr int kShippedVar = kVarTileOrderMFast | kVarKAhead | kVarStages3;
 // Per head dim: Bc and the number of K/V stages. d = 256 takes Bc = 64 so that O_i (128 fp32 registers
 // per thread), S_ij (32) and P_ij (16, twice under intra-warpgroup overlap) fit in 240 registers; d = 64
 // has shared memory for a third stage, d = 128 too with kVarStages3.
+template <int D>
+inline constexpr int kBcFor = D == 256 ? 64 : 128;
+
 template <int D, int kVar = 0>
 struct HeadConfig {
-  static constexpr int kBc = D == 256 ? 64 : 128;
+  static constexpr int kBc = kBcFor<D>;
   static constexpr int kStages = D == 64 || (D == 128 && (kVar & kVarStages3) != 0) ? 3 : 2;
 };
 
@@ -93,7 +96,7 @@ struct StepConfig {
 // 64-column panels, then the mbarriers. O_i goes out through Q_i's space (each consumer its own rows).
 template <int D, int kBr, int kStagesIn>
 struct SmemLayout {
-  static constexpr int kBc = HeadConfig<D>::kBc, kStages = kStagesIn;
+  static constexpr int kBc = kBcFor<D>, kStages = kStagesIn;
   static constexpr int kQBytes = kBr * D * kElemBytes;
   static constexpr int kKVBytes = kBc * D * kElemBytes;  // one K or V stage
   static constexpr int kQOffset = 0;
@@ -112,7 +115,6 @@ struct SmemLayout {
 template <class T, int D, int kStep, int kVarIn>
 struct KernelConfig : StepConfig<kStep>, HeadConfig<D, kVarIn> {
   using Step = StepConfig<kStep>;
-  static constexpr int kVar = kVarIn;
   using Smem = SmemLayout<D, Step::kBr, HeadConfig<D, kVarIn>::kStages>;
 };
 
@@ -900,7 +902,7 @@ CUtensorMap make_bshd_tensor_map(const void* base, DType dtype, int batch, int s
 int block_rows(LadderStep step) { return static_cast<int>(step) >= 2 ? 2 * kRowsPerConsumer : kRowsPerConsumer; }
 int block_cols(int head_dim) {
   int bc = 0;
-  dispatch_head_dim(head_dim, [&]<int D>() { bc = HeadConfig<D>::kBc; });
+  dispatch_head_dim(head_dim, [&]<int D>() { bc = kBcFor<D>; });
   return bc;
 }
 
