@@ -18,8 +18,6 @@
 namespace flashlab {
 namespace {
 
-constexpr double kLog2e = 1.4426950408889634;
-
 // The head dim, dtype and options were checked by the registry against cuda/constraints.hpp; what is
 // left is this kernel's own launch limit.
 void check_grid(const Problem& p) {
@@ -35,13 +33,7 @@ void check_grid(const Problem& p) {
 cuda::fa2::Params make_params(const Problem& p) {
   cuda::fa2::Params params;
   cuda::set_extents(params, p.shape);
-  params.align = p.options.causal;
-  params.scale = static_cast<float>(p.softmax_scale());
-  params.scale_log2 = static_cast<float>(p.softmax_scale() * kLog2e);
-  params.dropout = p.options.dropout_p > 0;
-  params.drop_threshold = dropout_threshold(p.options.dropout_p);
-  params.drop_rescale = static_cast<float>(1.0 / (1.0 - p.options.dropout_p));
-  params.seed = p.options.seed;
+  cuda::set_softmax_and_dropout(params, p);
   // The backward's compact tiles are chosen by shared-memory size; this lets a test run them on an H100.
   const char* compact = std::getenv("FLASHLAB_FA2_COMPACT_BACKWARD");
   params.compact_backward = compact != nullptr && std::string(compact) == "1";

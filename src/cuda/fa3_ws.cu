@@ -20,8 +20,6 @@ namespace {
 
 namespace fa3 = cuda::fa3ws;
 
-constexpr double kLog2e = 1.4426950408889634;
-
 fa3::LadderStep ladder_step(int step) {
   if (step < 1 || step > fa3::kLadderSteps)
     throw std::logic_error("cuda-fa3-ws has ladder steps 1 to " + std::to_string(fa3::kLadderSteps) + ", not " +
@@ -46,13 +44,7 @@ void check_grid(const Problem& p, fa3::LadderStep step) {
 fa3::Params make_params(const Problem& p) {
   fa3::Params params;
   cuda::set_extents(params, p.shape);
-  params.align = p.options.causal;
-  params.scale = static_cast<float>(p.softmax_scale());
-  params.scale_log2 = static_cast<float>(p.softmax_scale() * kLog2e);
-  params.dropout = p.options.dropout_p > 0;
-  params.drop_threshold = dropout_threshold(p.options.dropout_p);
-  params.drop_rescale = static_cast<float>(1.0 / (1.0 - p.options.dropout_p));
-  params.seed = p.options.seed;
+  cuda::set_softmax_and_dropout(params, p);
   return params;
 }
 

@@ -8,6 +8,8 @@
 //    Grads, and io_bytes(): what BenchResult::io_bytes reports.
 //  * bench_passes(): one untimed forward (the backward reads its O and L), then time_passes().
 //  * set_extents(): a Shape's extents into a kernel's parameter struct.
+//  * set_softmax_and_dropout(): the causal alignment, the softmax scale (and scale * log2 e for exp2),
+//    and the dropout constants, derived once from a Problem for the tensor-core kernels.
 // A benchmark opens its PeakScope before making its DeviceAttention and scratch, so peak_bytes counts
 // them all.
 #include <cstddef>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "core/bench.hpp"
+#include "core/philox.hpp"
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
 #include "cuda/common.cuh"
@@ -39,6 +42,20 @@ void set_extents(KernelParams& params, const Shape& s) {
   params.seq_q = s.seq_q;
   params.seq_k = s.seq_k;
   params.head_dim = s.head_dim;
+}
+
+// The options the tensor-core kernels read (cuda-fa2, cuda-fa3-ws): exp(scale * s) = exp2(scale_log2 * s),
+// and dropout as core/philox.hpp defines it (kept when the draw >= threshold, scaled by 1 / (1 - p)).
+template <class KernelParams>
+void set_softmax_and_dropout(KernelParams& params, const Problem& p) {
+  constexpr double kLog2e = 1.4426950408889634;
+  params.align = p.options.causal;
+  params.scale = static_cast<float>(p.softmax_scale());
+  params.scale_log2 = static_cast<float>(p.softmax_scale() * kLog2e);
+  params.dropout = p.options.dropout_p > 0;
+  params.drop_threshold = dropout_threshold(p.options.dropout_p);
+  params.drop_rescale = static_cast<float>(1.0 / (1.0 - p.options.dropout_p));
+  params.seed = p.options.seed;
 }
 
 // What a backward pass reads of the forward's outputs: the unfused pipeline recomputes P from L

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# On the H100: probes, then the full checks one ladder step per process (a trap in one step cannot hide
-# the others), then (BENCH=1) the timing table; SASS counts where cuobjdump exists. Full logs in $LOGDIR.
+# On the H100: the layout probes, then (BENCH=1) the timing table; SASS counts where cuobjdump exists.
+# Full logs in $LOGDIR. Correctness is the project's: ctest -L gpu (gpu_fa3_ws_tests) and flashlab check.
 # Usage: tools/fa3_harness/gpu_run.sh [LOGDIR]   (the harness must be built: tools/fa3_harness/build.sh)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -11,14 +11,6 @@ SEED=${SEED:-$RANDOM}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1
 rc=0
 timeout 120 "$H" --probes --seed "$SEED" --log "$LOGDIR/probes.log" | grep -E "probe|FATAL|timed out|RESULT" || rc=1
-for s in 1 2 3 4 5; do
-  timeout 300 "$H" --check --steps "$s" --seed "$SEED" --log "$LOGDIR/check_step$s.log" >"$LOGDIR/check_step$s.out" 2>&1
-  r=$?
-  [ $r -ne 0 ] && rc=1
-  echo "== step $s (exit $r)"
-  grep -E "FAIL|FATAL|timed out" "$LOGDIR/check_step$s.out" | head -n 8
-  grep -E "^(bf16|fp16) d=" "$LOGDIR/check_step$s.out"
-done
 if command -v cuobjdump >/dev/null && [ -f out/fa3/fa3_ws_forward.o ]; then
   tools/fa3_harness/sass_check.sh out/fa3/fa3_ws_forward.o >"$LOGDIR/sass.txt" 2>&1; tail -1 "$LOGDIR/sass.txt"
 fi
