@@ -6,6 +6,8 @@
 // fill_random of host_passes.cuh) keep their code for every architecture. Forward only: there is no
 // backward yet, and the registry says so before anything reaches this file.
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -48,10 +50,29 @@ fa3::Params make_params(const Problem& p) {
   return params;
 }
 
-// The kernel's view of `t`: make_params and the device pointers of q, k, v, o and lse.
+// The persistent grid's tile counter (two ints) of the current device, zeroed when first asked for; every
+// launch leaves it zero. One per device serves every launch here: they all go to the legacy default
+// stream, which runs them one after another. It lives as long as the process (not a DeviceBuffer: its
+// 8 bytes are not a problem's memory, and a static's destructor would run after the CUDA runtime's).
+int* device_tile_counter() {
+  static std::mutex mutex;
+  static std::map<int, int*> counters;
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  const std::lock_guard<std::mutex> lock(mutex);
+  int*& counter = counters[dev];
+  if (counter == nullptr) {
+    CUDA_CHECK(cudaMalloc(&counter, 2 * sizeof(int)));
+    CUDA_CHECK(cudaMemset(counter, 0, 2 * sizeof(int)));
+  }
+  return counter;
+}
+
+// The kernel's view of `t`: make_params, the device pointers of q, k, v, o and lse, and the tile counter.
 template <class T>
 fa3::Params params_for(const Problem& p, cuda::DeviceAttention<T>& t) {
   fa3::Params params = make_params(p);
+  params.tile_counter = device_tile_counter();
   params.q = t.q.data();
   params.k = t.k.data();
   params.v = t.v.data();

@@ -198,6 +198,36 @@ TEST_CASE("cuda-fa3-ws, every ladder step: batch > 1") {
   check_problem(shape(3, 2, 1, 260, 130), opts(CausalAlign::BottomRight, 0.1));
 }
 
+TEST_CASE("cuda-fa3-ws, every ladder step: more tiles than SMs (the persistent grid takes several per block)") {
+  if (skip_unless_hopper()) return;
+  // 2 x 32 heads x 5 blocks of 128 query rows = 320 tiles for the H100's 132 persistent blocks: each block
+  // takes two or three from the counter, light and heavy ones under the causal mask, in groups of heads.
+  check_problem(shape(2, 32, 8, 600, 700), opts(CausalAlign::BottomRight));
+  check_problem(shape(2, 32, 8, 700, 600), opts(CausalAlign::TopLeft, 0.1));
+  check_problem(shape(2, 32, 32, 600, 600), opts(CausalAlign::None));
+}
+
+TEST_CASE("cuda-fa3-ws: launches one after another give the same bits (the persistent tile counter starts at zero)") {
+  if (skip_unless_hopper()) return;
+  // The counter the persistent blocks draw tiles from is shared by every launch on the device; each launch
+  // must leave it at zero. If one did not, the next would skip tiles and leave the variant's NaN poison in O.
+  const Shape s = Shape{.batch = 2, .heads_q = 32, .heads_kv = 8, .seq_q = 600, .seq_k = 600, .head_dim = 128};
+  const Problem p{.shape = s, .options = opts(CausalAlign::BottomRight)};
+  const std::uint64_t seed = fresh_seed();
+  INFO(describe(p, DType::BF16, seed));
+  const Qkv in = random_qkv(s, DType::BF16, seed);
+  const ForwardOut ref = naive_forward<double>(p, in);
+  const ForwardOut lowp = naive_forward_lowp(p, DType::BF16, in);
+  const Variant& v = find_variant("cuda-fa3-ws");
+  const ForwardOut first = v.forward(p, DType::BF16, in, nullptr);
+  (void)v.bench(p, DType::BF16, BenchSettings{2, 3, false});  // five more launches in between
+  const ForwardOut second = v.forward(p, DType::BF16, in, nullptr);
+  check_output("O, first launch", DType::BF16, first.o, ref.o, lowp.o);
+  check_output("O, last launch", DType::BF16, second.o, ref.o, lowp.o);
+  CHECK(second.o.data == first.o.data);
+  CHECK(second.lse.data == first.lse.data);
+}
+
 TEST_CASE("cuda-fa3-ws, every ladder step: fully masked rows give O = 0 and LSE = -inf, never NaN") {
   if (skip_unless_hopper()) return;
   // Bottom-right alignment with seq_q > seq_k: the first seq_q - seq_k queries see no key.

@@ -354,6 +354,7 @@ struct BenchBuffers {
   static constexpr int kTokens = 16384, kHidden = 2048;
   std::uint16_t *q, *k, *v, *o;
   float* lse;
+  int* tile_counter;
   BenchBuffers() {
     const std::size_t n = std::size_t(kTokens) * kHidden;
     q = dev_alloc<std::uint16_t>(n);
@@ -361,6 +362,8 @@ struct BenchBuffers {
     v = dev_alloc<std::uint16_t>(n);
     o = dev_alloc<std::uint16_t>(n);
     lse = dev_alloc<float>(std::size_t(kTokens) * kHidden / 64);
+    tile_counter = dev_alloc<int>(2);
+    cuda_ok(cudaMemset(tile_counter, 0, 2 * sizeof(int)), "tile counter");
     fill_random_kernel<<<1024, 256>>>(q, n, 1, true);
     fill_random_kernel<<<1024, 256>>>(k, n, 2, true);
     fill_random_kernel<<<1024, 256>>>(v, n, 3, true);
@@ -372,6 +375,7 @@ struct BenchBuffers {
     cudaFree(v);
     cudaFree(o);
     cudaFree(lse);
+    cudaFree(tile_counter);
   }
   // B N = kTokens, H d = kHidden, bf16.
   Params params(int D, int N, bool causal) const {
@@ -381,6 +385,7 @@ struct BenchBuffers {
     p.v = v;
     p.o = o;
     p.lse = lse;
+    p.tile_counter = tile_counter;
     p.batch = kTokens / N;
     p.heads_q = p.heads_kv = kHidden / D;
     p.seq_q = p.seq_k = N;

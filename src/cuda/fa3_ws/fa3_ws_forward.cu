@@ -29,6 +29,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -54,6 +55,7 @@ constexpr int kElemBytes = 2;              // fp16 / bf16
 // ping-pong "my turn" barrier of each consumer (256 threads: 128 sync, 128 of the other arrive).
 constexpr int kBarConsumerBase = 1;
 constexpr int kBarTurnBase = 3;
+constexpr int kBarOBufferBase = 5;  // the O buffer the consumers share at d = 256: "it is free for consumer c"
 
 // ---- configuration -------------------------------------------------------------------------------------
 
@@ -68,16 +70,25 @@ constexpr int kBarTurnBase = 3;
 constexpr int kVarTileOrderMFast = 1, kVarKAhead = 2, kVarStages3 = 4;
 constexpr int kShippedVar = kVarTileOrderMFast | kVarKAhead | kVarStages3;
 
-// Per head dim: Bc and the number of K/V stages. d = 256 takes Bc = 64 so that O_i (128 fp32 registers
-// per thread), S_ij (32) and P_ij (16, twice under intra-warpgroup overlap) fit in 240 registers; d = 64
-// has shared memory for a third stage, d = 128 too with kVarStages3.
+// Per head dim: Bc, the number of K/V stages, and where O_i leaves. d = 256 takes Bc = 64 so that O_i (128
+// fp32 registers per thread), S_ij (32) and P_ij (16, twice under intra-warpgroup overlap) fit in 240
+// registers. d = 64 has shared memory for a third K/V stage; d = 128 too with kVarStages3 when O_i has no
+// buffer of its own.
+// Where O_i leaves: below step 5, through Q_i's space (Q_i is released after the epilogue). The persistent
+// grid (step 5) gives O_i a buffer of its own, so that Q_i is released as soon as the tile's last S GEMM
+// has read it and the producer loads the next tile's Q while the consumers finish this one: at d <= 128 a
+// (Br, d) buffer (d = 128: Q 32 + O 32 + 2 x 64 KiB); at d = 256 one consumer's (64, d), which the two
+// consumers take in turn (Q 64 + 2 x 64 + O 32 KiB = 224 KiB).
 template <int D>
 inline constexpr int kBcFor = D == 256 ? 64 : 128;
 
-template <int D, int kVar = 0>
+template <int D, int kVar, bool kPersistent>
 struct HeadConfig {
   static constexpr int kBc = kBcFor<D>;
-  static constexpr int kStages = D == 64 || (D == 128 && (kVar & kVarStages3) != 0) ? 3 : 2;
+  // Rows of O_i's own buffer: 0 (through Q_i's space), Br (both consumers), or 64 (shared in turn).
+  static constexpr int kORows = !kPersistent ? 0 : D <= 128 ? 2 * kRowsPerConsumer : kRowsPerConsumer;
+  static constexpr bool kOBufferShared = kORows == kRowsPerConsumer;
+  static constexpr int kStages = D == 64 || (D == 128 && (kVar & kVarStages3) != 0 && kORows == 0) ? 3 : 2;
 };
 
 // Per ladder step: which scheduling ideas are on, and the block shape that follows.
@@ -92,9 +103,10 @@ struct StepConfig {
   static constexpr int kThreads = (kConsumers + (kWarpSpecialized ? 1 : 0)) * kWarpgroupThreads;
 };
 
-// Shared memory: Q_i (Br, d), kStages x K_j (Bc, d), kStages x V_j (Bc, d), each as 128B-swizzled
-// 64-column panels, then the mbarriers. O_i goes out through Q_i's space (each consumer its own rows).
-template <int D, int kBr, int kStagesIn>
+// Shared memory: Q_i (Br, d), kStages x K_j (Bc, d), kStages x V_j (Bc, d), O_i's buffer (kORows, d) if any,
+// each as 128B-swizzled 64-column panels; then the mbarriers and the tile slot (the persistent producer's
+// word to the consumers: which tile Q_i belongs to).
+template <int D, int kBr, int kStagesIn, int kORowsIn>
 struct SmemLayout {
   static constexpr int kBc = kBcFor<D>, kStages = kStagesIn;
   static constexpr int kQBytes = kBr * D * kElemBytes;
@@ -102,20 +114,24 @@ struct SmemLayout {
   static constexpr int kQOffset = 0;
   static constexpr int kKOffset = kQOffset + kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kKVBytes;
-  static constexpr int kBarOffset = kVOffset + kStages * kKVBytes;
+  static constexpr int kOOffset = kORowsIn > 0 ? kVOffset + kStages * kKVBytes : kQOffset;
+  static constexpr int kOPanelRows = kORowsIn > 0 ? kORowsIn : kBr;  // rows of a panel where O_i is staged
+  static constexpr int kBarOffset = kVOffset + kStages * kKVBytes + kORowsIn * D * kElemBytes;
   // Barriers: Q full / empty, then K full, K empty, V full, V empty per stage.
   static constexpr int kQFull = 0, kQEmpty = 1, kKFull = 2, kKEmpty = kKFull + kStages, kVFull = kKEmpty + kStages,
                        kVEmpty = kVFull + kStages, kNumBarriers = kVEmpty + kStages;
+  static constexpr int kTileSlotOffset = kBarOffset + kNumBarriers * 8;
   // The dynamic shared window is only 16-byte aligned: ask for one swizzle atom more and align up.
-  static constexpr int kBytes = kBarOffset + kNumBarriers * 8 + kSwizzleAtomBytes;
+  static constexpr int kBytes = kTileSlotOffset + 8 + kSwizzleAtomBytes;
   static_assert(kQBytes % kSwizzleAtomBytes == 0 && kKVBytes % kSwizzleAtomBytes == 0, "tiles stay 1024-aligned");
-  static_assert(kBytes <= kMaxSmemBytes, "Q, the K/V stages and the barriers must fit 227 KiB");
+  static_assert(kBytes <= kMaxSmemBytes, "Q, the K/V stages, O and the barriers must fit 227 KiB");
 };
 
 template <class T, int D, int kStep, int kVarIn>
-struct KernelConfig : StepConfig<kStep>, HeadConfig<D, kVarIn> {
+struct KernelConfig : StepConfig<kStep>, HeadConfig<D, kVarIn, StepConfig<kStep>::kPersistent> {
   using Step = StepConfig<kStep>;
-  using Smem = SmemLayout<D, Step::kBr, HeadConfig<D, kVarIn>::kStages>;
+  using Head = HeadConfig<D, kVarIn, Step::kPersistent>;
+  using Smem = SmemLayout<D, Step::kBr, Head::kStages, Head::kORows>;
 };
 
 // The value of x, which the compiler cannot see through (keeps loop-invariant math inside a loop).
@@ -196,47 +212,75 @@ struct TimelineLane {
 
 // ---- tile scheduler ----------------------------------------------------------------------------------------
 
-// A tile is Br query rows of one (batch, query head). Within a (batch, head) the last query blocks come
-// first: they see the most keys under a causal mask.
+// A tile is Br query rows of one (batch, query head): (b, h) and the first row.
 struct Tile {
   int b, h, h_kv, row0;
   int n_blocks;  // K/V blocks that hold a visible key for some row of the tile (never a fully masked one)
 };
 
-// The query-block-fastest order helps the one-tile-per-block grids (blocks resident together share a few
-// heads' K/V in L2), but not the persistent one: its round-robin over ~132 blocks then hands each block
-// the same query block of every head, so under causal masking some blocks get only heavy tiles and others
-// only light ones (measured: step 5 causal fell from ~470-556 to ~360 TFLOP/s at N = 16k;
-// bench/results/h100-fa3-ws-notes.md). The persistent grid keeps heads fastest.
+// Tile numbers, in the order the grid takes them. Within a (batch, head) the last query blocks come first:
+// they see the most keys under a causal mask.
+//  * One tile per block (steps 1-4): tile = blockIdx.x. With kVarTileOrderMFast the query blocks of one
+//    (batch, head) are numbered in a row, so the blocks resident together share a few heads' K/V in L2;
+//    else heads fastest.
+//  * Persistent (step 5): tiles are handed out one at a time from a global counter (the producer fetches
+//    the next number while it loads the current tile), so a block that drew light tiles under a causal mask
+//    simply takes more of them. They are numbered in groups of p.heads_per_group heads, as many as have
+//    their K and V fit in half the L2, and within a group heaviest query block first, heads fastest: the
+//    ~132 tiles in flight read the K/V of a few heads, and the light tiles come last, where they fill the
+//    gaps of the tail (longest processing time first). A static round-robin over a query-block-fastest
+//    order gave some blocks only heavy tiles (step 5 causal fell from ~500 to ~360 TFLOP/s at N = 16k);
+//    over a heads-fastest order it spread the blocks in flight over ~132 heads, whose K/V then came from
+//    HBM each time (13-19% below step 4: bench/results/h100-fa3-ws-notes.md).
+enum class TileOrder { HeadsFastest, MFast, L2Groups };
+
 template <int kVar, bool kPersistent>
-constexpr bool tile_order_m_fast() {
-  return (kVar & kVarTileOrderMFast) != 0 && !kPersistent;
+constexpr TileOrder tile_order() {
+  if constexpr (kPersistent) return TileOrder::L2Groups;
+  else return (kVar & kVarTileOrderMFast) != 0 ? TileOrder::MFast : TileOrder::HeadsFastest;
 }
 
-template <int kBr, int kBc, bool kMFast>
+template <int kBr, int kBc, TileOrder kOrder>
 __device__ __forceinline__ Tile make_tile(const Params& p, int t) {
   const int bh_total = p.batch * p.heads_q;
   const int num_m = (p.seq_q + kBr - 1) / kBr;
+  int m_back = 0, bh = 0;  // query block counted from the last one; (batch, head)
+  if constexpr (kOrder == TileOrder::MFast) {
+    m_back = t % num_m;
+    bh = t / num_m;
+  } else if constexpr (kOrder == TileOrder::HeadsFastest) {
+    m_back = t / bh_total;
+    bh = t % bh_total;
+  } else {
+    const int group_tiles = p.heads_per_group * num_m;
+    const int group = t / group_tiles, in_group = t % group_tiles;
+    const int heads = min(p.heads_per_group, bh_total - group * p.heads_per_group);  // the last group may be short
+    m_back = in_group / heads;
+    bh = group * p.heads_per_group + in_group % heads;
+  }
   Tile tile;
-  // kMFast: the query blocks of one (batch, head) in a row, heaviest first; else heads fastest.
-  const int m_block = kMFast ? num_m - 1 - t % num_m : num_m - 1 - t / bh_total, bh = kMFast ? t / num_m : t % bh_total;
   tile.b = bh / p.heads_q;
   tile.h = bh % p.heads_q;
   tile.h_kv = tile.h / (p.heads_q / p.heads_kv);
-  tile.row0 = m_block * kBr;
+  tile.row0 = (num_m - 1 - m_back) * kBr;
   const int last_row = min(tile.row0 + kBr, p.seq_q) - 1;
   const int last_key = last_visible_key(p.align, last_row, p.seq_q, p.seq_k);
   tile.n_blocks = last_key < 0 ? 0 : last_key / kBc + 1;
   return tile;
 }
 
-// Non-persistent: one tile per block (tile = blockIdx.x). Persistent: block b takes b, b + grid, ...
-template <bool kPersistent>
-struct TileScheduler {
-  int total;
-  __device__ int first() const { return static_cast<int>(blockIdx.x); }
-  __device__ int next(int t) const { return kPersistent ? t + static_cast<int>(gridDim.x) : total; }
-};
+// The persistent grid's tile counter (p.tile_counter: the next tile to hand out beyond the first
+// gridDim.x, and the blocks that have finished). The last block to finish sets both back to 0, so the
+// next launch on the same counter starts from zero without a memset.
+__device__ __forceinline__ int fetch_next_tile(const Params& p) {
+  return atomicAdd(&p.tile_counter[0], 1) + static_cast<int>(gridDim.x);
+}
+__device__ __forceinline__ void finish_tiles(const Params& p) {
+  if (atomicAdd(&p.tile_counter[1], 1) == static_cast<int>(gridDim.x) - 1) {
+    atomicExch(&p.tile_counter[0], 0);
+    atomicExch(&p.tile_counter[1], 0);
+  }
+}
 
 // ---- producer -------------------------------------------------------------------------------------------------
 
@@ -251,19 +295,27 @@ struct Loader {
   unsigned char* smem;
   std::uint64_t* bars;
 
-  // Q_i (Br, d): once per tile. `tl` records the wait for the empty slot and the issue.
+  // Q_i (Br, d): once per tile, into Q_i's space once the consumers have released it. `tl` records the
+  // wait for the empty slot and the issue.
   template <class Lane>
-  __device__ void load_q(const Tile& tile, std::uint32_t tile_iter, Lane& tl, const Params& p) const {
+  __device__ void wait_q_empty(std::uint32_t tile_iter, Lane& tl, const Params& p) const {
     const std::uint64_t t0 = Lane::now();
     mbar_wait(&bars[Smem::kQEmpty], (tile_iter & 1) ^ 1);
-    const std::uint64_t t1 = Lane::now();
-    tl.waited(p, t0, t1);
-    tl.instant(p, PipelineEvent::TmaIssue, t1);
+    tl.waited(p, t0, Lane::now());
+  }
+  template <class Lane>
+  __device__ void issue_q(const Tile& tile, Lane& tl, const Params& p) const {
+    tl.instant(p, PipelineEvent::TmaIssue, Lane::now());
     mbar_arrive_expect_tx(&bars[Smem::kQFull], Smem::kQBytes);
 #pragma unroll
     for (int pnl = 0; pnl < kPanels; ++pnl)
       tma_load_4d(smem + Smem::kQOffset + pnl * kBr * kPanelRowBytes, &maps->q, pnl * kPanelCols, tile.h, tile.row0,
                   tile.b, &bars[Smem::kQFull]);
+  }
+  template <class Lane>
+  __device__ void load_q(const Tile& tile, std::uint32_t tile_iter, Lane& tl, const Params& p) const {
+    wait_q_empty(tile_iter, tl, p);
+    issue_q(tile, tl, p);
   }
   // K_j or V_j (Bc, d) into stage (iter % kStages); `iter` counts K/V blocks over the block's whole life.
   template <bool kIsK, class Lane>
@@ -416,6 +468,11 @@ struct Consumer {
     __syncwarp();
     if (tid % 32 == 0) mbar_arrive(&bars[bar]);
   }
+  // Q_i's space is free once the tile's last S GEMM has read it, when O_i has a buffer of its own (else
+  // the epilogue releases it, after O_i has gone out through it).
+  __device__ void release_q_after_last_s() const {
+    if constexpr (Cfg::kORows > 0) release(Smem::kQEmpty);
+  }
 
   // S_ij = Q_i K_j^T  // (64, Bc) per consumer; both operands K-major in shared memory.
   __device__ void issue_s(float (&s)[kNS], int stage) const {
@@ -528,6 +585,7 @@ struct Consumer {
     reg_fence(s);
     tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
     release(Smem::kKEmpty + stage_of(0));
+    if (n == 1) release_q_after_last_s();
     softmax_block(s, tile, 0, sm, corr);  // O_i is still 0: no rescale
     pack_p(s, pf);
 
@@ -555,6 +613,7 @@ struct Consumer {
         reg_fence(s);
         tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
         release(Smem::kKEmpty + stage_of(j));
+        if (j == n - 1) release_q_after_last_s();
         softmax_block(s, tile, j, sm, corr);
         t0 = TL::now();
         wgmma_wait_group<0>();
@@ -573,6 +632,7 @@ struct Consumer {
         tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
         release(Smem::kKEmpty + stage_of(j));
         release(Smem::kVEmpty + stage_of(j - 1));
+        if (j == n - 1) release_q_after_last_s();
         if (issues_loads() && j + kStages - 1 < n) loader->template load_kv<false>(tile, j + kStages - 1, kv_iter + j + kStages - 1, tl, p);
         softmax_block(s, tile, j, sm, corr);
         pack_p(s, pf);
@@ -598,19 +658,27 @@ struct Consumer {
   }
 
   // ---- epilogue ----
-  // O_i = diag(l_i)^-1 O_i -> T, through this consumer's rows of Q_i's (swizzled) space, then 16-byte
-  // coalesced stores with a row guard; L_i straight from the registers. Releases Q_i's space last.
+  // O_i = diag(l_i)^-1 O_i -> T, through this consumer's rows of O_i's (swizzled) staging space (its own
+  // buffer, the buffer the consumers share in turn, or Q_i's), then 16-byte coalesced stores with a row
+  // guard; L_i straight from the registers. Releases Q_i's space last when O_i went out through it.
   __device__ void epilogue(const Tile& tile, float (&o)[kNO], const OnlineSoftmax<kBc>& sm) const {
     const std::uint64_t t0 = TL::now();
     float inv_l[2], lse[2];
     sm.finalize(inv_l, lse);
-    unsigned char* qs = smem + Smem::kQOffset;
+    unsigned char* os = smem + Smem::kOOffset;
+    // Staging row of this consumer's first row: its own 64 rows of a (Br, d) space, or the shared (64, d) one.
+    const int stage_row0 = Cfg::kOBufferShared ? 0 : c * kRowsPerConsumer;
+    if constexpr (Cfg::kOBufferShared) {  // wait until the other consumer has read its O out of the buffer
+      const std::uint64_t tw = TL::now();
+      named_barrier_sync(kBarOBufferBase + c, 2 * kWarpgroupThreads);
+      tl.waited(p, tw, TL::now());
+    }
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
-      const int r = c * kRowsPerConsumer + 16 * warp + g + 8 * hf;  // row within the tile
+      const int r = stage_row0 + 16 * warp + g + 8 * hf;  // staging row
 #pragma unroll
       for (int i = 0; i < kNO / 4; ++i)
-        *reinterpret_cast<std::uint32_t*>(qs + swizzle128_offset(r, 8 * i + 2 * t, kBr)) =
+        *reinterpret_cast<std::uint32_t*>(os + swizzle128_offset(r, 8 * i + 2 * t, Smem::kOPanelRows)) =
             pack2<T>(o[4 * i + 2 * hf] * inv_l[hf], o[4 * i + 2 * hf + 1] * inv_l[hf]);
       const int row = row_of(tile, hf);
       if (t == 0 && row < p.seq_q)
@@ -624,43 +692,50 @@ struct Consumer {
       const int r = idx / kChunksPerRow, ch = idx % kChunksPerRow;
       const int row = tile.row0 + c * kRowsPerConsumer + r;
       if (row < p.seq_q) {
-        const uint4 v = *reinterpret_cast<const uint4*>(qs + swizzle128_offset(c * kRowsPerConsumer + r, ch * 8, kBr));
+        const uint4 v = *reinterpret_cast<const uint4*>(os + swizzle128_offset(stage_row0 + r, ch * 8, Smem::kOPanelRows));
         const std::int64_t off = ((static_cast<std::int64_t>(tile.b) * p.seq_q + row) * p.heads_q + tile.h) * D + ch * 8;
         *reinterpret_cast<uint4*>(o_base + off) = v;
       }
     }
-    named_barrier_sync(kBarConsumerBase + c, kWarpgroupThreads);  // every read of Q_i's space is done
-    if (tid == 0) mbar_arrive(&bars[Smem::kQEmpty]);
+    named_barrier_sync(kBarConsumerBase + c, kWarpgroupThreads);  // every read of O_i's space is done
+    if constexpr (Cfg::kORows == 0) release(Smem::kQEmpty);
+    if constexpr (Cfg::kOBufferShared) named_barrier_arrive(kBarOBufferBase + (1 - c), 2 * kWarpgroupThreads);
     tl.span(p, PipelineEvent::Epilogue, t0);
   }
 
-  // Every tile of this block.
-  __device__ void run(const TileScheduler<Cfg::kPersistent>& sched) const {
+  // One tile: its K/V loop, then the epilogue. Q_i has landed; `kv_iter` numbers its first K/V block.
+  __device__ void run_tile(const Tile& tile, std::uint32_t kv_iter) const {
+    float o[kNO];  // O_i  // (64, d) per consumer, unnormalized
+#pragma unroll
+    for (int i = 0; i < kNO; ++i) o[i] = 0.f;
+    OnlineSoftmax<kBc> sm;
+    sm.init();
+    if (tile.n_blocks > 0) mainloop(tile, kv_iter, o, sm);
+    else release_q_after_last_s();  // no S GEMM reads Q_i
+    epilogue(tile, o, sm);
+  }
+
+  // Every tile of this block: one (blockIdx.x) below step 5; at step 5, each tile the producer announces
+  // in the tile slot with Q_i, until it announces total_tiles (no more).
+  __device__ void run(int total_tiles) const {
     if constexpr (Cfg::kPingPong) {
       if (c == 1) turn_pass();  // consumer 0 goes first
     }
-    std::uint32_t kv_iter = 0, tile_iter = 0;
-    for (int ti = sched.first(); ti < sched.total; ti = sched.next(ti), ++tile_iter) {
-      const Tile tile = make_tile<kBr, kBc, tile_order_m_fast<kVar, Cfg::kPersistent>()>(p, ti);
-      if (issues_loads()) {  // ladder step 1: this warpgroup is its own producer
-        loader->load_q(tile, tile_iter, tl, p);
-        for (int j = 0; j < kStages && j < tile.n_blocks; ++j) {
-          loader->template load_kv<true>(tile, j, kv_iter + j, tl, p);
-          loader->template load_kv<false>(tile, j, kv_iter + j, tl, p);
-        }
-      }
-      float o[kNO];  // O_i  // (64, d) per consumer, unnormalized
-#pragma unroll
-      for (int i = 0; i < kNO; ++i) o[i] = 0.f;
-      OnlineSoftmax<kBc> sm;
-      sm.init();
-      wait_full(Smem::kQFull, tile_iter & 1);  // also when n = 0: O_i goes out through Q_i's space
-      // Persistent loop: the per-thread shared-memory addresses and fragment coordinates are the same for
-      // every tile, and hoisted out of the loop they stayed live across it (64 epilogue offsets, the
-      // descriptors) and spilled 68 bytes at d = 128. Passing them through an opaque move per tile keeps
-      // them where they are used (d = 128: no spill; d = 256: tid too, with the opaque descriptor bases: no spill).
-      Consumer self = *this;
-      if constexpr (Cfg::kPersistent) {
+    if constexpr (Cfg::kOBufferShared) {
+      if (c == 1) named_barrier_arrive(kBarOBufferBase, 2 * kWarpgroupThreads);  // and takes the O buffer first
+    }
+    if constexpr (Cfg::kPersistent) {
+      std::uint32_t kv_iter = 0;
+      for (std::uint32_t tile_iter = 0;; ++tile_iter) {
+        wait_full(Smem::kQFull, tile_iter & 1);
+        const int ti = *reinterpret_cast<volatile const int*>(smem + Smem::kTileSlotOffset);
+        if (ti >= total_tiles) break;
+        const Tile tile = make_tile<kBr, kBc, tile_order<kVar, true>()>(p, ti);
+        // The per-thread shared-memory addresses and fragment coordinates are the same for every tile, and
+        // hoisted out of this loop they stayed live across it (64 epilogue offsets, the descriptors) and
+        // spilled 68 bytes at d = 128. Passing them through an opaque move per tile keeps them where they
+        // are used (d = 128: no spill; d = 256: tid too, with the opaque descriptor bases: no spill).
+        Consumer self = *this;
         self.smem = opaque(smem);
         self.bars = opaque(bars);
         self.warp = opaque(warp);
@@ -668,11 +743,21 @@ struct Consumer {
         self.t = opaque(t);
         self.c = opaque(c);
         self.tid = opaque(tid);
+        self.run_tile(tile, kv_iter);
+        kv_iter += tile.n_blocks;
+        tl = self.tl;  // the timeline lane's slot state goes on to the next tile
       }
-      if (tile.n_blocks > 0) self.mainloop(tile, kv_iter, o, sm);
-      kv_iter += tile.n_blocks;
-      self.epilogue(tile, o, sm);
-      tl = self.tl;  // the timeline lane's slot state goes on to the next tile
+    } else {
+      const Tile tile = make_tile<kBr, kBc, tile_order<kVar, false>()>(p, static_cast<int>(blockIdx.x));
+      if (issues_loads()) {  // ladder step 1: this warpgroup is its own producer
+        loader->load_q(tile, 0, tl, p);
+        for (int j = 0; j < kStages && j < tile.n_blocks; ++j) {
+          loader->template load_kv<true>(tile, j, j, tl, p);
+          loader->template load_kv<false>(tile, j, j, tl, p);
+        }
+      }
+      wait_full(Smem::kQFull, 0);  // also when n = 0: O_i may go out through Q_i's space
+      run_tile(tile, 0);
     }
   }
 };
@@ -689,7 +774,7 @@ __global__ void __launch_bounds__(StepConfig<kStep>::kThreads, 1)
   auto* bars = reinterpret_cast<std::uint64_t*>(smem + Smem::kBarOffset);
   if (threadIdx.x == 0) {
     mbar_init(&bars[Smem::kQFull], 1);
-    mbar_init(&bars[Smem::kQEmpty], Cfg::kConsumers);
+    mbar_init(&bars[Smem::kQEmpty], Cfg::kConsumers * 4);  // one arrival per consumer warp
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbar_init(&bars[Smem::kKFull + s], 1);
       mbar_init(&bars[Smem::kVFull + s], 1);
@@ -700,7 +785,6 @@ __global__ void __launch_bounds__(StepConfig<kStep>::kThreads, 1)
   }
   __syncthreads();
 
-  const TileScheduler<Cfg::kPersistent> sched{total_tiles};
   const Loader<Cfg> loader{&maps, smem, bars};
   const int wg = static_cast<int>(threadIdx.x) / kWarpgroupThreads;
   const int tid = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
@@ -712,25 +796,51 @@ __global__ void __launch_bounds__(StepConfig<kStep>::kThreads, 1)
       if (tid / 32 == 0 && elect_one()) {
         TimelineLane<kTimeline> tl;
         tl.start(p, true);
-        std::uint32_t kv_iter = 0, tile_iter = 0;
-        for (int ti = sched.first(); ti < sched.total; ti = sched.next(ti), ++tile_iter) {
-          const Tile tile = make_tile<Cfg::kBr, Cfg::kBc, tile_order_m_fast<kVar, Cfg::kPersistent>()>(p, ti);
-          loader.load_q(tile, tile_iter, tl, p);
+        // The K/V blocks of one tile, in the order the consumers take them.
+        auto load_tile_kv = [&](const Tile& tile, std::uint32_t kv_iter, bool k0_issued) {
           const int n = tile.n_blocks;
           if constexpr ((kVar & kVarKAhead) != 0) {
             // K one block ahead of V: K_0, K_1, V_0, K_2, V_1, ... (the consumers take K_{j+1} with V_j).
-            if (n > 0) loader.template load_kv<true>(tile, 0, kv_iter, tl, p);
+            if (n > 0 && !k0_issued) loader.template load_kv<true>(tile, 0, kv_iter, tl, p);
             for (int j = 0; j < n; ++j) {
               if (j + 1 < n) loader.template load_kv<true>(tile, j + 1, kv_iter + j + 1, tl, p);
               loader.template load_kv<false>(tile, j, kv_iter + j, tl, p);
             }
           } else {
             for (int j = 0; j < n; ++j) {
-              loader.template load_kv<true>(tile, j, kv_iter + j, tl, p);
+              if (j > 0 || !k0_issued) loader.template load_kv<true>(tile, j, kv_iter + j, tl, p);
               loader.template load_kv<false>(tile, j, kv_iter + j, tl, p);
             }
           }
-          kv_iter += n;
+        };
+        if constexpr (Cfg::kPersistent) {
+          volatile int* tile_slot = reinterpret_cast<volatile int*>(smem + Smem::kTileSlotOffset);
+          std::uint32_t kv_iter = 0;
+          int ti = static_cast<int>(blockIdx.x);  // the first tiles go one per block; the rest from the counter
+          for (std::uint32_t tile_iter = 0;; ++tile_iter) {
+            if (ti >= total_tiles) {  // no more tiles: tell the consumers through the slot, with no Q
+              loader.wait_q_empty(tile_iter, tl, p);
+              *tile_slot = total_tiles;
+              mbar_arrive(&bars[Smem::kQFull]);
+              break;
+            }
+            const Tile tile = make_tile<Cfg::kBr, Cfg::kBc, tile_order<kVar, true>()>(p, ti);
+            const int next = fetch_next_tile(p);  // in flight while this tile's copies are issued
+            // When O_i leaves through Q_i's space, Q_i waits for the last tile's epilogue: K_0 goes first.
+            const bool k0_first = Cfg::kORows == 0 && tile_iter > 0 && tile.n_blocks > 0;
+            if (k0_first) loader.template load_kv<true>(tile, 0, kv_iter, tl, p);
+            loader.wait_q_empty(tile_iter, tl, p);
+            *tile_slot = ti;  // published by Q_i's full barrier (its arrive releases, the consumers' wait acquires)
+            loader.issue_q(tile, tl, p);
+            load_tile_kv(tile, kv_iter, k0_first);
+            kv_iter += tile.n_blocks;
+            ti = next;
+          }
+          finish_tiles(p);
+        } else {
+          const Tile tile = make_tile<Cfg::kBr, Cfg::kBc, tile_order<kVar, false>()>(p, static_cast<int>(blockIdx.x));
+          loader.load_q(tile, 0, tl, p);
+          load_tile_kv(tile, 0, false);
         }
       }
     } else {
@@ -738,12 +848,12 @@ __global__ void __launch_bounds__(StepConfig<kStep>::kThreads, 1)
       setmaxnreg_inc<kConsumerRegs>();
       const Consumer<T, D, kStep, kDropout, kTimeline, kVar> consumer{p, &loader, smem, bars, wg - 1, wg, tid, tid / 32, lane / 4, lane % 4};
       consumer.tl.start(p, tid == 0);
-      consumer.run(sched);
+      consumer.run(total_tiles);
     }
   } else {
     const Consumer<T, D, kStep, kDropout, kTimeline, kVar> consumer{p, &loader, smem, bars, 0, wg, tid, tid / 32, lane / 4, lane % 4};
     consumer.tl.start(p, tid == 0);
-    consumer.run(sched);
+    consumer.run(total_tiles);
   }
 }
 
@@ -825,13 +935,22 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
   const long long total = static_cast<long long>((p.seq_q + Cfg::kBr - 1) / Cfg::kBr) * p.batch * p.heads_q;
   if (total > 0x7fffffffLL) throw std::invalid_argument("cuda-fa3-ws: more than 2^31 - 1 tiles");
   int grid = static_cast<int>(total);
+  Params params = p;
   if constexpr (Cfg::kPersistent) {
-    int dev = 0, sms = 0;
+    if (p.tile_counter == nullptr) throw std::invalid_argument("cuda-fa3-ws step 5 needs Params::tile_counter (two zeroed ints on the device)");
+    int dev = 0, sms = 0, l2_bytes = 0;
     check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
     check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute(SM count)");
+    check_cuda(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, dev), "cudaDeviceGetAttribute(L2 size)");
     grid = grid < sms ? grid : sms;
+    // Heads per group of the tile order: as many KV heads as have K and V fit in half the L2 (the H100's
+    // L2 is two partitions), times the query heads that share each.
+    const long long kv_head_bytes = 2LL * p.seq_k * D * kElemBytes;
+    const long long kv_heads = std::max(1LL, (l2_bytes / 2) / std::max(1LL, kv_head_bytes));
+    const long long heads = kv_heads * (p.heads_q / p.heads_kv);
+    params.heads_per_group = static_cast<int>(std::min<long long>(heads, static_cast<long long>(p.batch) * p.heads_q));
   }
-  kernel<<<grid, Cfg::kThreads, kSmem, stream>>>(p, maps, static_cast<int>(total));
+  kernel<<<grid, Cfg::kThreads, kSmem, stream>>>(params, maps, static_cast<int>(total));
   check_cuda(cudaGetLastError(), "the kernel launch");
 }
 

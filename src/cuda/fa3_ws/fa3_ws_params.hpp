@@ -30,6 +30,10 @@ struct Params {
   std::uint32_t drop_threshold = 0;  // core/philox.hpp dropout_threshold(p)
   float drop_rescale = 1;            // 1 / (1 - p)
   std::uint64_t seed = 0;
+  // The persistent grid (step 5) hands out tiles from a counter: two ints of device memory, zero before
+  // the first launch (the kernel leaves them zero). Launches that may run at the same time need their own.
+  int* tile_counter = nullptr;
+  int heads_per_group = 1;  // step 5's tile order: heads whose K/V share the L2 (the launcher sets it)
   // Timeline (only read by FLASHLAB_FA3_TIMELINE builds): records and an atomic record counter.
   ::flashlab::TimelineRecord* timeline = nullptr;
   unsigned* timeline_count = nullptr;
