@@ -67,16 +67,23 @@ void check_output(const char* name, DType dtype, const HostTensor& out, const Ho
   CHECK(bound.passes(err));
 }
 
-// The forward of every ladder step, for every head dim and dtype, on fresh random inputs against the
-// CPU references (computed once per head dim and dtype, shared by the five steps).
-void check_problem(Shape shape, const Options& options) {
+// The forward of every ladder step, for every head dim and dtype, on fresh random inputs (reshaped by
+// `reshape` when given) against the CPU references (computed once per head dim and dtype, shared by the
+// five steps).
+void check_problem(Shape shape, const Options& options, void (*reshape)(Qkv&) = nullptr) {
   for (DType dtype : kDtypes)
     for (int d : kHeadDims) {
       shape.head_dim = d;
       const Problem p{.shape = shape, .options = options};
       const std::uint64_t seed = fresh_seed();
       INFO(describe(p, dtype, seed));
-      const Qkv in = random_qkv(shape, dtype, seed);
+      Qkv in = random_qkv(shape, dtype, seed);
+      if (reshape != nullptr) {  // then back to values the dtype holds exactly, as random_qkv gives
+        reshape(in);
+        round_to(in.q, dtype);
+        round_to(in.k, dtype);
+        round_to(in.v, dtype);
+      }
       const ForwardOut ref = naive_forward<double>(p, in);
       const ForwardOut lowp = naive_forward_lowp(p, dtype, in);
       for (const char* name : kLadder) {
@@ -226,6 +233,23 @@ TEST_CASE("cuda-fa3-ws: launches one after another give the same bits (the persi
   check_output("O, last launch", DType::BF16, second.o, ref.o, lowp.o);
   CHECK(second.o.data == first.o.data);
   CHECK(second.lse.data == first.lse.data);
+}
+
+// K_j grows along the sequence (x 1 at key 0 to x 24 at the last): each row's max rises block after block,
+// by far more than the kernel lets its running max lag (2^8), so O_i and l_i are rescaled at many blocks,
+// not only the first.
+void keys_grow_along_the_sequence(Qkv& in) {
+  const auto& d = in.k.dims;  // (B, S_k, H_kv, D)
+  for (std::int64_t b = 0; b < d[0]; ++b)
+    for (std::int64_t s = 0; s < d[1]; ++s)
+      for (std::int64_t h = 0; h < d[2]; ++h)
+        for (std::int64_t x = 0; x < d[3]; ++x) in.k.at(b, s, h, x) *= 1.0 + 23.0 * static_cast<double>(s) / static_cast<double>(d[1]);
+}
+
+TEST_CASE("cuda-fa3-ws, every ladder step: row maxima that keep rising along the keys (O rescaled at many blocks)") {
+  if (skip_unless_hopper()) return;
+  check_problem(shape(1, 2, 2, 130, 1000), opts(CausalAlign::None), keys_grow_along_the_sequence);
+  check_problem(shape(1, 2, 2, 300, 700), opts(CausalAlign::BottomRight, 0.1), keys_grow_along_the_sequence);
 }
 
 TEST_CASE("cuda-fa3-ws, every ladder step: fully masked rows give O = 0 and LSE = -inf, never NaN") {

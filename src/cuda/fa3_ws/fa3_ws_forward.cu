@@ -353,11 +353,18 @@ struct OnlineSoftmax {
     l[0] = l[1] = 0.f;
   }
 
-  // S_ij (raw, masked entries = mask_val) -> unnormalized P_ij = exp2(scale_log2 S - m_new) in place;
-  // m_i, l_i updated; corr = exp2(m_old - m_new), the factor O_i must be rescaled by. The scale is
-  // folded into one FFMA per element. For a negative scale the row's largest scaled score is its
-  // smallest raw one (mask_val is +inf then).
-  __device__ void online_softmax(float (&s)[kN], float scale_log2, float (&corr)[2]) {
+  // The max a row exponentiates against may lag its true running max by up to this much (log2 units: P
+  // entries up to 2^8 = 256, far inside fp32 sums and fp16 / bf16 P): O_i and l_i need rescaling only when
+  // some row's max rises by more, which on most rows happens only in the first block or two.
+  static constexpr float kMaxLag = 8.f;
+
+  // S_ij (raw, masked entries = mask_val) -> unnormalized P_ij = exp2(scale_log2 S - m_i) in place; m_i,
+  // l_i updated; corr = exp2(m_old - m_new), the factor O_i must be rescaled by (1 for a row whose m_i did
+  // not move). m_i moves only when the block's scaled max exceeds it by more than kMaxLag (or it was -inf).
+  // Returns whether O_i needs the rescale: some row of this warp has corr != 1 (the same answer in every
+  // lane, so the branch on it does not diverge). The scale is folded into one FFMA per element. For a
+  // negative scale the row's largest scaled score is its smallest raw one (mask_val is +inf then).
+  __device__ bool online_softmax(float (&s)[kN], float scale_log2, float (&corr)[2]) {
     const bool positive = scale_log2 >= 0.f;
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
@@ -374,10 +381,12 @@ struct OnlineSoftmax {
         raw = fminf(raw, __shfl_xor_sync(0xffffffffu, raw, 2));
       }
       const bool all_masked = positive ? raw == -INFINITY : raw == INFINITY;
-      const float m_new = fmaxf(m[hf], all_masked ? -INFINITY : raw * scale_log2);
+      const float block_max = all_masked ? -INFINITY : raw * scale_log2;
+      const bool moves = block_max > m[hf] + kMaxLag;  // -inf + kMaxLag = -inf: the first visible key moves it
+      const float m_new = moves ? block_max : m[hf];
       // A row that has seen only masked keys keeps m = -inf: subtract 0 then, so exp2 gives 0, not NaN.
       const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      corr[hf] = fast_exp2(m[hf] - m_use);
+      corr[hf] = moves ? fast_exp2(m[hf] - m_use) : 1.f;
       m[hf] = m_new;
       float sum = 0.f;
 #pragma unroll
@@ -388,12 +397,12 @@ struct OnlineSoftmax {
       }
       l[hf] = l[hf] * corr[hf] + sum;
     }
+    return __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f);
   }
 
-  // O_i = diag(corr) O_i. Always applied (D/2 FMULs per thread per block): a warp vote that skipped it
-  // when no row max moved would put a branch between the softmax and the next GEMM issue, which cost
-  // cuda-fa2 ~4% (fa2_forward.cu); here, with the multiply off the tensor cores' critical path under
-  // ping-pong, it costs less still.
+  // O_i = diag(corr) O_i (D/2 FMULs per thread), when online_softmax says some row of the warp needs it.
+  // Done unconditionally it was the largest non-GEMM cost per K/V block at d = 256 (128 FMULs against 32
+  // exponentials), and the branch sits after the P V wait, not between the softmax and a GEMM issue.
   template <int kOut>
   __device__ static void rescale(float (&o)[kOut], const float (&corr)[2]) {
 #pragma unroll
@@ -496,7 +505,8 @@ struct Consumer {
   // Mask (only tiles crossing the diagonal or the end of the keys), online softmax, dropout, and P_ij
   // packed as the A fragments of the next GEMM: k-step ks is S columns 16 ks .. 16 ks + 15, i.e.
   // accumulator n-tiles 2 ks and 2 ks + 1, which is exactly m16n8k16's A layout per warp.
-  __device__ void softmax_block(float (&s)[kNS], const Tile& tile, int j, OnlineSoftmax<kBc>& sm, float (&corr)[2]) const {
+  // Returns whether O_i needs rescaling (OnlineSoftmax::online_softmax).
+  __device__ bool softmax_block(float (&s)[kNS], const Tile& tile, int j, OnlineSoftmax<kBc>& sm, float (&corr)[2]) const {
     const std::uint64_t t0 = TL::now();
     const int col0 = j * kBc;
     const float mask_val = p.scale_log2 >= 0.f ? -INFINITY : INFINITY;
@@ -513,7 +523,7 @@ struct Consumer {
         }
       }
     }
-    sm.online_softmax(s, p.scale_log2, corr);
+    const bool needs_rescale = sm.online_softmax(s, p.scale_log2, corr);
     // Dropout acts on P_ij after its row sum (l_i normalizes the undropped softmax): keep / (1 - p).
     // The keep bits are drawn first, one Philox call at a time in a rolled loop (bit 2 i + e of
     // keep[hf] is column col0 + 8 i + 2 t + e), then applied with constant shifts: unrolled, the
@@ -542,6 +552,7 @@ struct Consumer {
         }
     }
     tl.span(p, PipelineEvent::Softmax, t0);
+    return needs_rescale;
   }
   // P_ij (fp32, in S_ij's registers) -> the A fragments of P_ij V_j. Under intra-warpgroup overlap this
   // runs only after the previous P V has been waited: packed while that GEMM was in flight (into a second
@@ -586,7 +597,7 @@ struct Consumer {
     tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
     release(Smem::kKEmpty + stage_of(0));
     if (n == 1) release_q_after_last_s();
-    softmax_block(s, tile, 0, sm, corr);  // O_i is still 0: no rescale
+    (void)softmax_block(s, tile, 0, sm, corr);  // O_i is still 0: no rescale
     pack_p(s, pf);
 
     for (int j = 1; j < n; ++j) {
@@ -614,7 +625,7 @@ struct Consumer {
         tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
         release(Smem::kKEmpty + stage_of(j));
         if (j == n - 1) release_q_after_last_s();
-        softmax_block(s, tile, j, sm, corr);
+        const bool needs_rescale = softmax_block(s, tile, j, sm, corr);
         t0 = TL::now();
         wgmma_wait_group<0>();
         reg_fence(o);
@@ -622,7 +633,7 @@ struct Consumer {
         release(Smem::kVEmpty + stage_of(j - 1));
         if (issues_loads() && j + kStages - 1 < n) loader->template load_kv<false>(tile, j + kStages - 1, kv_iter + j + kStages - 1, tl, p);
         pack_p(s, pf);
-        OnlineSoftmax<kBc>::rescale(o, corr);
+        if (needs_rescale) OnlineSoftmax<kBc>::rescale(o, corr);
       } else {
         t0 = TL::now();
         wgmma_wait_group<0>();
@@ -634,9 +645,9 @@ struct Consumer {
         release(Smem::kVEmpty + stage_of(j - 1));
         if (j == n - 1) release_q_after_last_s();
         if (issues_loads() && j + kStages - 1 < n) loader->template load_kv<false>(tile, j + kStages - 1, kv_iter + j + kStages - 1, tl, p);
-        softmax_block(s, tile, j, sm, corr);
+        const bool needs_rescale = softmax_block(s, tile, j, sm, corr);
         pack_p(s, pf);
-        OnlineSoftmax<kBc>::rescale(o, corr);
+        if (needs_rescale) OnlineSoftmax<kBc>::rescale(o, corr);
       }
     }
 
