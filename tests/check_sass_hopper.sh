@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # cuda-fa3-ws's rule "the SASS shows HGMMA and UTMALDG", as a test: every cuda-fa3-ws kernel in the built
-# binary (each ladder step, head dim, dtype, with and without dropout) must contain Hopper's warpgroup
-# tensor-core instruction (HGMMA, from wgmma) and TMA loads (UTMALDG, from cp.async.bulk.tensor) in its
-# SASS, so a change that falls back to mma.sync or per-thread copies (or compiles a kernel away) fails
-# here. Needs cuobjdump (in the CUDA toolkit's full install; the CI image's nvcc-only toolkit lacks it:
-# then exit 77, which CTest reports as skipped), not a GPU.
+# binary (each ladder step, head dim, dtype, with and without dropout, and the timeline build's) must
+# contain Hopper's warpgroup tensor-core instruction (HGMMA, from wgmma) and TMA loads (UTMALDG, from
+# cp.async.bulk.tensor) in its SASS, so a change that falls back to mma.sync or per-thread copies (or
+# compiles a kernel away) fails here. Needs cuobjdump (in the CUDA toolkit's full install; the CI image's
+# nvcc-only toolkit lacks it: then exit 77, which CTest reports as skipped), not a GPU.
 #   check_sass_hopper.sh CUOBJDUMP BINARY MIN_KERNELS
 set -euo pipefail
 cuobjdump=$1 binary=$2 min_kernels=$3

@@ -466,6 +466,76 @@ TEST_CASE("bench reports a size that won't fit as a skipped row and goes on with
   CHECK(r.out.find("skipped: ") != std::string::npos);
 }
 
+TEST_CASE("bench --timeline: only a forward bench of one variant that records one, else one sentence") {
+  TempDir dir;
+  const std::string file = dir.file("timeline.json");
+  // The variants that can record, from the table (none in a build without CUDA): the sentence names them.
+  std::vector<std::string> recorders;
+  for (const Variant& v : variants())
+    if (v.records_timeline) recorders.push_back(v.name);
+  SUBCASE("a variant without a timeline build") {
+    for (const char* name : {"cpu-naive", "cpu-fa2"}) {
+      const CliResult r = cli({"bench", "--variants", name, "--seq", "64", "--head-dim", "8", "--timeline", file});
+      INFO(r.err);
+      expect_bad_input({"bench", "--variants", name, "--seq", "64", "--head-dim", "8", "--timeline", file},
+                       "variant " + std::string(name) + " cannot record a timeline: only ");
+      if (recorders.empty()) {
+        CHECK(r.err.find("only the cuda-fa3-ws variants can, and this build has no CUDA") != std::string::npos);
+      } else {
+        for (const std::string& n : recorders) CHECK(r.err.find(n) != std::string::npos);
+      }
+      CHECK(r.out.empty());  // refused before anything ran
+    }
+    CHECK_FALSE(std::filesystem::exists(file));
+  }
+  SUBCASE("with --backward") {
+    expect_bad_input(
+        {"bench", "--variants", "cpu-naive", "--seq", "64", "--head-dim", "8", "--backward", "--timeline", file},
+        "--timeline records the pipeline of a forward run, so it cannot be combined with --backward");
+    CHECK_FALSE(std::filesystem::exists(file));
+  }
+  SUBCASE("no variant named, several variants, several lengths") {
+    expect_bad_input({"bench", "--seq", "64", "--timeline", file}, "--timeline records one variant's run: name it");
+    expect_bad_input({"bench", "--variants", "cpu-naive,cpu-fa2", "--seq", "64", "--timeline", file},
+                     "--variants names 2");
+    expect_bad_input({"bench", "--variants", "cpu-naive", "--seq", "32,64", "--timeline", file}, "--seq lists 2 lengths");
+    CHECK_FALSE(std::filesystem::exists(file));
+  }
+  SUBCASE("the registry refuses it the same way, on any variant of the table without a timeline build") {
+    // Through Variant::bench, before anything else is checked: CUDA variants (cuda-fa2, ...) too, with or
+    // without a GPU here.
+    Problem p;
+    p.shape = Shape{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 64, .seq_k = 64, .head_dim = 64};
+    const BenchSettings settings{.warmup = 0, .iters = 1, .backward = false, .timeline_path = file};
+    int refused = 0;
+    for (const Variant& v : variants()) {
+      if (v.records_timeline) continue;
+      const std::string sentence = "variant " + v.name + " cannot record a timeline: only ";
+      CHECK_THROWS_WITH_AS((void)v.bench(p, v.dtypes.front(), settings), doctest::Contains(sentence.c_str()),
+                           InputError);
+      ++refused;
+    }
+    CHECK(refused > 0);  // the loop checked something (every CPU variant is such a row)
+    // A variant that records one: only forward, only without dropout.
+    Variant recorder = variants().front();
+    recorder.records_timeline = true;
+    CHECK_NOTHROW(check_records_timeline(recorder, p, false));
+    CHECK_THROWS_WITH_AS(check_records_timeline(recorder, p, true), doctest::Contains("combined with --backward"),
+                         InputError);
+    p.options.dropout_p = 0.1;
+    CHECK_THROWS_WITH_AS(check_records_timeline(recorder, p, false),
+                         doctest::Contains("records a timeline only without dropout"), InputError);
+    CHECK_FALSE(std::filesystem::exists(file));
+  }
+}
+
+TEST_CASE("bench --help documents --timeline") {
+  const CliResult r = cli({"bench", "--help"});
+  CHECK(r.code == 0);
+  CHECK(r.out.find("--timeline FILE.json") != std::string::npos);
+  CHECK(r.out.find("Trace Event JSON") != std::string::npos);
+}
+
 TEST_CASE("run --dtype chooses the precision: f16 files computed and written in f32") {
   TempDir dir;
   const Shape s{.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 9, .seq_k = 13, .head_dim = 8};

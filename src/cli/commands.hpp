@@ -54,6 +54,7 @@ struct BenchCommand {
   bool backward = false;
   int warmup = 1, iters = 5;
   std::string json_path, csv_path;
+  std::string timeline_path;  // empty: no timeline; else one forward run's pipeline, written here (cuda-fa3-ws)
   std::string command_line;  // recorded in the JSON
   void add_to(CLI::App& app);
   int run(std::ostream& out, std::ostream& err) const;

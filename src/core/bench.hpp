@@ -2,6 +2,9 @@
 // What a device benchmark is asked for and what it reports: the contract between the kernels' own
 // timers (CUDA events) and `flashlab bench`. Timing lives in benchmarks only, never in tests.
 #include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
 
 namespace flashlab {
 
@@ -10,6 +13,21 @@ struct BenchSettings {
   int warmup = 3;
   int iters = 20;
   bool backward = true;
+  // Not empty: after the timed runs, record the pipeline of one forward run with the variant's timeline
+  // build and write it here as Trace Event JSON (only variants that record one: Variant::records_timeline).
+  // (The {} initializer keeps GCC's -Wmissing-field-initializers quiet on BenchSettings{0, 1, false}.)
+  std::string timeline_path{};
+};
+
+// What a bench with BenchSettings::timeline_path recorded, and what recording costs.
+struct BenchTimeline {
+  std::string path{};               // the Trace Event JSON written
+  std::size_t records = 0;          // events in it
+  std::uint32_t first_block = 0;    // the thread blocks that recorded: first_block .. last_block
+  std::uint32_t last_block = 0;
+  std::size_t capacity = 0;         // record slots of the device buffer
+  bool buffer_filled = false;       // the lanes asked for more slots than that: the run's later events are missing
+  double recording_ms = -1;         // median of the timeline build recording (warm-up and iterations as forward_ms)
 };
 
 struct BenchResult {
@@ -17,6 +35,7 @@ struct BenchResult {
   double backward_ms = -1;     // median; < 0 when not measured
   std::size_t peak_bytes = 0;  // peak device (or host) memory during the run
   std::size_t io_bytes = 0;    // of which inputs and outputs (q, k, v, o, lse, and grads)
+  std::optional<BenchTimeline> timeline{};  // set when BenchSettings::timeline_path was
 };
 
 }  // namespace flashlab

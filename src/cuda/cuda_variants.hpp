@@ -41,6 +41,9 @@ BenchResult cuda_fa2_bench(const Problem&, DType, const BenchSettings&);
 // fp16/bf16, compute capability 9.0 only; forward only. `step` is the ablation ladder's step, 1..5: each
 // adds one idea to the one before (1 one warpgroup, TMA + wgmma; 2 producer / consumer specialization
 // with setmaxnreg; 3 ping-pong; 4 intra-warpgroup overlap; 5 persistent scheduling, the shipped kernel).
+// The bench times the shipped kernel of the step; with settings.timeline_path it then records one run's
+// pipeline with the timeline build into that file (Trace Event JSON) and reports it, and that build's
+// time, in BenchResult::timeline (no dropout: the registry refuses it first).
 ForwardOut cuda_fa3_ws_forward_at(int step, const Problem&, DType, const Qkv&);
 BenchResult cuda_fa3_ws_bench_at(int step, const Problem&, DType, const BenchSettings&);
 // The same behind the common signatures, one instantiation per registry row.

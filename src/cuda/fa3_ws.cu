@@ -5,17 +5,30 @@
 // is compiled like every other host file, so the shared helper kernels it instantiates (poison,
 // fill_random of host_passes.cuh) keep their code for every architecture. Forward only: there is no
 // backward yet, and the registry says so before anything reaches this file.
+//
+// A bench with BenchSettings::timeline_path (`flashlab bench --timeline FILE`) times the shipped kernel as
+// always, then runs the timeline build (launch_forward_timeline: the same step with the timeline hook
+// compiled in) to record one run's pipeline into FILE as Trace Event JSON, and times that build too, so
+// the bench can say what recording costs.
+#include <algorithm>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "core/philox.hpp"
 #include "cuda/common.cuh"
 #include "cuda/cuda_variants.hpp"
+#include "cuda/device.hpp"
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
 #include "cuda/host_passes.cuh"
+#include "model/timeline.hpp"
 
 namespace flashlab {
 namespace {
@@ -88,6 +101,113 @@ ForwardOut forward_as(fa3::LadderStep step, const Problem& p, DType dtype, const
   return t.download_forward(p.shape);
 }
 
+// Record slots of a timeline run: 24 bytes each (192 KiB); about what four blocks of steps 2-4 write over
+// one tile at N = 8k, d = 128 (a longer run fills it, and the bench says so).
+constexpr int kTimelineCapacity = 8192;
+
+// Median ms of `iters` runs of `pass` after `warmup` untimed ones; `prepare` runs before each, on the
+// same stream but outside the events, so its time is not counted.
+double median_ms_prepared(const std::function<void()>& prepare, const std::function<void()>& pass, int warmup,
+                          int iters) {
+  for (int n = 0; n < warmup; ++n) {
+    prepare();
+    pass();
+  }
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<double> times;
+  for (int n = 0; n < std::max(iters, 1); ++n) {
+    prepare();
+    CUDA_CHECK(cudaEventRecord(start));
+    pass();
+    CUDA_CHECK(cudaEventRecord(stop));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms);
+  }
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// "ladder step 3, bf16, B=1 H=2 N=1024 d=128, blocks 0-3": what the run was (the harness's label form).
+std::string timeline_label(fa3::LadderStep step, const Problem& p, DType dtype, std::uint32_t first_block,
+                           std::uint32_t last_block) {
+  const Shape& s = p.shape;
+  std::string label = "ladder step " + std::to_string(static_cast<int>(step)) + ", " + to_string(dtype) + ", B=" +
+                      std::to_string(s.batch);
+  label += s.heads_q == s.heads_kv ? " H=" + std::to_string(s.heads_q)
+                                   : " Hq=" + std::to_string(s.heads_q) + " Hkv=" + std::to_string(s.heads_kv);
+  label += s.seq_q == s.seq_k ? " N=" + std::to_string(s.seq_q)
+                              : " Sq=" + std::to_string(s.seq_q) + " Sk=" + std::to_string(s.seq_k);
+  label += " d=" + std::to_string(s.head_dim);
+  if (p.options.causal != CausalAlign::None) label += " causal " + std::string(to_string(p.options.causal));
+  return label + ", blocks " + std::to_string(first_block) + "-" + std::to_string(last_block);
+}
+
+// After the timed runs: the timeline build once to warm up, timed (the same warm-up and iterations as
+// the plain kernel), then one recording run into a buffer filled with 0xff (a hole reads as event
+// kTimelineHole), downloaded and written to settings.timeline_path.
+BenchTimeline record_timeline(fa3::LadderStep step, const Problem& p, DType dtype, const BenchSettings& settings,
+                              fa3::Params params) {
+  cuda::DeviceBuffer<TimelineRecord> records(kTimelineCapacity);
+  cuda::DeviceBuffer<unsigned> count(1);
+  params.timeline = records.data();
+  params.timeline_count = count.data();
+  params.timeline_capacity = kTimelineCapacity;
+  const auto zero_count = [&] { CUDA_CHECK(cudaMemsetAsync(count.data(), 0, sizeof(unsigned), /*stream=*/0)); };
+  const auto record = [&] { fa3::launch_forward_timeline(dtype, params, /*stream=*/0, step); };
+
+  BenchTimeline out;
+  zero_count();
+  record();  // warm-up: the first launch of this build loads its module
+  out.recording_ms = median_ms_prepared(zero_count, record, settings.warmup, settings.iters);
+
+  CUDA_CHECK(cudaMemset(records.data(), 0xff, records.bytes()));
+  zero_count();
+  record();
+  CUDA_CHECK(cudaDeviceSynchronize());
+  unsigned asked = 0;
+  CUDA_CHECK(cudaMemcpy(&asked, count.data(), sizeof asked, cudaMemcpyDeviceToHost));
+  std::vector<TimelineRecord> raw(std::min<std::size_t>(asked, kTimelineCapacity));
+  if (!raw.empty())
+    CUDA_CHECK(cudaMemcpy(raw.data(), records.data(), raw.size() * sizeof(TimelineRecord), cudaMemcpyDeviceToHost));
+  std::vector<TimelineRecord> kept;
+  kept.reserve(raw.size());
+  for (const TimelineRecord& r : raw)
+    if (r.event != fa3::kTimelineHole) kept.push_back(r);
+  if (kept.empty())
+    throw std::runtime_error("cuda-fa3-ws: the timeline build recorded no events (" + std::to_string(asked) +
+                             " record slots taken)");
+
+  out.path = settings.timeline_path;
+  out.records = kept.size();
+  out.capacity = kTimelineCapacity;
+  out.buffer_filled = asked > static_cast<unsigned>(kTimelineCapacity);
+  out.first_block = out.last_block = kept.front().block;
+  for (const TimelineRecord& r : kept) {
+    out.first_block = std::min(out.first_block, r.block);
+    out.last_block = std::max(out.last_block, r.block);
+  }
+  // From step 2 on, warpgroup 0 is the producer; step 1's one warpgroup issues its own loads and computes.
+  const std::uint32_t producers = static_cast<int>(step) >= 2 ? 1u : 0u;
+  const Timeline timeline = timeline_from_records(kept.data(), kept.size(), cuda::device_name(), "cuda-fa3-ws",
+                                                  timeline_label(step, p, dtype, out.first_block, out.last_block),
+                                                  producers);
+  errno = 0;
+  std::ofstream file(out.path, std::ios::binary);
+  if (!file)
+    throw InputError("cannot write the timeline to '" + out.path + "': " +
+                     (errno != 0 ? std::strerror(errno) : "the file cannot be opened for writing"));
+  write_trace_event_json(timeline, file);
+  file.close();
+  if (!file) throw InputError("cannot write the timeline to '" + out.path + "': the write failed (is the disk full?)");
+  return out;
+}
+
 template <class T>
 BenchResult bench_as(fa3::LadderStep step, const Problem& p, DType dtype, const BenchSettings& settings) {
   const cuda::PeakScope scope;
@@ -95,7 +215,10 @@ BenchResult bench_as(fa3::LadderStep step, const Problem& p, DType dtype, const 
   const fa3::Params params = params_for(p, t);
   const auto forward = [&] { fa3::launch_forward(dtype, params, /*stream=*/0, step); };
   const auto backward = [] { throw std::logic_error("cuda-fa3-ws has no backward (the registry should have refused)"); };
-  return cuda::bench_passes(settings, scope, t, forward, backward);
+  // The timed runs are the shipped kernel's, with or without a timeline asked for.
+  BenchResult result = cuda::bench_passes(settings, scope, t, forward, backward);
+  if (!settings.timeline_path.empty()) result.timeline = record_timeline(step, p, dtype, settings, params);
+  return result;
 }
 
 }  // namespace

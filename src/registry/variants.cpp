@@ -93,36 +93,37 @@ const std::vector<Variant>& variants() {
        .forward_fn = cuda_fa2_forward, .backward_fn = cuda_fa2_backward, .bench_fn = cuda_fa2_bench},
       // cuda-fa3-ws and its ablation ladder: each step adds one scheduling idea to the one before, so
       // `flashlab bench --variants cuda-fa3-ws-step1,...,cuda-fa3-ws` shows what each buys. Forward only.
+      // Each step has a timeline build: `flashlab bench --timeline FILE` records its pipeline.
       {.name = "cuda-fa3-ws-step1", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
        .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
        .summary = "FA3 ladder step 1: one warpgroup, 64 query rows, TMA + wgmma (Hopper)", .algorithm = Algorithm::FA2,
        .forward_fn = cuda_fa3_ws_forward<1>, .bench_fn = cuda_fa3_ws_bench<1>,
-       .needs_compute_capability = cuda::fa3_ws::kComputeCapability},
+       .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .records_timeline = true},
       {.name = "cuda-fa3-ws-step2", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
        .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
        .summary = "FA3 ladder step 2: + producer / consumer warpgroups (setmaxnreg), mbarrier pipeline",
        .algorithm = Algorithm::FA2,
        .forward_fn = cuda_fa3_ws_forward<2>, .bench_fn = cuda_fa3_ws_bench<2>,
-       .needs_compute_capability = cuda::fa3_ws::kComputeCapability},
+       .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .records_timeline = true},
       {.name = "cuda-fa3-ws-step3", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
        .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
        .summary = "FA3 ladder step 3: + ping-pong (the two consumers take turns on the tensor cores)",
        .algorithm = Algorithm::FA2,
        .forward_fn = cuda_fa3_ws_forward<3>, .bench_fn = cuda_fa3_ws_bench<3>,
-       .needs_compute_capability = cuda::fa3_ws::kComputeCapability},
+       .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .records_timeline = true},
       {.name = "cuda-fa3-ws-step4", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
        .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
        .summary = "FA3 ladder step 4: + intra-warpgroup overlap (softmax of block j+1 during P_j V_j)",
        .algorithm = Algorithm::FA2,
        .forward_fn = cuda_fa3_ws_forward<4>, .bench_fn = cuda_fa3_ws_bench<4>,
-       .needs_compute_capability = cuda::fa3_ws::kComputeCapability},
+       .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .records_timeline = true},
       {.name = "cuda-fa3-ws", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
        .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
        .summary = "FlashAttention-3 design on Hopper: warp-specialized TMA + wgmma, ping-pong, overlap, persistent "
                   "grid (ladder step 5); forward only",
        .algorithm = Algorithm::FA2,
        .forward_fn = cuda_fa3_ws_forward<5>, .bench_fn = cuda_fa3_ws_bench<5>,
-       .needs_compute_capability = cuda::fa3_ws::kComputeCapability},
+       .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .records_timeline = true},
 #endif
   };
   return table;
@@ -170,6 +171,7 @@ Grads Variant::backward(const Problem& p, DType dtype, const Qkv& in, const Forw
 }
 
 BenchResult Variant::bench(const Problem& p, DType dtype, const BenchSettings& settings) const {
+  if (!settings.timeline_path.empty()) check_records_timeline(*this, p, settings.backward);
   check_supported(*this, p, dtype, settings.backward);
   if (!has_device_timer())
     throw InputError("variant " + name + " has no device timer: flashlab bench times it from the host");
@@ -209,6 +211,24 @@ void check_supported(const Variant& v, const Problem& p, DType dtype, bool backw
     throw InputError(who + " needs a " + gpu_generation(need) + " GPU (compute capability " + describe_capability(need) +
                      "); this GPU is " + cuda_device_name() + " (compute capability " + describe_capability(have) + ")");
   }
+}
+
+void check_records_timeline(const Variant& v, const Problem& p, bool backward) {
+  if (backward)
+    throw InputError("--timeline records the pipeline of a forward run, so it cannot be combined with --backward");
+  if (!v.records_timeline) {
+    std::vector<std::string> names;
+    for (const Variant& w : variants())
+      if (w.records_timeline) names.push_back(w.name);
+    std::string list;
+    for (std::size_t n = 0; n < names.size(); ++n)
+      list += (n == 0 ? "" : n + 1 == names.size() ? " and " : ", ") + names[n];
+    throw InputError("variant " + v.name + " cannot record a timeline: " +
+                     (names.empty() ? std::string("only the cuda-fa3-ws variants can, and this build has no CUDA")
+                                    : "only " + list + " can"));
+  }
+  if (p.options.dropout_p > 0)
+    throw InputError("variant " + v.name + " records a timeline only without dropout (its timeline build has none)");
 }
 
 #ifdef FLASHLAB_HAVE_CUDA

@@ -55,6 +55,9 @@ struct Variant {
   // 0: any GPU. Otherwise the one compute capability (major * 10 + minor) the kernel is compiled for,
   // e.g. 90 for sm_90a code (wgmma, setmaxnreg), which runs on compute capability 9.0 alone.
   int needs_compute_capability = 0;
+  // Its bench can record one forward run's pipeline (BenchSettings::timeline_path, `flashlab bench
+  // --timeline`): a timeline build of the kernel exists (the cuda-fa3-ws ladder).
+  bool records_timeline = false;
 
   // CPU: always; CUDA: built with CUDA, a device is present, and it has the compute capability needed.
   bool available() const;
@@ -66,7 +69,8 @@ struct Variant {
   // throws InputError (one sentence) before anything is allocated or launched.
   ForwardOut forward(const Problem&, DType, const Qkv&, TrafficObserver* = nullptr) const;
   Grads backward(const Problem&, DType, const Qkv&, const ForwardOut&, const HostTensor& dO) const;
-  BenchResult bench(const Problem&, DType, const BenchSettings&) const;  // needs has_device_timer()
+  // Needs has_device_timer(); with settings.timeline_path also check_records_timeline.
+  BenchResult bench(const Problem&, DType, const BenchSettings&) const;
 };
 
 const std::vector<Variant>& variants();
@@ -77,6 +81,11 @@ const Variant& find_variant(std::string_view name);
 // Throws InputError (one sentence) unless the variant can run this problem in this dtype:
 // head dim, dtype, causal, dropout, GQA, backward, availability, compute capability.
 void check_supported(const Variant&, const Problem&, DType, bool backward);
+
+// Throws InputError (one sentence) unless a bench of the variant can record a timeline of this problem:
+// a forward bench (not `backward`), a variant with records_timeline (the sentence names those that have
+// it), no dropout (the timeline build has none).
+void check_records_timeline(const Variant&, const Problem&, bool backward);
 
 bool cuda_device_present();      // false when built without CUDA
 std::string cuda_device_name();  // e.g. "NVIDIA H100 80GB HBM3"; "" without a device

@@ -9,17 +9,24 @@
 // The kernel is compiled for sm_90a and runs on compute capability 9.0 only: on any other GPU the
 // correctness cases are skipped (with a message saying so) and the refusal sentence is checked instead.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tolerance.hpp"
 #include "cpu_reference/naive.hpp"
+#include "cuda/fa3_ws/fa3_ws_params.hpp"  // kTimelineBlocks: the blocks that record
 #include "gpu/fully_masked_rows.hpp"
+#include "model/timeline.hpp"
 #include "registry/variants.hpp"
 
 namespace {
@@ -303,4 +310,103 @@ TEST_CASE("cuda-fa3-ws refuses more tiles than its 32-bit tile index holds, befo
     CHECK_MESSAGE(msg.find("2147483648 tiles") != std::string::npos, name << ": " << msg);
     CHECK_MESSAGE(msg.find("2147483647") != std::string::npos, name << ": " << msg);
   }
+}
+
+TEST_CASE("cuda-fa3-ws bench --timeline, every ladder step: the file read back has every warpgroup's lane and events") {
+  if (skip_unless_hopper()) return;
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("flashlab_fa3_timeline_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  // B = 1, H = 2, N = 1024: 16 tiles of 128 query rows (32 of 64 at step 1), so blocks 0 .. kTimelineBlocks - 1
+  // all record and each runs exactly one tile (the persistent grid has min(tiles, SMs) = 16 blocks too).
+  const Problem p{.shape = Shape{.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 1024, .seq_k = 1024, .head_dim = 128},
+                  .options = Options{}};
+  constexpr auto kRecordingBlocks = static_cast<std::uint32_t>(flashlab::cuda::fa3ws::kTimelineBlocks);
+  for (DType dtype : kDtypes)
+    for (int step = 1; step <= 5; ++step) {
+      const std::string name = kLadder[step - 1];
+      INFO(name << " " << to_string(dtype));
+      const std::string path = (dir / (name + "-" + to_string(dtype) + ".json")).string();
+      const BenchResult b = find_variant(name).bench(
+          p, dtype, BenchSettings{.warmup = 1, .iters = 5, .backward = false, .timeline_path = path});
+
+      // The bench's own figures: the plain kernel's time as always, and the recording build's.
+      CHECK(std::isfinite(b.forward_ms));
+      CHECK(b.forward_ms > 0);
+      REQUIRE(b.timeline.has_value());
+      const BenchTimeline& rec = *b.timeline;
+      CHECK(std::isfinite(rec.recording_ms));
+      CHECK(rec.recording_ms > 0);
+      CHECK(rec.path == path);
+      CHECK(rec.capacity > 0);
+      CHECK_FALSE(rec.buffer_filled);
+      CHECK(rec.records > 0);
+      CHECK(rec.first_block == 0);
+      CHECK(rec.last_block == kRecordingBlocks - 1);
+
+      // The file, through the model's reader.
+      const Timeline t = read_trace_event_file(path);
+      CHECK(t.spans.size() == rec.records);
+      CHECK(t.device == cuda_device_name());
+      CHECK(t.variant == "cuda-fa3-ws");
+      CHECK(t.label.rfind("ladder step " + std::to_string(step) + ", " + to_string(dtype) + ", ", 0) == 0);
+      const std::uint32_t producers = step >= 2 ? 1 : 0;
+      const std::uint32_t warpgroups = step >= 2 ? 3 : 1;  // producer + two consumers, or one that does both
+      CHECK(t.producer_warpgroups == producers);
+
+      std::map<std::pair<std::uint32_t, std::uint32_t>, std::array<int, kPipelineEventCount>> lanes;  // (block, wg)
+      for (const TimelineSpan& s : t.spans) {
+        CHECK(s.end_ns >= s.begin_ns);
+        if (!is_span(s.event)) CHECK(s.end_ns == s.begin_ns);
+        CHECK(s.block < kRecordingBlocks);
+        CHECK(s.warpgroup < warpgroups);
+        ++lanes[{s.block, s.warpgroup}][static_cast<int>(s.event)];
+      }
+      auto count = [&](std::uint32_t block, std::uint32_t wg, PipelineEvent e) {
+        const auto it = lanes.find({block, wg});
+        return it == lanes.end() ? 0 : it->second[static_cast<int>(e)];
+      };
+      for (std::uint32_t block = 0; block < kRecordingBlocks; ++block) {
+        INFO("block " << block);
+        for (std::uint32_t wg = 0; wg < warpgroups; ++wg) CHECK_MESSAGE(lanes.count({block, wg}) == 1, "no lane for WG" << wg);
+        // Warpgroup 0 issues the loads: Q, then K_j and V_j of every K/V block.
+        const int loads = count(block, 0, PipelineEvent::TmaIssue);
+        CHECK(loads >= 3);
+        if (producers == 1) {  // the producer only loads and waits for free stages
+          for (PipelineEvent e : {PipelineEvent::TmaLanded, PipelineEvent::WgmmaIssue, PipelineEvent::WgmmaWait,
+                                  PipelineEvent::Softmax, PipelineEvent::Epilogue})
+            CHECK_MESSAGE(count(block, 0, e) == 0, "the producer recorded " << to_string(e));
+        }
+        for (std::uint32_t wg = producers; wg < warpgroups; ++wg) {
+          INFO("consumer WG" << wg);
+          CHECK(count(block, wg, PipelineEvent::TmaLanded) == loads);  // each consumer saw every load land
+          CHECK(count(block, wg, PipelineEvent::WgmmaIssue) > 0);
+          CHECK(count(block, wg, PipelineEvent::WgmmaWait) > 0);
+          CHECK(count(block, wg, PipelineEvent::Softmax) > 0);
+          CHECK(count(block, wg, PipelineEvent::Epilogue) == 1);  // one tile per block
+          if (producers == 1) CHECK(count(block, wg, PipelineEvent::TmaIssue) == 0);
+        }
+      }
+    }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("cuda-fa3-ws bench --timeline: a file that cannot be written, and dropout, are one sentence each") {
+  if (skip_unless_hopper()) return;
+  Problem p{.shape = Shape{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 256, .seq_k = 256, .head_dim = 64},
+            .options = Options{}};
+  const std::string path = "/nonexistent-flashlab-dir/timeline.json";
+  const std::string msg = refusal([&] {
+    (void)find_variant("cuda-fa3-ws").bench(p, DType::BF16, BenchSettings{.warmup = 0, .iters = 1, .backward = false,
+                                                                          .timeline_path = path});
+  });
+  CHECK_MESSAGE(msg.rfind("cannot write the timeline to '" + path + "': ", 0) == 0, msg);
+  CHECK_FALSE(std::filesystem::exists(path));
+  p.options.dropout_p = 0.1;
+  const std::string dropout = refusal([&] {
+    (void)find_variant("cuda-fa3-ws-step2").bench(p, DType::BF16, BenchSettings{.warmup = 0, .iters = 1, .backward = false,
+                                                                                .timeline_path = path});
+  });
+  CHECK_MESSAGE(dropout == "variant cuda-fa3-ws-step2 records a timeline only without dropout (its timeline build has none)",
+                dropout);
 }

@@ -5,9 +5,11 @@
 #   out/fa3/sass.txt   per kernel: HGMMA and UTMALDG counts from cuobjdump --dump-sass
 # Fails when a kernel spills, has no HGMMA or no UTMALDG, or ptxas ignored setmaxnreg (C7508).
 # A second object is built with -DFLASHLAB_FA3_WAIT_TIMEOUT (a pipeline that deadlocks on an mbarrier
-# traps after 4 s instead of hanging the GPU; linked only with WAIT_TIMEOUT=1), and a third object
-# built with -DFLASHLAB_FA3_VARIANT_ENTRY: the candidate builds and the timeline build (launch_forward_variant;
-# its ptxas report is out/fa3/ptxas_variants.txt, checked for spills too). The timeline JSON writer
+# traps after 4 s instead of hanging the GPU; linked only with WAIT_TIMEOUT=1), a third object built with
+# -DFLASHLAB_FA3_VARIANT_ENTRY: the candidate builds (launch_forward_variant; its ptxas report is
+# out/fa3/ptxas_variants.txt, checked for spills too), and a fourth with -DFLASHLAB_FA3_TIMELINE_ENTRY: the
+# library's timeline build (launch_forward_timeline, as src/cuda/CMakeLists.txt builds it for `flashlab bench
+# --timeline`; out/fa3/ptxas_timeline.txt, checked the same way). The timeline JSON writer
 # (src/model/timeline.cpp) and core are compiled in.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,6 +25,8 @@ pid_ship=$!
 pid_dbg=$!
 "$NVCC" "${FLAGS[@]}" -DFLASHLAB_FA3_VARIANT_ENTRY -Xptxas -v -c src/cuda/fa3_ws/fa3_ws_forward.cu -o "$OUT/fa3_ws_variants.o" >"$OUT/ptxas_variants.txt" 2>&1 &
 pid_var=$!
+"$NVCC" "${FLAGS[@]}" -DFLASHLAB_FA3_TIMELINE_ENTRY -Xptxas -v -c src/cuda/fa3_ws/fa3_ws_forward.cu -o "$OUT/fa3_ws_timeline.o" >"$OUT/ptxas_timeline.txt" 2>&1 &
+pid_tl=$!
 HOST=()
 for src in src/model/timeline.cpp src/core/problem.cpp src/core/tensor.cpp src/core/tolerance.cpp src/core/npy.cpp; do
   obj="$OUT/host_$(basename "$src" .cpp).o"
@@ -33,28 +37,30 @@ done
 wait $pid_ship || { cat "$OUT/ptxas.txt"; exit 1; }
 wait $pid_dbg || { cat "$OUT/build_timeout.txt"; exit 1; }
 wait $pid_var || { cat "$OUT/ptxas_variants.txt"; exit 1; }
+wait $pid_tl || { cat "$OUT/ptxas_timeline.txt"; exit 1; }
 # The harness times what ships: it links the shipped object (WAIT_TIMEOUT=1 links the timeout build instead,
 # for hunting a deadlock; its spin loops cost registers: 4-8 bytes spilled in some kernels).
 KOBJ="$OUT/fa3_ws_forward.o"
 [ "${WAIT_TIMEOUT:-0}" = 1 ] && KOBJ="$OUT/fa3_ws_forward_timeout.o"
-"$NVCC" "${FLAGS[@]}" "$OUT/fa3_harness.o" "$KOBJ" "$OUT/fa3_ws_variants.o" "${HOST[@]}" -o "$OUT/fa3_harness"
+"$NVCC" "${FLAGS[@]}" "$OUT/fa3_harness.o" "$KOBJ" "$OUT/fa3_ws_variants.o" "$OUT/fa3_ws_timeline.o" "${HOST[@]}" -o "$OUT/fa3_harness"
 
 status=0
 # Compiler warnings (ptxas's C7513 "wgmma serialized" note is reported, not fatal).
 # (#177-D, "declared but never referenced", is the front end on a config member some instantiations skip.)
-if grep -E "warning" "$OUT/ptxas.txt" "$OUT/build_timeout.txt" "$OUT/build_harness.txt" "$OUT/ptxas_variants.txt" | grep -v "#177-D"; then
+if grep -E "warning" "$OUT/ptxas.txt" "$OUT/build_timeout.txt" "$OUT/build_harness.txt" "$OUT/ptxas_variants.txt" "$OUT/ptxas_timeline.txt" | grep -v "#177-D"; then
   echo "build.sh: compiler warnings above"; status=1
 fi
-if grep -q "C7508" "$OUT/ptxas.txt" "$OUT/ptxas_variants.txt"; then echo "build.sh: ptxas ignored setmaxnreg (C7508)"; status=1; fi
+if grep -q "C7508" "$OUT/ptxas.txt" "$OUT/ptxas_variants.txt" "$OUT/ptxas_timeline.txt"; then echo "build.sh: ptxas ignored setmaxnreg (C7508)"; status=1; fi
 # C7510 (wgmma serialized: the pipeline crosses a function call, e.g. a printf) in any kernel object fails.
-if grep -l "C7510.*fa3_ws_kernel" "$OUT/ptxas.txt" "$OUT/build_timeout.txt" "$OUT/ptxas_variants.txt"; then
+if grep -l "C7510.*fa3_ws_kernel" "$OUT/ptxas.txt" "$OUT/build_timeout.txt" "$OUT/ptxas_variants.txt" "$OUT/ptxas_timeline.txt"; then
   echo "build.sh: ptxas serialized wgmma across a function call (C7510) in the files above"; status=1
 fi
 { grep -c "C7513" "$OUT/ptxas.txt" || true; } | xargs -I{} echo "build.sh: {} ptxas C7513 notes (wgmma serialized) in the shipped build"
-{ grep -c "C7513" "$OUT/ptxas_variants.txt" || true; } | xargs -I{} echo "build.sh: {} ptxas C7513 notes in the variant / timeline build"
+{ grep -c "C7513" "$OUT/ptxas_variants.txt" || true; } | xargs -I{} echo "build.sh: {} ptxas C7513 notes in the variant build"
+{ grep -c "C7513" "$OUT/ptxas_timeline.txt" || true; } | xargs -I{} echo "build.sh: {} ptxas C7513 notes in the timeline build"
 
 # Registers / spills per kernel instantiation, decoded from the mangled names.
-for rep in "$OUT/ptxas.txt" "$OUT/ptxas_variants.txt"; do
+for rep in "$OUT/ptxas.txt" "$OUT/ptxas_variants.txt" "$OUT/ptxas_timeline.txt"; do
 echo "== $rep"
 python3 - "$rep" <<'PY' || status=1
 import re, sys

@@ -9,10 +9,12 @@
 //  --variants : with --bench, also the candidate builds (launch_forward_variant: var 0 = the previous
 //             pass's kernel, 1 = m-fast tile order, 3 = + K ahead of V at d = 128), steps 2-5.
 //  --timeline DIR : per step / d / N (--steps, --dims, --ns; --causal for bottom-right), one run of the
-//             timeline build (bf16, shipped choices), written as Trace Event JSON to
-//             DIR/h100-fa3-ws-timeline-step<S>-d<D>-n<N/1024>k.json, and the cost of recording (median
-//             ms of the plain kernel, the timeline build not recording, and recording).
+//             timeline build (launch_forward_timeline, the library's: bf16, shipped choices), written as
+//             Trace Event JSON to DIR/h100-fa3-ws-timeline-step<S>-d<D>-n<N/1024>k.json, and the cost of
+//             recording (median ms of the plain kernel, the timeline build not recording, and recording).
 //             --timeline-records N caps the records kept (default 8192: ~4 blocks of steps 2-4 at N = 8k).
+//             One run at a time is `flashlab bench --device cuda --variants cuda-fa3-ws-step3 ... --timeline
+//             FILE.json`; this sweeps many and adds the "timeline build, no buffer" column.
 // Default: --probes. Options: --steps 1,2,.. --dims 64,.. --ns 4096,.. (bench N) --seed N --log FILE. Exit 1 on any FAIL.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -39,8 +41,9 @@
 #include "model/timeline.hpp"
 
 namespace flashlab::cuda::fa3ws {
-// fa3_ws_forward.cu built with FLASHLAB_FA3_VARIANT_ENTRY (the candidate builds and the timeline build).
-bool launch_forward_variant(DType dtype, const Params& p, cudaStream_t stream, LadderStep step, int var, bool timeline);
+// fa3_ws_forward.cu built with FLASHLAB_FA3_VARIANT_ENTRY (the candidate builds). The timeline build,
+// launch_forward_timeline, is declared in fa3_ws_params.hpp (its object: FLASHLAB_FA3_TIMELINE_ENTRY).
+bool launch_forward_variant(DType dtype, const Params& p, cudaStream_t stream, LadderStep step, int var);
 }  // namespace flashlab::cuda::fa3ws
 
 using namespace flashlab;
@@ -441,7 +444,7 @@ void run_bench(const std::vector<int>& steps, const std::vector<int>& dims, cons
                 return true;
               })));
           for (int v : kVariants) {
-            const double ms = median_ms([&] { return launch_forward_variant(DType::BF16, p, nullptr, static_cast<LadderStep>(step), v, false); });
+            const double ms = median_ms([&] { return launch_forward_variant(DType::BF16, p, nullptr, static_cast<LadderStep>(step), v); });
             if (ms < 0) SAY("  %5s", "-");
             else SAY("  %5.0f", tflops(p, ms));
           }
@@ -470,22 +473,22 @@ int run_timeline(const std::string& dir, const std::vector<int>& steps, const st
           launch_forward(DType::BF16, p, nullptr, ls);
           return true;
         });
-        const double idle = median_ms([&] { return launch_forward_variant(DType::BF16, p, nullptr, ls, 0, true); });
+        const double idle = median_ms([&] {
+          launch_forward_timeline(DType::BF16, p, nullptr, ls);  // p.timeline is null: the build, not recording
+          return true;
+        });
         p.timeline = d_rec;
         p.timeline_count = d_count;
         p.timeline_capacity = capacity;
         const double rec = median_ms([&] {
-          cudaMemsetAsync(d_count, 0, sizeof(unsigned));
-          return launch_forward_variant(DType::BF16, p, nullptr, ls, 0, true);
+          cuda_ok(cudaMemsetAsync(d_count, 0, sizeof(unsigned)), "timeline count");
+          launch_forward_timeline(DType::BF16, p, nullptr, ls);
+          return true;
         });
-        // The kept run: a clean buffer (0xff = hole), then one launch.
+        // The kept run: a clean buffer (0xff bytes: event kTimelineHole), then one launch.
         cuda_ok(cudaMemset(d_rec, 0xff, std::size_t(capacity) * sizeof(flashlab::TimelineRecord)), "timeline fill");
         cuda_ok(cudaMemset(d_count, 0, sizeof(unsigned)), "timeline count");
-        if (!launch_forward_variant(DType::BF16, p, nullptr, ls, 0, true)) {
-          SAY("timeline: step %d d=%d not built\n", step, D);
-          ++fails;
-          continue;
-        }
+        launch_forward_timeline(DType::BF16, p, nullptr, ls);
         cuda_ok(cudaDeviceSynchronize(), "timeline kernel");
         unsigned used = 0;
         cuda_ok(cudaMemcpy(&used, d_count, sizeof used, cudaMemcpyDeviceToHost), "memcpy");
@@ -493,7 +496,7 @@ int run_timeline(const std::string& dir, const std::vector<int>& steps, const st
         cuda_ok(cudaMemcpy(raw.data(), d_rec, raw.size() * sizeof(flashlab::TimelineRecord), cudaMemcpyDeviceToHost), "memcpy");
         std::vector<flashlab::TimelineRecord> recs;
         for (const flashlab::TimelineRecord& r : raw)
-          if (r.event != 0xffff) recs.push_back(r);
+          if (r.event != kTimelineHole) recs.push_back(r);
         char name[128], label[160];
         std::snprintf(name, sizeof name, "%s/h100-fa3-ws-timeline-step%d-d%d-n%dk%s.json", dir.c_str(), step, D, N / 1024,
                       causal ? "-causal" : "");

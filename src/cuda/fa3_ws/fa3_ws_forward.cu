@@ -870,11 +870,23 @@ __global__ void __launch_bounds__(StepConfig<kStep>::kThreads, 1)
 
 #ifndef FLASHLAB_FA3_NO_LAUNCHER  // tools/fa3_harness/one_kernel.sh compiles one kernel without it
 // ---- host launcher -----------------------------------------------------------------------------------------------
+// This file is compiled as up to three objects, each with its own entry point and only the kernels that
+// entry launches:
+//  * as shipped (src/cuda/CMakeLists.txt, flashlab_cuda_fa3_ws): launch_forward, make_bshd_tensor_map,
+//    block_rows, block_cols; 60 kernels (5 ladder steps x 3 head dims x 2 dtypes x dropout or not);
+//  * with FLASHLAB_FA3_TIMELINE_ENTRY (flashlab_cuda_fa3_ws_timeline): launch_forward_timeline only, the
+//    recording build behind `flashlab bench --timeline`; 30 kernels (no dropout);
+//  * with FLASHLAB_FA3_VARIANT_ENTRY (tools/fa3_harness only): launch_forward_variant, the candidate builds.
+// The two extra objects link beside the shipped one and use its make_bshd_tensor_map.
+#if defined(FLASHLAB_FA3_TIMELINE_ENTRY) && defined(FLASHLAB_FA3_VARIANT_ENTRY)
+#error "FLASHLAB_FA3_TIMELINE_ENTRY and FLASHLAB_FA3_VARIANT_ENTRY build two different objects: define one of them"
+#endif
 
 void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string("cuda-fa3-ws: ") + what + " failed: " + cudaGetErrorString(e));
 }
 
+#if !defined(FLASHLAB_FA3_VARIANT_ENTRY) && !defined(FLASHLAB_FA3_TIMELINE_ENTRY)
 using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                    const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -893,6 +905,7 @@ EncodeTiledFn encode_tiled() {
   }();
   return fn;
 }
+#endif
 
 template <class F, std::size_t... I>
 bool dispatch_head_dim_impl(int head_dim, F&& f, std::index_sequence<I...>) {
@@ -965,27 +978,29 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
   check_cuda(cudaGetLastError(), "the kernel launch");
 }
 
+// What every entry checks before it touches the GPU: the dtype and the head dim; then the GPU.
+void check_launch(DType dtype, const Params& p) {
+  if (dtype != DType::F16 && dtype != DType::BF16) throw std::invalid_argument("cuda-fa3-ws takes f16 or bf16 inputs.");
+  int checked_dim = 0;
+  dispatch_head_dim(p.head_dim, [&]<int D>() { checked_dim = D; });  // rejects an unsupported head dim
+  (void)checked_dim;
+  require_hopper();
+}
+
 #endif  // FLASHLAB_FA3_NO_LAUNCHER
 }  // namespace
 #if !defined(FLASHLAB_FA3_NO_LAUNCHER) && defined(FLASHLAB_FA3_VARIANT_ENTRY)
 // Harness-only entry (tools/fa3_harness builds this file a second time with FLASHLAB_FA3_VARIANT_ENTRY, so
 // the shipped object does not carry these kernels): ladder step `step` with the candidate bits `var`
-// (kVar* above), or, with `timeline`, the shipped choices with recording compiled in (bf16, no dropout).
-// Variants are built for steps 2-5 without dropout: var 0 (the previous pass's kernel), kVarTileOrderMFast,
-// and at d = 128 kVarTileOrderMFast | kVarKAhead. Returns false for a combination that is not built.
-bool launch_forward_variant(DType dtype, const Params& p, cudaStream_t stream, LadderStep step, int var, bool timeline) {
-  if (dtype != DType::F16 && dtype != DType::BF16) throw std::invalid_argument("cuda-fa3-ws takes f16 or bf16 inputs.");
-  require_hopper();
+// (kVar* above). Variants are built for steps 2-5 without dropout: var 0 (the previous pass's kernel),
+// kVarTileOrderMFast, and at d = 128 kVarTileOrderMFast | kVarKAhead. Returns false for a combination that
+// is not built. (The timeline build is launch_forward_timeline, an object of the library.)
+bool launch_forward_variant(DType dtype, const Params& p, cudaStream_t stream, LadderStep step, int var) {
+  check_launch(dtype, p);
   if (p.seq_q == 0 || p.batch == 0 || p.heads_q == 0) return true;
   bool built = false;
   dispatch_head_dim(p.head_dim, [&]<int D>() {
     dispatch_step(step, [&]<int kStep>() {
-      if (timeline) {
-        if (dtype != DType::BF16 || p.dropout) return;
-        launch_config<__nv_bfloat16, D, kStep, false, true, kShippedVar>(dtype, p, stream);
-        built = true;
-        return;
-      }
       if constexpr (kStep >= 2) {
         if (p.dropout) return;
         auto go = [&]<int kV>() {
@@ -1003,8 +1018,25 @@ bool launch_forward_variant(DType dtype, const Params& p, cudaStream_t stream, L
   });
   return built;
 }
-#endif
-#if !defined(FLASHLAB_FA3_NO_LAUNCHER) && !defined(FLASHLAB_FA3_VARIANT_ENTRY)
+#elif !defined(FLASHLAB_FA3_NO_LAUNCHER) && defined(FLASHLAB_FA3_TIMELINE_ENTRY)
+// The timeline build (flashlab_cuda_fa3_ws_timeline): the shipped choices (kShippedVar) with the timeline
+// hook compiled in, f16 and bf16, no dropout (fa3_ws_params.hpp says what the caller provides).
+void launch_forward_timeline(DType dtype, const Params& p, cudaStream_t stream, LadderStep step) {
+  if (p.dropout)
+    throw std::invalid_argument("cuda-fa3-ws's timeline build has no dropout: record a run without dropout.");
+  if (p.timeline != nullptr && (p.timeline_count == nullptr || p.timeline_capacity <= 0))
+    throw std::invalid_argument("cuda-fa3-ws's timeline build needs a record counter and a capacity above 0 beside "
+                                "its record buffer.");
+  check_launch(dtype, p);
+  if (p.seq_q == 0 || p.batch == 0 || p.heads_q == 0) return;
+  dispatch_head_dim(p.head_dim, [&]<int D>() {
+    dispatch_step(step, [&]<int kStep>() {
+      if (dtype == DType::BF16) launch_config<__nv_bfloat16, D, kStep, false, true, kShippedVar>(dtype, p, stream);
+      else launch_config<__half, D, kStep, false, true, kShippedVar>(dtype, p, stream);
+    });
+  });
+}
+#elif !defined(FLASHLAB_FA3_NO_LAUNCHER)
 
 // TMA needs a 16-byte aligned base and 16-byte multiple strides: a row of one head is d * 2 bytes (128,
 // 256 or 512 for d in {64, 128, 256}), so the S and B strides (H d 2, S H d 2) are multiples of 16 too.
@@ -1037,11 +1069,7 @@ int block_cols(int head_dim) {
 }
 
 void launch_forward(DType dtype, const Params& p, cudaStream_t stream, LadderStep step) {
-  if (dtype != DType::F16 && dtype != DType::BF16) throw std::invalid_argument("cuda-fa3-ws takes f16 or bf16 inputs.");
-  int checked_dim = 0;
-  dispatch_head_dim(p.head_dim, [&]<int D>() { checked_dim = D; });  // reject an unsupported head dim before touching the GPU
-  (void)checked_dim;
-  require_hopper();
+  check_launch(dtype, p);
   if (p.seq_q == 0 || p.batch == 0 || p.heads_q == 0) return;
   dispatch_head_dim(p.head_dim, [&]<int D>() {
     dispatch_step(step, [&]<int kStep>() {

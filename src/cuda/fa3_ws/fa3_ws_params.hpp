@@ -15,6 +15,9 @@ namespace flashlab::cuda::fa3ws {
 
 // Blocks (blockIdx.x < this) that record, when the timeline is compiled in.
 inline constexpr int kTimelineBlocks = 4;
+// The event of a record slot no lane wrote: the host fills the buffer with 0xff bytes before a run, and
+// each recording lane takes its slots in chunks, so a run leaves holes (fa3_ws_forward.cu, TimelineLane).
+inline constexpr std::uint16_t kTimelineHole = 0xffff;
 
 struct Params {
   const void* q = nullptr;  // (B, S_q, H_q, D)
@@ -73,5 +76,17 @@ int block_cols(int head_dim);
 // Launch on `stream`; dtype is F16 or BF16. Checks the launch, does not synchronize. Throws
 // std::invalid_argument for an unsupported head dim or a GPU that is not compute capability 9.0.
 void launch_forward(DType dtype, const Params&, cudaStream_t stream, LadderStep step = kShippedStep);
+
+// The timeline build: fa3_ws_forward.cu compiled a second time with FLASHLAB_FA3_TIMELINE_ENTRY (its own
+// object, src/cuda/CMakeLists.txt), the kernel of ladder step `step` with the shipped scheduling choices
+// and the timeline hook compiled in. With p.timeline set, the blocks blockIdx.x < kTimelineBlocks write
+// TimelineRecords into it: p.timeline_capacity slots, taken in chunks through the counter
+// *p.timeline_count, which the caller zeroes first (it ends at the slots the lanes asked for, which may
+// exceed the capacity: those events were not recorded). Slots no lane wrote keep what the caller left
+// there: fill the buffer with 0xff bytes and drop records whose event is kTimelineHole. With
+// p.timeline == nullptr the same build runs without recording. f16 or bf16, without dropout; otherwise
+// as launch_forward (std::invalid_argument for a dropout run, an unsupported head dim or a GPU that is
+// not compute capability 9.0). Checks the launch, does not synchronize.
+void launch_forward_timeline(DType dtype, const Params&, cudaStream_t stream, LadderStep step);
 
 }  // namespace flashlab::cuda::fa3ws
