@@ -633,7 +633,9 @@ struct Consumer {
         release(Smem::kVEmpty + stage_of(j - 1));
         if (issues_loads() && j + kStages - 1 < n) loader->template load_kv<false>(tile, j + kStages - 1, kv_iter + j + kStages - 1, tl, p);
         pack_p(s, pf);
-        if (needs_rescale) OnlineSoftmax<kBc>::rescale(o, corr);
+        // The dropout kernels rescale every block: the predicate kept live beside the keep bits spilled
+        // 4 bytes at d = 128 (ptxas -v), and dropout is checked for correctness, not raced.
+        if (kDropout || needs_rescale) OnlineSoftmax<kBc>::rescale(o, corr);
       } else {
         t0 = TL::now();
         wgmma_wait_group<0>();
