@@ -740,9 +740,13 @@ struct Consumer {
     if constexpr (Cfg::kPersistent) {
       std::uint32_t kv_iter = 0;
       for (std::uint32_t tile_iter = 0;; ++tile_iter) {
-        wait_full(Smem::kQFull, tile_iter & 1);
+        const std::uint64_t t0 = TL::now();
+        mbar_wait(&bars[Smem::kQFull], tile_iter & 1);
+        const std::uint64_t t1 = TL::now();
         const int ti = *reinterpret_cast<volatile const int*>(smem + Smem::kTileSlotOffset);
-        if (ti >= total_tiles) break;
+        if (ti >= total_tiles) break;  // the producer's "no more tiles": no Q landed, nothing to record
+        tl.waited(p, t0, t1);
+        tl.instant(p, PipelineEvent::TmaLanded, t1);
         const Tile tile = make_tile<kBr, kBc, tile_order<kVar, true>()>(p, ti);
         // The per-thread shared-memory addresses and fragment coordinates are the same for every tile, and
         // hoisted out of this loop they stayed live across it (64 epilogue offsets, the descriptors) and
