@@ -20,8 +20,10 @@
 //    tensor cores.
 //  * Intra-warpgroup overlap (step 4): S_{i,j+1} = Q_i K_{j+1}^T and O_i += P_ij V_j are issued
 //    together; the softmax of block j+1 runs while P_ij V_j is still on the tensor cores.
-//  * Persistent grid (step 5): one block per SM walks the tile list (heaviest tiles first), so the
-//    producer loads the next tile's Q and K/V while the consumers finish the last tile's epilogue.
+//  * Persistent grid (step 5): one block per SM takes tiles from a global counter (groups of heads that
+//    share the L2, heaviest tiles first), and O_i has its own staging buffer, so the producer loads the
+//    next tile's Q and K/V while the consumers finish the last tile's softmax, P V and epilogue.
+//  * O_i is rescaled only when some row's running max rises by more than 2^8 (OnlineSoftmax::kMaxLag).
 // Parts, in file order: configuration, timeline hook, tile scheduler, producer (Loader), softmax
 // (OnlineSoftmax: online_softmax / rescale / finalize), consumer (mainloop), epilogue, kernel,
 // host launcher. Notation as the paper's: Q_i (Br, d), K_j and V_j (Bc, d), S_ij and P_ij (Br, Bc),
