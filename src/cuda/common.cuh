@@ -236,14 +236,20 @@ void fill_random(DeviceBuffer<T>& buf, std::uint64_t seed) {
 // Benchmark timing.
 
 // Median time in ms of `iters` runs of `pass` after `warmup` untimed runs, each run bracketed by CUDA
-// events on the default stream.
-inline double median_ms(const std::function<void()>& pass, int warmup, int iters) {
-  for (int n = 0; n < warmup; ++n) pass();
+// events on the default stream. `prepare`, when given, runs before every run, on the same stream but
+// outside the events (a counter the pass needs zeroed, say), so its time is not counted.
+inline double median_ms(const std::function<void()>& pass, int warmup, int iters,
+                        const std::function<void()>& prepare = {}) {
+  for (int n = 0; n < warmup; ++n) {
+    if (prepare) prepare();
+    pass();
+  }
   cudaEvent_t start, stop;
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventCreate(&stop));
   std::vector<double> times;
   for (int n = 0; n < std::max(iters, 1); ++n) {
+    if (prepare) prepare();
     CUDA_CHECK(cudaEventRecord(start));
     pass();
     CUDA_CHECK(cudaEventRecord(stop));

@@ -15,7 +15,6 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
-#include <functional>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -105,34 +104,6 @@ ForwardOut forward_as(fa3::LadderStep step, const Problem& p, DType dtype, const
 // one tile at N = 8k, d = 128 (a longer run fills it, and the bench says so).
 constexpr int kTimelineCapacity = 8192;
 
-// Median ms of `iters` runs of `pass` after `warmup` untimed ones; `prepare` runs before each, on the
-// same stream but outside the events, so its time is not counted.
-double median_ms_prepared(const std::function<void()>& prepare, const std::function<void()>& pass, int warmup,
-                          int iters) {
-  for (int n = 0; n < warmup; ++n) {
-    prepare();
-    pass();
-  }
-  cudaEvent_t start, stop;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<double> times;
-  for (int n = 0; n < std::max(iters, 1); ++n) {
-    prepare();
-    CUDA_CHECK(cudaEventRecord(start));
-    pass();
-    CUDA_CHECK(cudaEventRecord(stop));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
-  }
-  CUDA_CHECK(cudaEventDestroy(start));
-  CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
 // "ladder step 3, bf16, B=1 H=2 N=1024 d=128, blocks 0-3": what the run was (the harness's label form).
 std::string timeline_label(fa3::LadderStep step, const Problem& p, DType dtype, std::uint32_t first_block,
                            std::uint32_t last_block) {
@@ -164,7 +135,7 @@ BenchTimeline record_timeline(fa3::LadderStep step, const Problem& p, DType dtyp
   BenchTimeline out;
   zero_count();
   record();  // warm-up: the first launch of this build loads its module
-  out.recording_ms = median_ms_prepared(zero_count, record, settings.warmup, settings.iters);
+  out.recording_ms = cuda::median_ms(record, settings.warmup, settings.iters, zero_count);
 
   CUDA_CHECK(cudaMemset(records.data(), 0xff, records.bytes()));
   zero_count();

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "core/tolerance.hpp"
+#include "gpu/fresh_inputs.hpp"
 #include "gpu/fully_masked_rows.hpp"
 #include "registry/variants.hpp"
 #include "cpu_reference/naive.hpp"
@@ -20,20 +21,6 @@
 namespace {
 
 using namespace flashlab;
-
-std::uint64_t fresh_seed() {
-  static std::random_device device;
-  return (std::uint64_t(device()) << 32) ^ device();
-}
-
-std::string describe(const Problem& p, DType dtype, std::uint64_t seed) {
-  const Shape& s = p.shape;
-  std::ostringstream os;
-  os << to_string(dtype) << " B=" << s.batch << " Hq=" << s.heads_q << " Hkv=" << s.heads_kv << " Sq=" << s.seq_q
-     << " Sk=" << s.seq_k << " d=" << s.head_dim << " causal=" << to_string(p.options.causal)
-     << " dropout=" << p.options.dropout_p << " scale=" << p.softmax_scale() << " seed=" << seed;
-  return os.str();
-}
 
 // One output against the double reference, bounded by the low-precision naive baseline.
 void check_output(const char* name, DType dtype, Quantity quantity, const HostTensor& out, const HostTensor& ref,

@@ -25,6 +25,7 @@
 #include "core/tolerance.hpp"
 #include "cpu_reference/naive.hpp"
 #include "cuda/fa3_ws/fa3_ws_params.hpp"  // kTimelineBlocks: the blocks that record
+#include "gpu/fresh_inputs.hpp"
 #include "gpu/fully_masked_rows.hpp"
 #include "model/timeline.hpp"
 #include "registry/variants.hpp"
@@ -48,20 +49,6 @@ bool skip_unless_hopper() {
           << cuda_device_name() << " (compute capability " << cuda_compute_capability() / 10 << "."
           << cuda_compute_capability() % 10 << "); the refusal is checked by its own test case");
   return true;
-}
-
-std::uint64_t fresh_seed() {
-  static std::random_device device;
-  return (std::uint64_t(device()) << 32) ^ device();
-}
-
-std::string describe(const Problem& p, DType dtype, std::uint64_t seed) {
-  const Shape& s = p.shape;
-  std::ostringstream os;
-  os << to_string(dtype) << " B=" << s.batch << " Hq=" << s.heads_q << " Hkv=" << s.heads_kv << " Sq=" << s.seq_q
-     << " Sk=" << s.seq_k << " d=" << s.head_dim << " causal=" << to_string(p.options.causal)
-     << " dropout=" << p.options.dropout_p << " scale=" << p.softmax_scale() << " seed=" << seed;
-  return os.str();
 }
 
 // One output against the double reference, bounded by the low-precision naive baseline.

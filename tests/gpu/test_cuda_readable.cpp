@@ -13,6 +13,7 @@
 
 #include "core/mask.hpp"
 #include "core/tolerance.hpp"
+#include "gpu/fresh_inputs.hpp"
 #include "registry/variants.hpp"
 #include "cpu_reference/naive.hpp"
 
@@ -21,11 +22,6 @@ using namespace flashlab;
 namespace {
 
 const std::vector<std::string> kReadable = {"cuda-naive", "cuda-cublas", "cuda-fa1", "cuda-fa2-simt"};
-
-std::uint64_t fresh_seed() {
-  static std::random_device device;
-  return (std::uint64_t(device()) << 32) | device();
-}
 
 Problem make_problem(Shape shape, CausalAlign causal = CausalAlign::None, double dropout = 0.0) {
   Problem p;

@@ -68,7 +68,8 @@ constexpr int kBarOBufferBase = 5;  // the O buffer the consumers share at d = 2
 //    resident blocks over up to 132 heads: at N = 4k only ~2 blocks read each K/V stream).
 //  * kVarKAhead: the producer issues K_{j+1} before V_j (the order the consumers use them: S_{i,j+1}
 //    and P_ij V_j are issued together), instead of waiting V_j's empty slot before the next K.
-//  * kVarStages3: three K/V stages at d = 128 (Q 32 KiB + 3 x 64 KiB = 224 KiB fits the 227 KiB).
+//  * kVarStages3: three K/V stages at d = 128 (Q 32 KiB + 3 x 64 KiB = 224 KiB fits the 227 KiB), below
+//    step 5, which spends that space on O_i's own buffer (HeadConfig).
 constexpr int kVarTileOrderMFast = 1, kVarKAhead = 2, kVarStages3 = 4;
 constexpr int kShippedVar = kVarTileOrderMFast | kVarKAhead | kVarStages3;
 
