@@ -246,7 +246,7 @@ TEST_CASE("cuda-fa3-ws, every ladder step: row maxima that keep rising along the
   check_problem(shape(1, 2, 2, 300, 700), opts(CausalAlign::BottomRight, 0.1), keys_grow_along_the_sequence);
 }
 
-TEST_CASE("cuda-fa3-ws, every ladder step: long keys, where d = 64 and 128 take wider K/V blocks (192, 160 keys)") {
+TEST_CASE("cuda-fa3-ws, every ladder step: long keys, where d = 64 and 128 take wider K/V blocks from step 2 on (192, 160 keys)") {
   if (skip_unless_hopper()) return;
   using cuda::fa3ws::kWideBcMinKeys;  // 2048. No key length below is a multiple of 160 or 192: the last block is ragged
   check_problem(shape(1, 2, 2, 100, kWideBcMinKeys - 1), opts(CausalAlign::None));  // the narrow blocks, one key short

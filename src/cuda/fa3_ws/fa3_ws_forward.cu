@@ -24,8 +24,8 @@
 //    share the L2, heaviest tiles first), and O_i has its own staging buffer, so the producer loads the
 //    next tile's Q and K/V while the consumers finish the last tile's softmax, P V and epilogue.
 //  * O_i is rescaled only when some row's running max rises by more than 2^8 (OnlineSoftmax::kMaxLag).
-//  * Long keys (seq_k >= 2048) take wider K/V blocks at d = 64 and 128 (Bc = 192, 160: every step of the
-//    ladder; not with dropout), so the fixed cost of a trip around the K/V loop is spread over more keys
+//  * Long keys (seq_k >= 2048) take wider K/V blocks at d = 64 and 128 (Bc = 192, 160: steps 2-5, not
+//    with dropout), so the fixed cost of a trip around the K/V loop is spread over more keys
 //    (HeadConfig).
 // Parts, in file order: configuration, timeline hook, tile scheduler, producer (Loader), softmax
 // (OnlineSoftmax: online_softmax / rescale / finalize), consumer (mainloop), epilogue, kernel,
@@ -893,10 +893,10 @@ __global__ void __launch_bounds__(StepConfig<kStep>::kThreads, 1)
 // This file is compiled as up to three objects, each with its own entry point and only the kernels that
 // entry launches:
 //  * as shipped (src/cuda/CMakeLists.txt, flashlab_cuda_fa3_ws): launch_forward, make_bshd_tensor_map,
-//    block_rows; 80 kernels (5 ladder steps x 2 dtypes x 5 head configs without dropout: d = 64, 128 and
-//    256 and the wide K/V blocks of d = 64 and 128; and the three head dims with dropout);
+//    block_rows; 76 kernels (2 dtypes x (5 ladder steps x 3 head dims, with and without dropout, and
+//    steps 2-5 with the wide K/V blocks of d = 64 and 128));
 //  * with FLASHLAB_FA3_TIMELINE_ENTRY (flashlab_cuda_fa3_ws_timeline): launch_forward_timeline only, the
-//    recording build behind `flashlab bench --timeline`; 50 kernels (no dropout);
+//    recording build behind `flashlab bench --timeline`; 46 kernels (the same without dropout);
 //  * with FLASHLAB_FA3_VARIANT_ENTRY (tools/fa3_harness only): launch_forward_variant, the candidate builds.
 // The two extra objects link beside the shipped one and use its make_bshd_tensor_map.
 #if defined(FLASHLAB_FA3_TIMELINE_ENTRY) && defined(FLASHLAB_FA3_VARIANT_ENTRY)
@@ -1000,10 +1000,12 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
 }
 
 // The choices that ship without dropout, for this problem: kShippedVar, with wider K/V blocks for long keys
-// at d = 64 and 128 (HeadConfig says why).
-template <int D, class F>
+// at d = 64 and 128 (HeadConfig says why) from step 2 on. Step 1's block is one warpgroup: with the narrow
+// blocks two fit an SM at d = 64 (104 KiB each), with the wide ones only one (152 KiB), and step 1 lost a
+// third of its speed there (H100, N >= 2k).
+template <int D, int kStep, class F>
 void with_shipped_var(const Params& p, F&& launch) {
-  if (D != 256 && p.seq_k >= kWideBcMinKeys) launch.template operator()<kShippedVar | kVarWideBc>();
+  if (D != 256 && kStep >= 2 && p.seq_k >= kWideBcMinKeys) launch.template operator()<kShippedVar | kVarWideBc>();
   else launch.template operator()<kShippedVar>();
 }
 
@@ -1060,7 +1062,7 @@ void launch_forward_timeline(DType dtype, const Params& p, cudaStream_t stream, 
   if (p.seq_q == 0 || p.batch == 0 || p.heads_q == 0) return;
   dispatch_head_dim(p.head_dim, [&]<int D>() {
     dispatch_step(step, [&]<int kStep>() {
-      with_shipped_var<D>(p, [&]<int kV>() {
+      with_shipped_var<D, kStep>(p, [&]<int kV>() {
         if (dtype == DType::BF16) launch_config<__nv_bfloat16, D, kStep, false, true, kV>(dtype, p, stream);
         else launch_config<__half, D, kStep, false, true, kV>(dtype, p, stream);
       });
@@ -1103,7 +1105,7 @@ void launch_forward(DType dtype, const Params& p, cudaStream_t stream, LadderSte
         // Dropout keeps the narrow blocks: its keep bits beside a wider S_ij spill (100-160 bytes at steps
         // 4 and 5, ptxas -v), and dropout is checked for correctness, not raced.
         if (p.dropout) launch_config<T, D, kStep, true>(dtype, p, stream);
-        else with_shipped_var<D>(p, [&]<int kV>() { launch_config<T, D, kStep, false, kTimelineCompiled, kV>(dtype, p, stream); });
+        else with_shipped_var<D, kStep>(p, [&]<int kV>() { launch_config<T, D, kStep, false, kTimelineCompiled, kV>(dtype, p, stream); });
       };
       if (dtype == DType::BF16) go.template operator()<__nv_bfloat16>();
       else go.template operator()<__half>();
