@@ -240,10 +240,11 @@ struct Tile {
 //  * Persistent (step 5): tiles are handed out one at a time from a global counter (the producer fetches
 //    the next number while it loads the current tile), so a block that drew light tiles under a causal mask
 //    simply takes more of them. They are numbered in groups of p.heads_per_group heads, as many as have
-//    their K and V fit in half the L2, and within a group heaviest query block first, heads fastest: the
-//    ~132 tiles in flight read the K/V of a few heads, and the light tiles come last, where they fill the
-//    gaps of the tail (longest processing time first). A static round-robin over a query-block-fastest
-//    order gave some blocks only heavy tiles (step 5 causal fell from ~500 to ~360 TFLOP/s at N = 16k);
+//    their K and V fit in half the L2 (four times as many under a causal mask over long keys:
+//    launch_config), and within a group heaviest query block first, heads fastest: the ~132 tiles in
+//    flight read the K/V of a few heads, and the light tiles come last, where they fill the gaps of the
+//    tail (longest processing time first). A static round-robin over a query-block-fastest order gave
+//    some blocks only heavy tiles (step 5 causal fell from ~500 to ~360 TFLOP/s at N = 16k);
 //    over a heads-fastest order it spread the blocks in flight over ~132 heads, whose K/V then came from
 //    HBM each time (13-19% below step 4: bench/results/h100-fa3-ws-notes.md).
 enum class TileOrder { HeadsFastest, MFast, L2Groups };
@@ -989,9 +990,14 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
     check_cuda(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, dev), "cudaDeviceGetAttribute(L2 size)");
     grid = grid < sms ? grid : sms;
     // Heads per group of the tile order: as many KV heads as have K and V fit in half the L2 (the H100's
-    // L2 is two partitions), times the query heads that share each.
+    // L2 is two partitions), times the query heads that share each. Under a causal mask with 4096 keys or
+    // more, four times as many: measured on the H100 (fa3_harness --hpg, bench/results/h100-fa3-ws-notes.md),
+    // larger groups ran 7-23% faster there at d = 128 and 256, but 15-20% slower below 4096 keys, and even
+    // or slower without a mask. Why is not pinned down yet (no counters taken on it).
     const long long kv_head_bytes = 2LL * p.seq_k * D * kElemBytes;
-    const long long kv_heads = std::max(1LL, (l2_bytes / 2) / std::max(1LL, kv_head_bytes));
+    const bool long_causal = p.align != CausalAlign::None && p.seq_k >= 4096;
+    const long long group_bytes = (long_causal ? 4 : 1) * (l2_bytes / 2);
+    const long long kv_heads = std::max(1LL, group_bytes / std::max(1LL, kv_head_bytes));
     const long long heads = p.heads_per_group > 0 ? p.heads_per_group : kv_heads * (p.heads_q / p.heads_kv);
     params.heads_per_group = static_cast<int>(std::min<long long>(heads, static_cast<long long>(p.batch) * p.heads_q));
   }
