@@ -142,14 +142,14 @@ TEST_CASE("bad input: one sentence and exit code 2") {
   SUBCASE("mismatched shapes") {
     write_npy(dir.file("v_bad.npy"), HostTensor({1, 6, 2, 15}), DType::F32);
     expect_bad_input(run_with({"--q", dir.file("q.npy"), "--k", dir.file("k.npy"), "--v", dir.file("v_bad.npy")}),
-                     "v has shape (1, 6, 2, 15)");
+                     "v ('" + dir.file("v_bad.npy") + "') has shape (1, 6, 2, 15)");
     write_npy(dir.file("k_batch.npy"), HostTensor({2, 6, 2, 16}), DType::F32);
     expect_bad_input(run_with({"--q", dir.file("q.npy"), "--k", dir.file("k_batch.npy"), "--v", dir.file("v.npy")}),
-                     "k has shape (2, 6, 2, 16)");
+                     "k ('" + dir.file("k_batch.npy") + "') has shape (2, 6, 2, 16)");
     write_npy(dir.file("do_bad.npy"), HostTensor({1, 8, 4, 8}), DType::F32);
     expect_bad_input(with_qkv({"--dout", dir.file("do_bad.npy"), "--dq", dir.file("a"), "--dk", dir.file("b"), "--dv",
                                dir.file("c")}),
-                     "dO has shape");
+                     "dO ('" + dir.file("do_bad.npy") + "') has shape");
     write_npy(dir.file("q3.npy"), HostTensor({8, 16}), DType::F32);
     expect_bad_input(run_with({"--q", dir.file("q3.npy"), "--k", dir.file("k.npy"), "--v", dir.file("v.npy")}),
                      "must be 4-d");
