@@ -110,6 +110,25 @@ TEST_CASE("check --list prints every variant of the table") {
   }
 }
 
+TEST_CASE("the device entry points refuse CPU rows, and every CUDA row has them") {
+  Problem p;
+  p.shape = Shape{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 4, .seq_k = 4, .head_dim = 8};
+  for (const Variant& v : variants()) {
+    INFO("variant " << v.name);
+    if (v.device == Device::Cpu) {
+      CHECK_THROWS_WITH_AS(v.forward_on_device(p, DType::F32, DeviceForwardIo{}),
+                           doctest::Contains("runs on the CPU, so its tensors must be in host memory"), InputError);
+      CHECK_THROWS_WITH_AS(v.backward_on_device(p, DType::F32, DeviceBackwardIo{}),
+                           doctest::Contains("runs on the CPU"), InputError);
+    } else {
+      CHECK(bool(v.device_forward_fn));
+      CHECK((v.device_backward_fn != nullptr) == v.has_backward());
+    }
+  }
+  if (!cuda_device_present())
+    CHECK_THROWS_AS(allocate_on_cuda_device(64, 0), InputError);  // built without CUDA, or no device here
+}
+
 TEST_CASE("check lists a variant that cannot run the problem as SKIP unless it was named") {
   // f16 is not a CPU dtype: unnamed CPU variants are skipped with the reason; named ones are an error.
   const CliResult r = cli({"check", "--seq-q", "8", "--head-dim", "8", "--dtype", "f16"});
