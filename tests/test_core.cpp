@@ -529,6 +529,11 @@ TEST_CASE("shape_of_inputs reads the shape in either layout and names the tensor
                        doctest::Contains("every extent must be between 1 and 2^30"), InputError);
   CHECK_THROWS_WITH_AS(shape_of_inputs(Layout::BSHD, q, {"k", {2, 6, 3, 16}}, {"v", {2, 6, 3, 16}}),
                        doctest::Contains("multiple of the key/value heads"), InputError);
+  check_forward_outputs(Layout::BHSD, want, {"o", {2, 4, 8, 16}}, {"lse", {2, 4, 8}});
+  CHECK_THROWS_WITH_AS(check_forward_outputs(Layout::BHSD, want, {"o", {2, 8, 4, 16}}, {"lse", {2, 4, 8}}),
+                       doctest::Contains("o has shape (2, 8, 4, 16) but the problem needs (2, 4, 8, 16)"), InputError);
+  CHECK_THROWS_WITH_AS(check_forward_outputs(Layout::BSHD, want, {"o", {2, 8, 4, 16}}, {"lse", {2, 8, 4}}),
+                       doctest::Contains("lse has shape (2, 8, 4) but the problem needs (2, 4, 8)"), InputError);
   CHECK(parse_layout("BHSD") == Layout::BHSD);
   CHECK_THROWS_WITH_AS(parse_layout("bsdh"), doctest::Contains("supported are bshd"), InputError);
 }

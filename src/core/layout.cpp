@@ -89,4 +89,12 @@ Shape shape_of_inputs(Layout layout, const InputDims& q, const InputDims& k, con
   return s;
 }
 
+void check_forward_outputs(Layout layout, const Shape& s, const InputDims& o, const InputDims& lse) {
+  check_matches(o, {s.batch, s.seq_q, s.heads_q, s.head_dim}, layout);
+  const std::vector<std::int64_t> lse_want = {s.batch, s.heads_q, s.seq_q};
+  if (lse.dims != lse_want)
+    throw InputError(lse.name + " has shape " + dims_string(lse.dims) + " but the problem needs " +
+                     dims_string(lse_want) + ", (batch, heads, seq_q), as the forward returns it");
+}
+
 }  // namespace flashlab

@@ -32,4 +32,8 @@ struct InputDims {
 Shape shape_of_inputs(Layout, const InputDims& q, const InputDims& k, const InputDims& v,
                       const InputDims* dO = nullptr);
 
+// Throws InputError naming o or lse unless they have the dims a forward of `shape` gives them: o like q,
+// in `layout`; lse (B, H_q, S_q) in either layout.
+void check_forward_outputs(Layout, const Shape&, const InputDims& o, const InputDims& lse);
+
 }  // namespace flashlab

@@ -1,8 +1,10 @@
 #include "registry/variants.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 #include "cpu_reference/cpu_variants.hpp"
 #ifdef FLASHLAB_HAVE_CUDA
@@ -200,8 +202,20 @@ static void require_entry(const Variant& v, bool present, const char* pass) {
   if (!present) throw std::logic_error("variant " + v.name + " has no device entry point for its " + pass);
 }
 
+// The kernels load 16-byte vectors (cp.async, TMA), so every tensor in device memory must start at a
+// 16-byte aligned address; cudaMalloc's are, a view at an offset into a larger tensor may not be.
+static void require_aligned(const void* data, const char* name) {
+  constexpr std::uintptr_t kAlignment = 16;
+  if (reinterpret_cast<std::uintptr_t>(data) % kAlignment != 0)
+    throw InputError(std::string(name) + " starts at a GPU address that is not a multiple of 16 bytes (a view at an "
+                     "offset into a larger tensor?): the kernels load 16-byte vectors, so pass a copy");
+}
+
 void Variant::forward_on_device(const Problem& p, DType dtype, const DeviceForwardIo& io) const {
   refuse_cpu_row(*this);
+  for (auto [data, name] : {std::pair<const void*, const char*>{io.q, "q"}, {io.k, "k"}, {io.v, "v"}, {io.o, "o"},
+                            {io.lse, "lse"}})
+    require_aligned(data, name);
 #ifdef FLASHLAB_HAVE_CUDA
   const cuda::CurrentDevice on(io.device);  // check_supported asks the current device (compute capability)
 #endif
@@ -212,6 +226,10 @@ void Variant::forward_on_device(const Problem& p, DType dtype, const DeviceForwa
 
 void Variant::backward_on_device(const Problem& p, DType dtype, const DeviceBackwardIo& io) const {
   refuse_cpu_row(*this);
+  for (auto [data, name] :
+       {std::pair<const void*, const char*>{io.q, "q"}, {io.k, "k"}, {io.v, "v"}, {io.o, "o"}, {io.lse, "lse"},
+        {io.d_o, "dO"}, {io.dq, "dq"}, {io.dk, "dk"}, {io.dv, "dv"}})
+    require_aligned(data, name);
 #ifdef FLASHLAB_HAVE_CUDA
   const cuda::CurrentDevice on(io.device);
 #endif
