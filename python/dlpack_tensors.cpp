@@ -104,16 +104,17 @@ DeviceInput::DeviceInput(py::capsule capsule, std::string name) : name_(std::mov
 }
 
 void DeviceInput::require_kernel_layout(Layout layout) const {
-  if (strides_.empty()) return;  // the producer said: compact and row-major
   const std::vector<std::int64_t> want = kernel_strides(dims_, layout);
+  // No strides: the producer says the tensor is compact and row-major in its own dims.
+  const std::vector<std::int64_t> have = strides_.empty() ? kernel_strides(dims_, Layout::BSHD) : strides_;
   for (std::size_t i = 0; i < dims_.size(); ++i) {
-    if (dims_[i] == 1 || strides_[i] == want[i]) continue;  // an axis of extent 1 has any stride
+    if (dims_[i] == 1 || have[i] == want[i]) continue;  // an axis of extent 1 has any stride
     if (dims_.size() == kRank && layout == Layout::BHSD)
-      throw InputError(name_ + " has strides " + tuple_string(strides_) +
+      throw InputError(name_ + " has strides " + tuple_string(have) +
                        " (in elements), but the kernels read (batch, seq, heads, head_dim) memory in place, so a "
                        "(batch, heads, seq, head_dim) tensor must be a transposed view of it, with strides " +
                        tuple_string(want) + ", as x.transpose(1, 2) of a contiguous tensor is");
-    throw InputError(name_ + " is not contiguous (its strides are " + tuple_string(strides_) +
+    throw InputError(name_ + " is not contiguous (its strides are " + tuple_string(have) +
                      " elements, a contiguous tensor's " + tuple_string(want) +
                      "): the kernels read it in place, so pass a contiguous copy");
   }

@@ -47,7 +47,7 @@ class DeviceInput {
   };
   std::unique_ptr<DLManagedTensor, ReturnToProducer> managed_;  // set first: released even if a check throws
   std::string name_;
-  std::vector<std::int64_t> dims_, strides_;  // strides in elements; empty: the producer said row-major
+  std::vector<std::int64_t> dims_, strides_;  // strides in elements; empty: compact and row-major
   DType dtype_ = DType::F32;
   int device_ = 0;
   void* data_ = nullptr;

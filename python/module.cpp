@@ -116,6 +116,7 @@ py::tuple forward_device(const py::capsule& q, const py::capsule& k, const py::c
   for (const DeviceInput* t : {&tq, &tk, &tv}) t->require_kernel_layout(layout);
   const DType dtype = tq.dtype();
   const int device = tq.device();
+  var.check_device_call(p, dtype, device, false);  // before allocating the outputs
   DeviceArray o(tq.dims().dims, layout, dtype, device);
   DeviceArray lse(lse_dims(p.shape), layout, DType::F32, device);
   const DeviceForwardIo io{device, tq.data(), tk.data(), tv.data(), o.data(), static_cast<float*>(lse.data())};
@@ -151,6 +152,7 @@ py::tuple backward_device(const py::capsule& q, const py::capsule& k, const py::
                      " but the kernels read the forward's lse as it returns it, f32");
   const DType dtype = tq.dtype();
   const int device = tq.device();
+  var.check_device_call(p, dtype, device, true);  // before allocating the outputs
   DeviceArray dq(tq.dims().dims, layout, dtype, device), dk(tk.dims().dims, layout, dtype, device),
       dv(tv.dims().dims, layout, dtype, device);
   const DeviceBackwardIo io{device,   tq.data(), tk.data(), tv.data(), to.data(), static_cast<const float*>(tlse.data()),

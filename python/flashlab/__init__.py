@@ -34,7 +34,7 @@ DeviceArray = _native.DeviceArray
 built_with_cuda = _native.built_with_cuda
 
 # DLPack device types (dlpack.h): where a tensor's memory is.
-_DLPACK_CPU, _DLPACK_CUDA = 1, 2
+_DLPACK_CPU = 1
 # The stream a DLPack consumer names to mean CUDA's legacy default stream, on which every kernel runs.
 _LEGACY_DEFAULT_STREAM = 1
 
@@ -153,35 +153,32 @@ def _options(is_causal, causal_align, scale, dropout_p, seed):
 
 
 def _where(name, x):
-    """("host", array) for NumPy arrays and host-memory DLPack tensors (read through NumPy), ("cuda", x)
-    for DLPack tensors in CUDA memory; ValueError for anything else."""
+    """("host", array) for NumPy arrays and host-memory DLPack tensors (read through NumPy), ("device", x)
+    for DLPack tensors anywhere else (the library checks that they are in CUDA device memory); ValueError
+    for anything else."""
     if isinstance(x, _np.ndarray):
         return "host", x
     if getattr(x, "requires_grad", False):
         raise ValueError(f"{name} requires grad: pass {name}.detach(), or use "
                          "flashlab.torch.scaled_dot_product_attention, which computes gradients through autograd")
-    if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
-        device_type = int(x.__dlpack_device__()[0])
-        if device_type == _DLPACK_CUDA:
-            return "cuda", x
-        if device_type == _DLPACK_CPU:
-            try:
-                return "host", _np.from_dlpack(x)
-            except (BufferError, TypeError, RuntimeError) as error:
-                raise ValueError(f"{name} is in host memory but NumPy cannot read it ({error}): pass a NumPy "
-                                 "array of float64, float32 or float16") from None
-        raise ValueError(f"{name} is on DLPack device type {device_type}: pass NumPy arrays or tensors in CUDA "
-                         "device memory")
-    raise ValueError(f"{name} must be a NumPy array or a DLPack tensor (PyTorch, CuPy), got {type(x).__name__}")
+    if not (hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__")):
+        raise ValueError(f"{name} must be a NumPy array or a DLPack tensor (PyTorch, CuPy), got {type(x).__name__}")
+    if int(x.__dlpack_device__()[0]) != _DLPACK_CPU:
+        return "device", x
+    try:
+        return "host", _np.from_dlpack(x)
+    except (BufferError, TypeError, RuntimeError) as error:
+        raise ValueError(f"{name} is in host memory but NumPy cannot read it ({error}): pass a NumPy array of "
+                         "float64, float32 or float16") from None
 
 
 def _inputs_in_one_place(**named):
-    """("host" or "cuda", the inputs) when all are in one place, else ValueError naming two that are not."""
+    """("host" or "device", the inputs) when all are in one place, else ValueError naming two that are not."""
     places = {name: _where(name, x) for name, x in named.items()}
     (first, (first_place, _)), *rest = places.items()
     for name, (place, _) in rest:
         if place != first_place:
-            describe = {"host": "in host memory", "cuda": "in CUDA memory"}
+            describe = {"host": "in host memory", "device": "in device memory"}
             raise ValueError(f"{first} is {describe[first_place]} but {name} is {describe[place]}: pass every "
                              "tensor in one place (NumPy arrays, or tensors on one GPU)")
     return first_place, [x for _, x in places.values()]

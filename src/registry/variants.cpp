@@ -211,21 +211,31 @@ static void require_aligned(const void* data, const char* name) {
                      "offset into a larger tensor?): the kernels load 16-byte vectors, so pass a copy");
 }
 
-void Variant::forward_on_device(const Problem& p, DType dtype, const DeviceForwardIo& io) const {
+void Variant::check_device_call(const Problem& p, DType dtype, int device, bool backward) const {
   refuse_cpu_row(*this);
+#ifdef FLASHLAB_HAVE_CUDA
+  const cuda::CurrentDevice on(device);  // check_supported asks the current device (compute capability)
+#else
+  (void)device;
+#endif
+  check_supported(*this, p, dtype, backward);
+  require_entry(*this, backward ? device_backward_fn != nullptr : device_forward_fn != nullptr,
+                backward ? "backward" : "forward");
+}
+
+void Variant::forward_on_device(const Problem& p, DType dtype, const DeviceForwardIo& io) const {
+  check_device_call(p, dtype, io.device, false);
   for (auto [data, name] : {std::pair<const void*, const char*>{io.q, "q"}, {io.k, "k"}, {io.v, "v"}, {io.o, "o"},
                             {io.lse, "lse"}})
     require_aligned(data, name);
 #ifdef FLASHLAB_HAVE_CUDA
-  const cuda::CurrentDevice on(io.device);  // check_supported asks the current device (compute capability)
+  const cuda::CurrentDevice on(io.device);
 #endif
-  check_supported(*this, p, dtype, false);
-  require_entry(*this, device_forward_fn != nullptr, "forward");
   device_forward_fn(p, dtype, io);
 }
 
 void Variant::backward_on_device(const Problem& p, DType dtype, const DeviceBackwardIo& io) const {
-  refuse_cpu_row(*this);
+  check_device_call(p, dtype, io.device, true);
   for (auto [data, name] :
        {std::pair<const void*, const char*>{io.q, "q"}, {io.k, "k"}, {io.v, "v"}, {io.o, "o"}, {io.lse, "lse"},
         {io.d_o, "dO"}, {io.dq, "dq"}, {io.dk, "dk"}, {io.dv, "dv"}})
@@ -233,8 +243,6 @@ void Variant::backward_on_device(const Problem& p, DType dtype, const DeviceBack
 #ifdef FLASHLAB_HAVE_CUDA
   const cuda::CurrentDevice on(io.device);
 #endif
-  check_supported(*this, p, dtype, true);
-  require_entry(*this, device_backward_fn != nullptr, "backward");
   device_backward_fn(p, dtype, io);
 }
 

@@ -87,6 +87,9 @@ struct Variant {
   // throws std::runtime_error here).
   void forward_on_device(const Problem&, DType, const DeviceForwardIo&) const;
   void backward_on_device(const Problem&, DType, const DeviceBackwardIo&) const;
+  // What they check before touching memory, for a caller to ask before allocating the outputs: a CPU row
+  // is refused, then check_supported runs against device `device`.
+  void check_device_call(const Problem&, DType, int device, bool backward) const;
 };
 
 const std::vector<Variant>& variants();
