@@ -2,7 +2,7 @@
 // the API). Everything here is the library's own: the variant table and its checked entry points
 // (registry/variants.hpp), `flashlab check` (registry/check.hpp), the layout and shape checks
 // (core/layout.hpp) and the tolerance rule (core/tolerance.hpp). This file only converts:
-//  * NumPy arrays are copied in and out (numpy_arrays.hpp): any variant, CUDA ones through the host path;
+//  * NumPy arrays are copied in and out (host_buffers.hpp): any variant, CUDA ones through the host path;
 //  * DLPack tensors in GPU memory are read and written in place (dlpack_tensors.hpp): CUDA variants.
 // Bad input (InputError, one sentence) becomes ValueError; failures of the device become RuntimeError.
 #include <pybind11/pybind11.h>
@@ -16,7 +16,7 @@
 #include "core/layout.hpp"
 #include "core/tolerance.hpp"
 #include "dlpack_tensors.hpp"
-#include "numpy_arrays.hpp"
+#include "host_buffers.hpp"
 #include "registry/check.hpp"
 #include "registry/variants.hpp"
 
@@ -45,56 +45,56 @@ Options options_of(bool is_causal, const std::string& causal_align, std::optiona
 DType lse_dtype(DType compute) { return compute == DType::F64 ? DType::F64 : DType::F32; }
 
 // The one dtype of the arrays a pass computes in (q, k, v and dO); InputError when they disagree.
-DType common_dtype(const std::vector<std::pair<const py::array*, const char*>>& arrays) {
-  const DType first = dtype_of(*arrays.front().first, arrays.front().second);
-  for (const auto& [array, name] : arrays) {
-    const DType t = dtype_of(*array, name);
-    if (t != first)
-      throw InputError(std::string(arrays.front().second) + " is " + to_string(first) + " but " + name + " is " +
-                       to_string(t) + ": pass them in one dtype, the one to compute in");
-  }
+DType common_dtype(const std::vector<const HostInput*>& arrays) {
+  const DType first = arrays.front()->dtype();
+  for (const HostInput* a : arrays)
+    if (a->dtype() != first)
+      throw InputError(arrays.front()->dims().name + " is " + to_string(first) + " but " + a->dims().name + " is " +
+                       to_string(a->dtype()) + ": pass them in one dtype, the one to compute in");
   return first;
 }
 
-py::tuple forward_host(const py::array& q, const py::array& k, const py::array& v, const std::string& variant,
-                       const std::string& layout_name, const Options& options) {
+py::tuple forward_host(const py::buffer& q_array, const py::buffer& k_array, const py::buffer& v_array,
+                       const std::string& variant, const std::string& layout_name, const Options& options) {
   const Variant& var = find_variant(variant);
   const Layout layout = parse_layout(layout_name);
+  const HostInput q(q_array, "q"), k(k_array, "k"), v(v_array, "v");
   Problem p;
-  p.shape = shape_of_inputs(layout, {"q", dims_of(q)}, {"k", dims_of(k)}, {"v", dims_of(v)});
+  p.shape = shape_of_inputs(layout, q.dims(), k.dims(), v.dims());
   p.options = options;
-  const DType dtype = common_dtype({{&q, "q"}, {&k, "k"}, {&v, "v"}});
-  const Qkv in{to_host_tensor(q, layout), to_host_tensor(k, layout), to_host_tensor(v, layout)};
+  const DType dtype = common_dtype({&q, &k, &v});
+  const Qkv in{q.to_host_tensor(layout), k.to_host_tensor(layout), v.to_host_tensor(layout)};
   ForwardOut out;
   {
     py::gil_scoped_release no_gil;
     out = var.forward(p, dtype, in);
   }
-  return py::make_tuple(to_numpy(out.o, dtype, layout), to_numpy(out.lse, lse_dtype(dtype), layout));
+  return py::make_tuple(HostArray(out.o, dtype, layout), HostArray(out.lse, lse_dtype(dtype), layout));
 }
 
-py::tuple backward_host(const py::array& q, const py::array& k, const py::array& v, const py::array& o,
-                        const py::array& lse, const py::array& d_o, const std::string& variant,
-                        const std::string& layout_name, const Options& options) {
+py::tuple backward_host(const py::buffer& q_array, const py::buffer& k_array, const py::buffer& v_array,
+                        const py::buffer& o_array, const py::buffer& lse_array, const py::buffer& d_o_array,
+                        const std::string& variant, const std::string& layout_name, const Options& options) {
   const Variant& var = find_variant(variant);
   const Layout layout = parse_layout(layout_name);
+  const HostInput q(q_array, "q"), k(k_array, "k"), v(v_array, "v"), o(o_array, "out"), lse(lse_array, "lse"),
+      d_o(d_o_array, "grad_out");
   Problem p;
-  const InputDims d_o_dims{"grad_out", dims_of(d_o)};
-  p.shape = shape_of_inputs(layout, {"q", dims_of(q)}, {"k", dims_of(k)}, {"v", dims_of(v)}, &d_o_dims);
-  check_forward_outputs(layout, p.shape, {"out", dims_of(o)}, {"lse", dims_of(lse)});
+  const InputDims d_o_dims = d_o.dims();
+  p.shape = shape_of_inputs(layout, q.dims(), k.dims(), v.dims(), &d_o_dims);
+  check_forward_outputs(layout, p.shape, o.dims(), lse.dims());
   p.options = options;
-  const DType dtype = common_dtype({{&q, "q"}, {&k, "k"}, {&v, "v"}, {&d_o, "grad_out"}});
-  dtype_of(o, "out");  // any float dtype: the forward's outputs are read as they are
-  dtype_of(lse, "lse");
-  const Qkv in{to_host_tensor(q, layout), to_host_tensor(k, layout), to_host_tensor(v, layout)};
-  const ForwardOut fwd{to_host_tensor(o, layout), to_host_tensor(lse, layout)};
-  const HostTensor dO = to_host_tensor(d_o, layout);
+  const DType dtype = common_dtype({&q, &k, &v, &d_o});
+  const Qkv in{q.to_host_tensor(layout), k.to_host_tensor(layout), v.to_host_tensor(layout)};
+  // The forward's outputs are read in whichever float dtype they come.
+  const ForwardOut fwd{o.to_host_tensor(layout), lse.to_host_tensor(layout)};
+  const HostTensor dO = d_o.to_host_tensor(layout);
   Grads g;
   {
     py::gil_scoped_release no_gil;
     g = var.backward(p, dtype, in, fwd, dO);
   }
-  return py::make_tuple(to_numpy(g.dq, dtype, layout), to_numpy(g.dk, dtype, layout), to_numpy(g.dv, dtype, layout));
+  return py::make_tuple(HostArray(g.dq, dtype, layout), HostArray(g.dk, dtype, layout), HostArray(g.dv, dtype, layout));
 }
 
 // The device pointers the last device call handed to the kernels: a test compares them with its tensors'
@@ -244,15 +244,16 @@ Quantity parse_quantity(const std::string& text) {
   throw InputError("unknown quantity '" + text + "': supported are forward (O, LSE) and gradient (dQ, dK, dV)");
 }
 
-py::dict within_tolerance(const py::array& out, const py::array& ref, const std::string& dtype,
-                          const std::string& quantity, const std::optional<py::array>& lowp) {
-  const HostTensor o = to_host_tensor(out, Layout::BSHD), r = to_host_tensor(ref, Layout::BSHD);
+py::dict within_tolerance(const py::buffer& out, const py::buffer& ref, const std::string& dtype,
+                          const std::string& quantity, const std::optional<py::buffer>& lowp) {
+  const HostTensor o = HostInput(out, "out").to_host_tensor(Layout::BSHD);
+  const HostTensor r = HostInput(ref, "ref").to_host_tensor(Layout::BSHD);
   if (o.dims != r.dims)
     throw InputError("out has shape " + o.dims_string() + " but ref has shape " + r.dims_string());
   const ErrorStats e = compare(o, r);
   std::optional<ErrorStats> baseline;
   if (lowp) {
-    const HostTensor l = to_host_tensor(*lowp, Layout::BSHD);
+    const HostTensor l = HostInput(*lowp, "lowp").to_host_tensor(Layout::BSHD);
     if (l.dims != r.dims)
       throw InputError("lowp has shape " + l.dims_string() + " but ref has shape " + r.dims_string());
     baseline = compare(l, r);
@@ -295,25 +296,25 @@ PYBIND11_MODULE(_flashlab, m) {
   };
   m.def(
       "forward_host",
-      [options](const py::array& q, const py::array& k, const py::array& v, const std::string& variant,
+      [options](const py::buffer& q, const py::buffer& k, const py::buffer& v, const std::string& variant,
                 const std::string& layout, bool is_causal, const std::string& causal_align,
                 std::optional<double> scale, double dropout_p, std::uint64_t seed) {
         return forward_host(q, k, v, variant, layout, options(is_causal, causal_align, scale, dropout_p, seed));
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("variant"), py::arg("layout"), py::arg("is_causal"),
       py::arg("causal_align"), py::arg("scale"), py::arg("dropout_p"), py::arg("seed"),
-      "(o, lse) of NumPy q, k, v: copied in, any variant, copied out.");
+      "(o, lse) as HostArrays, from arrays q, k, v (buffer protocol): copied in, any variant.");
   m.def(
       "backward_host",
-      [options](const py::array& q, const py::array& k, const py::array& v, const py::array& o, const py::array& lse,
-                const py::array& d_o, const std::string& variant, const std::string& layout, bool is_causal,
+      [options](const py::buffer& q, const py::buffer& k, const py::buffer& v, const py::buffer& o,
+                const py::buffer& lse, const py::buffer& d_o, const std::string& variant, const std::string& layout, bool is_causal,
                 const std::string& causal_align, std::optional<double> scale, double dropout_p, std::uint64_t seed) {
         return backward_host(q, k, v, o, lse, d_o, variant, layout,
                              options(is_causal, causal_align, scale, dropout_p, seed));
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("grad_out"),
       py::arg("variant"), py::arg("layout"), py::arg("is_causal"), py::arg("causal_align"), py::arg("scale"),
-      py::arg("dropout_p"), py::arg("seed"), "(dq, dk, dv) of NumPy arrays: copied in, any variant with a backward.");
+      py::arg("dropout_p"), py::arg("seed"), "(dq, dk, dv) as HostArrays, from arrays: copied in, any variant with a backward.");
   m.def(
       "forward_device",
       [options](const py::capsule& q, const py::capsule& k, const py::capsule& v, const std::string& variant,
@@ -351,6 +352,10 @@ PYBIND11_MODULE(_flashlab, m) {
 #else
   m.attr("built_with_cuda") = false;
 #endif
+
+  py::class_<HostArray>(m, "HostArray", py::buffer_protocol(),
+                        "A result in host memory: np.asarray reads its buffer without a copy.")
+      .def_buffer(&HostArray::buffer);
 
   py::class_<DeviceArray>(m, "DeviceArray",
                           "A result in GPU memory: read it with torch.from_dlpack or cupy.from_dlpack (no copy).")

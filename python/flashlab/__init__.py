@@ -74,7 +74,7 @@ def attention(q, k, v, *, variant="cpu-fa2", is_causal=False, causal_align="top-
     options = _options(is_causal, causal_align, scale, dropout_p, seed)
     place, (q, k, v) = _inputs_in_one_place(q=q, k=k, v=v)
     if place == "host":
-        o, lse = _native.forward_host(q, k, v, variant, layout, *options)
+        o, lse = (_np.asarray(x) for x in _native.forward_host(q, k, v, variant, layout, *options))
     else:
         o, lse = _native.forward_device(*_capsules(q, k, v), variant, layout, *options)
     return (o, lse) if return_lse else o
@@ -91,7 +91,7 @@ def attention_backward(q, k, v, out, lse, grad_out, *, variant="cpu-fa2", is_cau
     options = _options(is_causal, causal_align, scale, dropout_p, seed)
     place, tensors = _inputs_in_one_place(q=q, k=k, v=v, out=out, lse=lse, grad_out=grad_out)
     if place == "host":
-        return _native.backward_host(*tensors, variant, layout, *options)
+        return tuple(_np.asarray(g) for g in _native.backward_host(*tensors, variant, layout, *options))
     return _native.backward_device(*_capsules(*tensors), variant, layout, *options)
 
 
@@ -123,9 +123,9 @@ def within_tolerance(out, ref, *, dtype, quantity="forward", lowp=None):
     Returns a dict: passes, max_abs_error, rel_error, has_nan, limit, on (which error the limit bounds),
     rule (as `flashlab check` prints it), and lowp_max_abs_error when lowp was given.
     """
-    as_array = _np.asarray
-    return _native.within_tolerance(as_array(out), as_array(ref), dtype, quantity,
-                                    None if lowp is None else as_array(lowp))
+    as_float64 = lambda x: _np.asarray(x, dtype=_np.float64)
+    return _native.within_tolerance(as_float64(out), as_float64(ref), dtype, quantity,
+                                    None if lowp is None else as_float64(lowp))
 
 
 # --- What the calls share ---------------------------------------------------------------------------

@@ -143,7 +143,7 @@ BAD_INPUTS = [
      "q has 3 heads and k, v have 2: the query heads must be a multiple of the key/value heads"),
     ("integer q", lambda q, k, v: flashlab.attention(q.astype(np.int32), k, v),
      "q has dtype int32: supported are float64, float32 and float16"),
-    ("big-endian q", lambda q, k, v: flashlab.attention(q.astype(">f8"), k, v), "q has dtype >f8"),
+    ("big-endian q", lambda q, k, v: flashlab.attention(q.astype(">f8"), k, v), "q has dtype float64 (big-endian)"),
     ("mixed dtypes", lambda q, k, v: flashlab.attention(q.astype(np.float32), k, v),
      "q is f32 but k is f64: pass them in one dtype"),
     ("a list", lambda q, k, v: flashlab.attention([[1.0]], k, v),
