@@ -120,6 +120,19 @@ void DeviceInput::require_kernel_layout(Layout layout) const {
   }
 }
 
+void DeviceInput::require_fits_result(const std::vector<std::int64_t>& dims, DType dtype, int device,
+                                      Layout layout) const {
+  if (dims_ != dims)
+    throw InputError(name_ + " has shape " + tuple_string(dims_) + " but the result it is to hold has shape " +
+                     tuple_string(dims));
+  if (dtype_ != dtype)
+    throw InputError(name_ + " is " + to_string(dtype_) + " but the result it is to hold is " + to_string(dtype));
+  if (device_ != device)
+    throw InputError(name_ + " is on CUDA device " + std::to_string(device_) + " but the inputs are on CUDA device " +
+                     std::to_string(device));
+  require_kernel_layout(layout);
+}
+
 void require_same_dtype_and_device(const std::vector<const DeviceInput*>& inputs) {
   const DeviceInput& first = *inputs.front();
   for (const DeviceInput* t : inputs) {
@@ -139,6 +152,20 @@ DeviceArray::DeviceArray(std::vector<std::int64_t> dims, Layout layout, DType dt
   for (std::int64_t d : dims_) elements *= static_cast<std::size_t>(d);
   memory_ = allocate_on_cuda_device(elements * dtype_bytes(dtype_), device_);
 }
+
+ResultBuffer::ResultBuffer(const std::optional<py::capsule>& given, std::string name, std::vector<std::int64_t> dims,
+                           Layout layout, DType dtype, int device) {
+  if (given) {
+    given_.emplace(*given, std::move(name));
+    given_->require_fits_result(dims, dtype, device, layout);
+  } else {
+    made_ = std::make_unique<DeviceArray>(std::move(dims), layout, dtype, device);
+  }
+}
+
+void* ResultBuffer::data() const { return given_ ? given_->data() : made_->data(); }
+
+py::object ResultBuffer::release() { return made_ ? py::cast(std::move(*made_)) : py::none(); }
 
 py::capsule DeviceArray::dlpack(const py::object& /*stream*/) const {
   auto* exported = new Exported{{}, memory_, dims_, strides_};

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,9 @@ class DeviceInput {
   // Throws InputError unless the tensor's memory is row-major (B, S, H, D) for its dims in `layout`
   // (for a 3-d LSE: row-major as it is), saying which strides it has and which it needs.
   void require_kernel_layout(Layout) const;
+  // For a buffer the caller gives a result to be written into: throws InputError unless it has the
+  // result's dims, dtype and device, and the kernels' layout.
+  void require_fits_result(const std::vector<std::int64_t>& dims, DType, int device, Layout) const;
 
  private:
   struct ReturnToProducer {
@@ -80,6 +84,21 @@ class DeviceArray {
   std::vector<std::int64_t> dims_, strides_;
   DType dtype_;
   int device_;
+};
+
+// Where a result goes: a buffer the caller gave (a DLPack capsule, checked to fit the result), or a new
+// DeviceArray made here.
+class ResultBuffer {
+ public:
+  ResultBuffer(const std::optional<py::capsule>& given, std::string name, std::vector<std::int64_t> dims, Layout,
+               DType, int device);
+  void* data() const;
+  // The new DeviceArray, or None when the result went into the caller's buffer.
+  py::object release();
+
+ private:
+  std::optional<DeviceInput> given_;
+  std::unique_ptr<DeviceArray> made_;
 };
 
 }  // namespace flashlab::python

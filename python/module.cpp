@@ -104,8 +104,11 @@ py::dict& last_device_call() {
   return *call;
 }
 
-py::tuple forward_device(const py::capsule& q, const py::capsule& k, const py::capsule& v, const std::string& variant,
-                         const std::string& layout_name, const Options& options) {
+// The results go into the caller's buffers where given (o_out, lse_out), else into new DeviceArrays,
+// which are returned (None for a result written into a given buffer).
+py::tuple forward_device(const py::capsule& q, const py::capsule& k, const py::capsule& v,
+                         const std::optional<py::capsule>& o_out, const std::optional<py::capsule>& lse_out,
+                         const std::string& variant, const std::string& layout_name, const Options& options) {
   const Variant& var = find_variant(variant);
   const Layout layout = parse_layout(layout_name);
   const DeviceInput tq(q, "q"), tk(k, "k"), tv(v, "v");
@@ -117,8 +120,8 @@ py::tuple forward_device(const py::capsule& q, const py::capsule& k, const py::c
   const DType dtype = tq.dtype();
   const int device = tq.device();
   var.check_device_call(p, dtype, device, false);  // before allocating the outputs
-  DeviceArray o(tq.dims().dims, layout, dtype, device);
-  DeviceArray lse(lse_dims(p.shape), layout, DType::F32, device);
+  ResultBuffer o(o_out, "out", tq.dims().dims, layout, dtype, device);
+  ResultBuffer lse(lse_out, "lse", lse_dims(p.shape), layout, DType::F32, device);
   const DeviceForwardIo io{device, tq.data(), tk.data(), tv.data(), o.data(), static_cast<float*>(lse.data())};
   {
     py::gil_scoped_release no_gil;
@@ -130,12 +133,13 @@ py::tuple forward_device(const py::capsule& q, const py::capsule& k, const py::c
   for (auto [name, data] : {std::pair<const char*, const void*>{"q", io.q}, {"k", io.k}, {"v", io.v}, {"out", io.o},
                             {"lse", io.lse}})
     call[name] = reinterpret_cast<std::uintptr_t>(data);
-  return py::make_tuple(std::move(o), std::move(lse));
+  return py::make_tuple(o.release(), lse.release());
 }
 
 py::tuple backward_device(const py::capsule& q, const py::capsule& k, const py::capsule& v, const py::capsule& o,
-                          const py::capsule& lse, const py::capsule& d_o, const std::string& variant,
-                          const std::string& layout_name, const Options& options) {
+                          const py::capsule& lse, const py::capsule& d_o, const std::optional<py::capsule>& dq_out,
+                          const std::optional<py::capsule>& dk_out, const std::optional<py::capsule>& dv_out,
+                          const std::string& variant, const std::string& layout_name, const Options& options) {
   const Variant& var = find_variant(variant);
   const Layout layout = parse_layout(layout_name);
   const DeviceInput tq(q, "q"), tk(k, "k"), tv(v, "v"), to(o, "out"), tlse(lse, "lse"), tdo(d_o, "grad_out");
@@ -153,8 +157,9 @@ py::tuple backward_device(const py::capsule& q, const py::capsule& k, const py::
   const DType dtype = tq.dtype();
   const int device = tq.device();
   var.check_device_call(p, dtype, device, true);  // before allocating the outputs
-  DeviceArray dq(tq.dims().dims, layout, dtype, device), dk(tk.dims().dims, layout, dtype, device),
-      dv(tv.dims().dims, layout, dtype, device);
+  ResultBuffer dq(dq_out, "dq", tq.dims().dims, layout, dtype, device);
+  ResultBuffer dk(dk_out, "dk", tk.dims().dims, layout, dtype, device);
+  ResultBuffer dv(dv_out, "dv", tv.dims().dims, layout, dtype, device);
   const DeviceBackwardIo io{device,   tq.data(), tk.data(), tv.data(), to.data(), static_cast<const float*>(tlse.data()),
                             tdo.data(), dq.data(), dk.data(), dv.data()};
   {
@@ -168,7 +173,7 @@ py::tuple backward_device(const py::capsule& q, const py::capsule& k, const py::
        {std::pair<const char*, const void*>{"q", io.q}, {"k", io.k}, {"v", io.v}, {"out", io.o}, {"lse", io.lse},
         {"grad_out", io.d_o}, {"dq", io.dq}, {"dk", io.dk}, {"dv", io.dv}})
     call[name] = reinterpret_cast<std::uintptr_t>(data);
-  return py::make_tuple(std::move(dq), std::move(dk), std::move(dv));
+  return py::make_tuple(dq.release(), dk.release(), dv.release());
 }
 
 py::list variant_table() {
@@ -317,26 +322,32 @@ PYBIND11_MODULE(_flashlab, m) {
       py::arg("dropout_p"), py::arg("seed"), "(dq, dk, dv) as HostArrays, from arrays: copied in, any variant with a backward.");
   m.def(
       "forward_device",
-      [options](const py::capsule& q, const py::capsule& k, const py::capsule& v, const std::string& variant,
-                const std::string& layout, bool is_causal, const std::string& causal_align,
-                std::optional<double> scale, double dropout_p, std::uint64_t seed) {
-        return forward_device(q, k, v, variant, layout, options(is_causal, causal_align, scale, dropout_p, seed));
+      [options](const py::capsule& q, const py::capsule& k, const py::capsule& v, const std::optional<py::capsule>& o,
+                const std::optional<py::capsule>& lse, const std::string& variant, const std::string& layout,
+                bool is_causal, const std::string& causal_align, std::optional<double> scale, double dropout_p,
+                std::uint64_t seed) {
+        return forward_device(q, k, v, o, lse, variant, layout,
+                              options(is_causal, causal_align, scale, dropout_p, seed));
       },
-      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("variant"), py::arg("layout"), py::arg("is_causal"),
-      py::arg("causal_align"), py::arg("scale"), py::arg("dropout_p"), py::arg("seed"),
-      "(o, lse) as DeviceArrays, from DLPack capsules of CUDA tensors read in place.");
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o_out"), py::arg("lse_out"), py::arg("variant"),
+      py::arg("layout"), py::arg("is_causal"), py::arg("causal_align"), py::arg("scale"), py::arg("dropout_p"),
+      py::arg("seed"),
+      "(o, lse) from DLPack capsules of CUDA tensors read in place: new DeviceArrays, or None for a result "
+      "written into the buffer given for it.");
   m.def(
       "backward_device",
       [options](const py::capsule& q, const py::capsule& k, const py::capsule& v, const py::capsule& o,
-                const py::capsule& lse, const py::capsule& d_o, const std::string& variant, const std::string& layout,
-                bool is_causal, const std::string& causal_align, std::optional<double> scale, double dropout_p,
-                std::uint64_t seed) {
-        return backward_device(q, k, v, o, lse, d_o, variant, layout,
+                const py::capsule& lse, const py::capsule& d_o, const std::optional<py::capsule>& dq,
+                const std::optional<py::capsule>& dk, const std::optional<py::capsule>& dv, const std::string& variant,
+                const std::string& layout, bool is_causal, const std::string& causal_align,
+                std::optional<double> scale, double dropout_p, std::uint64_t seed) {
+        return backward_device(q, k, v, o, lse, d_o, dq, dk, dv, variant, layout,
                                options(is_causal, causal_align, scale, dropout_p, seed));
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("grad_out"),
-      py::arg("variant"), py::arg("layout"), py::arg("is_causal"), py::arg("causal_align"), py::arg("scale"),
-      py::arg("dropout_p"), py::arg("seed"), "(dq, dk, dv) as DeviceArrays, from DLPack capsules read in place.");
+      py::arg("dq_out"), py::arg("dk_out"), py::arg("dv_out"), py::arg("variant"), py::arg("layout"),
+      py::arg("is_causal"), py::arg("causal_align"), py::arg("scale"), py::arg("dropout_p"), py::arg("seed"),
+      "(dq, dk, dv) from DLPack capsules read in place: new DeviceArrays, or None where a buffer was given.");
   m.def("last_device_call", [] { return last_device_call().attr("copy")(); },
         "The device pointers the last device call handed to the kernels (for tests).");
   m.def("variants", &variant_table, "The variant table, one dict per row.");

@@ -58,7 +58,7 @@ def cuda_device_name():
 
 
 def attention(q, k, v, *, variant="cpu-fa2", is_causal=False, causal_align="top-left", scale=None,
-              dropout_p=0.0, seed=0, return_lse=False, layout="bshd"):
+              dropout_p=0.0, seed=0, return_lse=False, layout="bshd", out=None):
     """Attention O = softmax(scale Q K^T [+ causal mask]) V with dropout on P, computed by `variant`.
 
     is_causal: mask keys after each query; causal_align says which diagonal: "top-left" (query i sees
@@ -70,29 +70,42 @@ def attention(q, k, v, *, variant="cpu-fa2", is_causal=False, causal_align="top-
     Returns O, shaped and laid out like q, in q's dtype (NumPy arrays in, NumPy arrays out; GPU tensors
     in, DeviceArray out), and with return_lse=True also the log-sum-exp of each row, (B, H_q, S_q),
     float32 (float64 for float64 inputs); a fully masked row has O = 0 and LSE = -inf.
+
+    out: for tensors in GPU memory, a pair (o, lse) of tensors to write the results into instead of new
+    DeviceArrays (no allocation): o like q (shape, layout, dtype, device), lse (B, H_q, S_q) float32, both
+    laid out as the inputs must be; they are what is returned.
     """
     options = _options(is_causal, causal_align, scale, dropout_p, seed)
     place, (q, k, v) = _inputs_in_one_place(q=q, k=k, v=v)
     if place == "host":
+        _refuse_out_on_host(out, "out")
         o, lse = (_np.asarray(x) for x in _native.forward_host(q, k, v, variant, layout, *options))
     else:
-        o, lse = _native.forward_device(*_capsules(q, k, v), variant, layout, *options)
+        given = _given_buffers(out, ("o", "lse"), "out")
+        made = _native.forward_device(*_capsules(q, k, v), *_capsules(*given), variant, layout, *options)
+        o, lse = (m if g is None else g for m, g in zip(made, given))
     return (o, lse) if return_lse else o
 
 
 def attention_backward(q, k, v, out, lse, grad_out, *, variant="cpu-fa2", is_causal=False,
-                       causal_align="top-left", scale=None, dropout_p=0.0, seed=0, layout="bshd"):
+                       causal_align="top-left", scale=None, dropout_p=0.0, seed=0, layout="bshd", grads_out=None):
     """The gradients (dq, dk, dv) of attention(q, k, v, ...) for the upstream gradient grad_out (dL/dO).
 
     out and lse are what attention(..., return_lse=True) returned for the same inputs and options
     (dropout_p and seed included: the backward redraws the same mask). Returns dq, dk, dv shaped, laid
     out and typed like q, k, v, in the same place as the inputs.
+
+    grads_out: for tensors in GPU memory, (dq, dk, dv) tensors to write the gradients into (shaped, typed
+    and laid out like q, k, v), which are then what is returned.
     """
     options = _options(is_causal, causal_align, scale, dropout_p, seed)
     place, tensors = _inputs_in_one_place(q=q, k=k, v=v, out=out, lse=lse, grad_out=grad_out)
     if place == "host":
+        _refuse_out_on_host(grads_out, "grads_out")
         return tuple(_np.asarray(g) for g in _native.backward_host(*tensors, variant, layout, *options))
-    return _native.backward_device(*_capsules(*tensors), variant, layout, *options)
+    given = _given_buffers(grads_out, ("dq", "dk", "dv"), "grads_out")
+    made = _native.backward_device(*_capsules(*tensors), *_capsules(*given), variant, layout, *options)
+    return tuple(m if g is None else g for m, g in zip(made, given))
 
 
 def check(*, batch=1, heads=2, heads_kv=None, seq_q=128, seq_k=None, head_dim=64, causal="none", scale=None,
@@ -186,4 +199,22 @@ def _inputs_in_one_place(**named):
 
 def _capsules(*tensors):
     # The producer makes the legacy default stream wait for its pending work on each tensor.
-    return [t.__dlpack__(stream=_LEGACY_DEFAULT_STREAM) for t in tensors]
+    return [None if t is None else t.__dlpack__(stream=_LEGACY_DEFAULT_STREAM) for t in tensors]
+
+
+def _given_buffers(given, names, argument):
+    """The buffers passed for the results (None for each when none were), each a DLPack tensor."""
+    if given is None:
+        return (None,) * len(names)
+    if not isinstance(given, (tuple, list)) or len(given) != len(names):
+        raise ValueError(f"{argument} must be a tuple ({', '.join(names)}) of tensors in GPU memory")
+    for name, buffer in zip(names, given):
+        if not (hasattr(buffer, "__dlpack__") and hasattr(buffer, "__dlpack_device__")):
+            raise ValueError(f"{argument}'s {name} must be a DLPack tensor in GPU memory, got {type(buffer).__name__}")
+    return tuple(given)
+
+
+def _refuse_out_on_host(given, argument):
+    if given is not None:
+        raise ValueError(f"{argument} takes buffers for results in GPU memory; with NumPy inputs the results are new "
+                         "NumPy arrays")

@@ -5,8 +5,9 @@
 
 scaled_dot_product_attention has the signature and the (batch, heads, seq, head_dim) layout of
 torch.nn.functional.scaled_dot_product_attention, plus `variant` (default "cuda-fa2", which computes in
-float16 and bfloat16; the fp32 CUDA variants take float32). CUDA tensors are read in place and results
-come back as CUDA tensors with no host copy; CPU tensors go to the CPU variants through NumPy. An
+float16 and bfloat16; the fp32 CUDA variants take float32). CUDA tensors are read in place and the
+results are written into tensors from PyTorch's own allocator, with no host copy; CPU tensors go to the
+CPU variants through NumPy. An
 attn_mask is refused: no FlashLab variant takes an arbitrary mask (is_causal=True gives the causal one).
 
 Dropout draws its mask from a seed taken from PyTorch's default generator on every call, so
@@ -18,8 +19,6 @@ try:
 except ImportError as error:
     raise ImportError("flashlab.torch needs PyTorch, which this Python cannot import; the rest of flashlab "
                       "(flashlab.attention on NumPy arrays or DLPack tensors) works without it") from error
-
-import numpy as _np
 
 import flashlab as _flashlab
 
@@ -37,17 +36,36 @@ def _kernel_layout(x):
     return x.transpose(1, 2).contiguous().transpose(1, 2)
 
 
-def _to_torch(result, like):
-    """A flashlab result as a tensor on `like`'s device: DeviceArray read in place, NumPy arrays copied
-    in only for CPU tensors (where they are the result)."""
-    if isinstance(result, _np.ndarray):
-        return torch.from_numpy(result).to(like.device)
-    return torch.from_dlpack(result)
-
-
 def _from_torch(x):
     """What flashlab reads: CUDA tensors as they are (DLPack), CPU tensors through NumPy."""
     return x.detach() if x.is_cuda else x.detach().numpy()
+
+
+def _like_kernel_layout(x):
+    """An empty tensor shaped and typed like x, (batch, heads, seq, head_dim), in (B, S, H, D) memory: what
+    the kernels write. PyTorch's caching allocator provides it, so a call allocates nothing itself."""
+    b, h, s, d = x.shape
+    return torch.empty(b, s, h, d, dtype=x.dtype, device=x.device).transpose(1, 2)
+
+
+def _forward(q, k, v, options):
+    """(o, lse) as tensors on q's device: written in place on a GPU, copied from NumPy on the CPU."""
+    inputs = [_from_torch(x) for x in (q, k, v)]
+    if not q.is_cuda:
+        return tuple(torch.from_numpy(r) for r in _flashlab.attention(*inputs, return_lse=True, **options))
+    if q.dim() != 4:  # refused by flashlab, with its sentence about 4-d inputs
+        return _flashlab.attention(*inputs, return_lse=True, **options)
+    b, h, s, _ = q.shape
+    out = (_like_kernel_layout(q), torch.empty(b, h, s, dtype=torch.float32, device=q.device))
+    return _flashlab.attention(*inputs, return_lse=True, out=out, **options)
+
+
+def _backward(q, k, v, o, lse, grad_out, options):
+    inputs = [_from_torch(x) for x in (q, k, v, o, lse, grad_out)]
+    if not q.is_cuda:
+        return tuple(torch.from_numpy(g) for g in _flashlab.attention_backward(*inputs, **options))
+    grads_out = tuple(_like_kernel_layout(x) for x in (q, k, v))
+    return _flashlab.attention_backward(*inputs, grads_out=grads_out, **options)
 
 
 class FlashLabAttention(torch.autograd.Function):
@@ -63,17 +81,14 @@ class FlashLabAttention(torch.autograd.Function):
         q, k, v = (_kernel_layout(x) for x in (q, k, v))
         ctx.options = dict(variant=variant, is_causal=is_causal, causal_align=causal_align, scale=scale,
                            dropout_p=dropout_p, seed=seed, layout="bhsd")
-        o, lse = _flashlab.attention(*(_from_torch(x) for x in (q, k, v)), return_lse=True, **ctx.options)
-        o, lse = _to_torch(o, q), _to_torch(lse, q)
+        o, lse = _forward(q, k, v, ctx.options)
         ctx.save_for_backward(q, k, v, o, lse)
         return o
 
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, o, lse = ctx.saved_tensors
-        grads = _flashlab.attention_backward(*(_from_torch(x) for x in (q, k, v, o, lse, _kernel_layout(grad_out))),
-                                             **ctx.options)
-        dq, dk, dv = (_to_torch(g, q) for g in grads)
+        dq, dk, dv = _backward(q, k, v, o, lse, _kernel_layout(grad_out), ctx.options)
         return dq, dk, dv, None, None, None, None, None, None
 
 

@@ -209,6 +209,16 @@ def test_device_tensors_are_checked_before_any_kernel_and_handed_back(what, q, k
         assert t.returned == t.taken()
 
 
+def test_result_buffers_are_for_gpu_memory_only():
+    q = np.zeros((1, 8, 2, 16), np.float32)
+    with pytest.raises(ValueError, match="out takes buffers for results in GPU memory"):
+        flashlab.attention(q, q, q, out=(q, q))
+    with pytest.raises(ValueError, match="grads_out takes buffers for results in GPU memory"):
+        flashlab.attention_backward(q, q, q, q, np.zeros((1, 2, 8), np.float32), q, grads_out=(q, q, q))
+    with pytest.raises(ValueError, match=r"out must be a tuple \(o, lse\) of tensors in GPU memory"):
+        flashlab.attention(fake(), fake(), fake(), out=fake())
+
+
 def test_host_and_device_tensors_are_not_mixed():
     q = np.zeros((1, 8, 2, 16), np.float32)
     with pytest.raises(ValueError, match="q is in host memory but k is in device memory: pass every tensor in one place"):
