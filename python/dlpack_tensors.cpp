@@ -120,6 +120,12 @@ void DeviceInput::require_kernel_layout(Layout layout) const {
   }
 }
 
+std::size_t DeviceInput::bytes() const {
+  std::size_t elements = 1;
+  for (std::int64_t d : dims_) elements *= static_cast<std::size_t>(d);
+  return elements * static_cast<std::size_t>(dtype_bytes(dtype_));
+}
+
 void DeviceInput::require_fits_result(const std::vector<std::int64_t>& dims, DType dtype, int device,
                                       Layout layout) const {
   if (dims_ != dims)
@@ -164,6 +170,16 @@ ResultBuffer::ResultBuffer(const std::optional<py::capsule>& given, std::string 
 }
 
 void* ResultBuffer::data() const { return given_ ? given_->data() : made_->data(); }
+
+void ResultBuffer::require_apart_from(const std::vector<const DeviceInput*>& inputs) const {
+  if (!given_) return;  // a new DeviceArray overlaps nothing
+  const DeviceInput& out = *given_;
+  const auto begin = [](const DeviceInput& t) { return reinterpret_cast<std::uintptr_t>(t.data()); };
+  for (const DeviceInput* t : inputs)
+    if (begin(out) < begin(*t) + t->bytes() && begin(*t) < begin(out) + out.bytes())
+      throw InputError(out.name() + " overlaps " + t->name() + " in memory: the kernels would write " + out.name() +
+                       " while they read " + t->name() + ", so pass a separate tensor");
+}
 
 py::object ResultBuffer::release() { return made_ ? py::cast(std::move(*made_)) : py::none(); }
 

@@ -11,6 +11,7 @@
 #include <dlpack/dlpack.h>
 #include <pybind11/pybind11.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -36,6 +37,7 @@ class DeviceInput {
   DType dtype() const { return dtype_; }
   int device() const { return device_; }
   void* data() const { return data_; }
+  std::size_t bytes() const;  // its extent in memory, once require_kernel_layout has passed (compact)
   // Throws InputError unless the tensor's memory is row-major (B, S, H, D) for its dims in `layout`
   // (for a 3-d LSE: row-major as it is), saying which strides it has and which it needs.
   void require_kernel_layout(Layout) const;
@@ -93,6 +95,9 @@ class ResultBuffer {
   ResultBuffer(const std::optional<py::capsule>& given, std::string name, std::vector<std::int64_t> dims, Layout,
                DType, int device);
   void* data() const;
+  // Throws InputError when the caller's buffer overlaps one of `inputs` in memory: the kernels would
+  // write it while they read them.
+  void require_apart_from(const std::vector<const DeviceInput*>& inputs) const;
   // The new DeviceArray, or None when the result went into the caller's buffer.
   py::object release();
 

@@ -23,19 +23,24 @@
 namespace flashlab::python {
 namespace {
 
+// The softmax scale as the Python API takes it: None is 1/sqrt(head_dim); 0 is refused, since core's
+// Options would read it as "the default".
+double scale_option(std::optional<double> scale) {
+  if (scale && *scale == 0.0) throw InputError("scale must not be 0 (None means 1/sqrt(head_dim))");
+  return scale.value_or(0.0);
+}
+
 // The options of a call as the Python API names them. is_causal turns the mask on; causal_align says
-// which diagonal (top-left as PyTorch's is_causal, bottom-right as FlashAttention >= 2.1). scale None is
-// 1/sqrt(head_dim); 0 is refused (core's Options would read it as "the default").
+// which diagonal (top-left as PyTorch's is_causal, bottom-right as FlashAttention >= 2.1).
 Options options_of(bool is_causal, const std::string& causal_align, std::optional<double> scale, double dropout_p,
                    std::uint64_t seed) {
   const CausalAlign align = parse_causal(causal_align);
   if (align == CausalAlign::None)
     throw InputError("causal_align is top-left or bottom-right (is_causal=False turns the mask off), not '" +
                      causal_align + "'");
-  if (scale && *scale == 0.0) throw InputError("scale must not be 0 (None means 1/sqrt(head_dim))");
   Options o;
   o.causal = is_causal ? align : CausalAlign::None;
-  o.scale = scale.value_or(0.0);
+  o.scale = scale_option(scale);
   o.dropout_p = dropout_p;
   o.seed = seed;
   return o;
@@ -122,6 +127,8 @@ py::tuple forward_device(const py::capsule& q, const py::capsule& k, const py::c
   var.check_device_call(p, dtype, device, false);  // before allocating the outputs
   ResultBuffer o(o_out, "out", tq.dims().dims, layout, dtype, device);
   ResultBuffer lse(lse_out, "lse", lse_dims(p.shape), layout, DType::F32, device);
+  o.require_apart_from({&tq, &tk, &tv});
+  lse.require_apart_from({&tq, &tk, &tv});
   const DeviceForwardIo io{device, tq.data(), tk.data(), tv.data(), o.data(), static_cast<float*>(lse.data())};
   {
     py::gil_scoped_release no_gil;
@@ -160,6 +167,7 @@ py::tuple backward_device(const py::capsule& q, const py::capsule& k, const py::
   ResultBuffer dq(dq_out, "dq", tq.dims().dims, layout, dtype, device);
   ResultBuffer dk(dk_out, "dk", tk.dims().dims, layout, dtype, device);
   ResultBuffer dv(dv_out, "dv", tv.dims().dims, layout, dtype, device);
+  for (const ResultBuffer* grad : {&dq, &dk, &dv}) grad->require_apart_from({&tq, &tk, &tv, &to, &tlse, &tdo});
   const DeviceBackwardIo io{device,   tq.data(), tk.data(), tv.data(), to.data(), static_cast<const float*>(tlse.data()),
                             tdo.data(), dq.data(), dk.data(), dv.data()};
   {
@@ -212,9 +220,8 @@ py::list check(int batch, int heads, std::optional<int> heads_kv, int seq_q, std
                                 .seq_q = seq_q,
                                 .seq_k = seq_k.value_or(seq_q),
                                 .head_dim = head_dim};
-  if (scale && *scale == 0.0) throw InputError("scale must not be 0 (None means 1/sqrt(head_dim))");
   request.problem.options = Options{.causal = parse_causal(causal),
-                                    .scale = scale.value_or(0.0),
+                                    .scale = scale_option(scale),
                                     .dropout_p = dropout_p,
                                     .seed = seed};
   if (dtype) request.dtype = parse_dtype(*dtype);

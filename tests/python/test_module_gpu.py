@@ -124,6 +124,8 @@ def test_layouts_and_what_cannot_be_read_in_place():
          "out is f32 but the result it is to hold is bf16"),
         (lambda: flashlab.attention(q, k, v, variant="cuda-fa2", out=(o_given, lse_given[:, :, :32])),
          "lse has shape (2, 4, 32) but the result it is to hold has shape (2, 4, 64)"),
+        (lambda: flashlab.attention(q, k, v, variant="cuda-fa2", out=(v, lse_given)),
+         "out overlaps v in memory: the kernels would write out while they read v"),
     ]
     for call, sentence in refused:
         with pytest.raises(ValueError) as error:
