@@ -29,6 +29,7 @@ import datetime
 import json
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -143,8 +144,7 @@ def main():
     result = {
         "device": torch.cuda.get_device_name(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "command": "scripts/python_overhead.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-                                                           if k != "json"),
+        "command": " ".join(["scripts/python_overhead.py", *sys.argv[1:]]),
         "torch": torch.__version__,
         "setting": f"forward only; B * N = {TOKENS} tokens, H * d = {HIDDEN}; medians of {args.iters} calls",
         "rows": rows,
