@@ -76,6 +76,7 @@ def attention(q, k, v, *, variant="cpu-fa2", is_causal=False, causal_align="top-
     laid out as the inputs must be; they are what is returned.
     """
     options = _options(is_causal, causal_align, scale, dropout_p, seed)
+    variant, layout = _text("variant", variant), _text("layout", layout)
     place, (q, k, v) = _inputs_in_one_place(q=q, k=k, v=v)
     if place == "host":
         _refuse_out_on_host(out, "out")
@@ -99,6 +100,7 @@ def attention_backward(q, k, v, out, lse, grad_out, *, variant="cpu-fa2", is_cau
     and laid out like q, k, v), which are then what is returned.
     """
     options = _options(is_causal, causal_align, scale, dropout_p, seed)
+    variant, layout = _text("variant", variant), _text("layout", layout)
     place, tensors = _inputs_in_one_place(q=q, k=k, v=v, out=out, lse=lse, grad_out=grad_out)
     if place == "host":
         _refuse_out_on_host(grads_out, "grads_out")
@@ -143,6 +145,12 @@ def within_tolerance(out, ref, *, dtype, quantity="forward", lowp=None):
 
 # --- What the calls share ---------------------------------------------------------------------------
 
+def _text(name, value):
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a name (a str), got {type(value).__name__}")
+    return value
+
+
 def _scale(scale):
     if scale is None:
         return None
@@ -158,8 +166,7 @@ def _seed(seed):
 
 
 def _options(is_causal, causal_align, scale, dropout_p, seed):
-    if not isinstance(causal_align, str):
-        raise ValueError(f"causal_align must be 'top-left' or 'bottom-right', got {causal_align!r}")
+    _text("causal_align", causal_align)
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
         raise ValueError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
     return bool(is_causal), causal_align, _scale(scale), float(dropout_p), _seed(seed)

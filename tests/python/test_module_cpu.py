@@ -149,6 +149,8 @@ BAD_INPUTS = [
     ("a list", lambda q, k, v: flashlab.attention([[1.0]], k, v),
      "q must be a NumPy array or a DLPack tensor (PyTorch, CuPy), got list"),
     ("unknown layout", lambda q, k, v: flashlab.attention(q, k, v, layout="sbhd"), "unknown layout 'sbhd'"),
+    ("a variant that is not a name", lambda q, k, v: flashlab.attention(q, k, v, variant=2),
+     "variant must be a name (a str), got int"),
     ("scale 0", lambda q, k, v: flashlab.attention(q, k, v, scale=0), "scale must not be 0"),
     ("negative seed", lambda q, k, v: flashlab.attention(q, k, v, seed=-1), "seed must be an integer in [0, 2^64)"),
     ("causal_align none", lambda q, k, v: flashlab.attention(q, k, v, is_causal=True, causal_align="none"),
