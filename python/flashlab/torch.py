@@ -7,8 +7,8 @@ scaled_dot_product_attention has the signature and the (batch, heads, seq, head_
 torch.nn.functional.scaled_dot_product_attention, plus `variant` (default "cuda-fa2", which computes in
 float16 and bfloat16; the fp32 CUDA variants take float32). CUDA tensors are read in place and the
 results are written into tensors from PyTorch's own allocator, with no host copy; CPU tensors go to the
-CPU variants through NumPy. An
-attn_mask is refused: no FlashLab variant takes an arbitrary mask (is_causal=True gives the causal one).
+CPU variants through NumPy. An attn_mask is refused: no FlashLab variant takes an arbitrary mask
+(is_causal=True gives the causal one).
 
 Dropout draws its mask from a seed taken from PyTorch's default generator on every call, so
 torch.manual_seed makes a run repeatable; the mask is FlashLab's own (a Philox draw per element), not
