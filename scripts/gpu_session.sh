@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on the lent GPU machine: build everything (preset `device`), run every GPU test suite
-# (CTest label `gpu`: kernels and GPU lessons) and the kernel build checks (label `cuda-build`, which
+# (CTest label `gpu`: kernels, GPU lessons, and the Python module's with PyTorch; scripts/python_path.sh
+# says how its Python finds the module) and the kernel build checks (label `cuda-build`, which
 # need the toolkit's cuobjdump), compute-sanitizer on small cases, repeat the fa2 suite
 # to catch an error that moves between runs, and print the variant table and a full `flashlab check`.
 # Logs go to $1 (default $OUT). The benchmark against PyTorch is scripts/bench_vs_sdpa.sh.
@@ -14,6 +15,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 
 echo "== build"
 bash scripts/device_build.sh >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+
+source scripts/python_path.sh build-device >/dev/null
+grep "FlashLab:" "$out/build.log"
 
 echo "== GPU tests (ctest -L gpu)"
 ctest --test-dir build-device -L gpu --output-on-failure >"$out/ctest-gpu.log" 2>&1

@@ -4,7 +4,7 @@ from a layer above its own (or beside it), or writes an include relative to its 
 
 The layer table comes from CMake (flashlab_layer in the top CMakeLists.txt), as NAME:DEP,DEP items, so
 there is one list of layers. Folders of src/ that are not layers (cli) sit on top and may include any
-layer. viz/, tests/ and lessons/ sit on top too; every file there and in src/ must write its includes
+layer. python/, viz/, tests/ and lessons/ sit on top too; every file there and in src/ must write its includes
 without "../".
 
     check_layers.py --root REPO --layer core: --layer model:core ...   check the tree
@@ -19,7 +19,7 @@ import tempfile
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 SOURCE_SUFFIXES = (".hpp", ".cpp", ".h", ".cu", ".cuh")
-TOP_FOLDERS = ("viz", "tests", "lessons")
+TOP_FOLDERS = ("python", "viz", "tests", "lessons")
 
 
 def closure(direct):

@@ -110,6 +110,25 @@ TEST_CASE("check --list prints every variant of the table") {
   }
 }
 
+TEST_CASE("the device entry points refuse CPU rows, and every CUDA row has them") {
+  Problem p;
+  p.shape = Shape{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 4, .seq_k = 4, .head_dim = 8};
+  for (const Variant& v : variants()) {
+    INFO("variant " << v.name);
+    if (v.device == Device::Cpu) {
+      CHECK_THROWS_WITH_AS(v.forward_on_device(p, DType::F32, DeviceForwardIo{}),
+                           doctest::Contains("runs on the CPU, so its tensors must be in host memory"), InputError);
+      CHECK_THROWS_WITH_AS(v.backward_on_device(p, DType::F32, DeviceBackwardIo{}),
+                           doctest::Contains("runs on the CPU"), InputError);
+    } else {
+      CHECK(bool(v.device_forward_fn));
+      CHECK((v.device_backward_fn != nullptr) == v.has_backward());
+    }
+  }
+  if (!cuda_device_present())
+    CHECK_THROWS_AS(allocate_on_cuda_device(64, 0), InputError);  // built without CUDA, or no device here
+}
+
 TEST_CASE("check lists a variant that cannot run the problem as SKIP unless it was named") {
   // f16 is not a CPU dtype: unnamed CPU variants are skipped with the reason; named ones are an error.
   const CliResult r = cli({"check", "--seq-q", "8", "--head-dim", "8", "--dtype", "f16"});
@@ -142,14 +161,14 @@ TEST_CASE("bad input: one sentence and exit code 2") {
   SUBCASE("mismatched shapes") {
     write_npy(dir.file("v_bad.npy"), HostTensor({1, 6, 2, 15}), DType::F32);
     expect_bad_input(run_with({"--q", dir.file("q.npy"), "--k", dir.file("k.npy"), "--v", dir.file("v_bad.npy")}),
-                     "v has shape (1, 6, 2, 15)");
+                     "v ('" + dir.file("v_bad.npy") + "') has shape (1, 6, 2, 15)");
     write_npy(dir.file("k_batch.npy"), HostTensor({2, 6, 2, 16}), DType::F32);
     expect_bad_input(run_with({"--q", dir.file("q.npy"), "--k", dir.file("k_batch.npy"), "--v", dir.file("v.npy")}),
-                     "k has shape (2, 6, 2, 16)");
+                     "k ('" + dir.file("k_batch.npy") + "') has shape (2, 6, 2, 16)");
     write_npy(dir.file("do_bad.npy"), HostTensor({1, 8, 4, 8}), DType::F32);
     expect_bad_input(with_qkv({"--dout", dir.file("do_bad.npy"), "--dq", dir.file("a"), "--dk", dir.file("b"), "--dv",
                                dir.file("c")}),
-                     "dO has shape");
+                     "dO ('" + dir.file("do_bad.npy") + "') has shape");
     write_npy(dir.file("q3.npy"), HostTensor({8, 16}), DType::F32);
     expect_bad_input(run_with({"--q", dir.file("q3.npy"), "--k", dir.file("k.npy"), "--v", dir.file("v.npy")}),
                      "must be 4-d");

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/half.hpp"
+#include "core/layout.hpp"
 #include "core/mask.hpp"
 #include "core/npy.hpp"
 #include "core/philox.hpp"
@@ -499,6 +500,42 @@ TEST_CASE("check_dims names the tensor whose shape is wrong") {
   in.v = HostTensor(kv_dims(s));
   HostTensor dO({1, 8, 4, 15});
   CHECK_THROWS_WITH_AS(check_dims(s, in, &dO), doctest::Contains("dO has shape"), InputError);
+}
+
+TEST_CASE("shape_of_inputs reads the shape in either layout and names the tensor that disagrees, in its layout") {
+  // q (B=2, S_q=8, H_q=4, D=16), k and v (S_k=6, H_kv=2), given as (B, S, H, D) and as (B, H, S, D).
+  const Shape want{.batch = 2, .heads_q = 4, .heads_kv = 2, .seq_q = 8, .seq_k = 6, .head_dim = 16};
+  const InputDims q{"q", {2, 8, 4, 16}}, k{"k", {2, 6, 2, 16}}, v{"v", {2, 6, 2, 16}};
+  const Shape got = shape_of_inputs(Layout::BSHD, q, k, v);
+  CHECK(q_dims(got) == q_dims(want));
+  CHECK(kv_dims(got) == kv_dims(want));
+  const InputDims qh{"q", {2, 4, 8, 16}}, kh{"k", {2, 2, 6, 16}}, vh{"v", {2, 2, 6, 16}};
+  const Shape got_bhsd = shape_of_inputs(Layout::BHSD, qh, kh, vh);
+  CHECK(q_dims(got_bhsd) == q_dims(want));
+  CHECK(kv_dims(got_bhsd) == kv_dims(want));
+  CHECK(to_bshd({2, 4, 8, 16}, Layout::BHSD) == std::vector<std::int64_t>{2, 8, 4, 16});
+  CHECK(from_bshd({2, 8, 4, 16}, Layout::BHSD) == std::vector<std::int64_t>{2, 4, 8, 16});
+
+  CHECK_THROWS_WITH_AS(shape_of_inputs(Layout::BHSD, qh, kh, {"v", {2, 2, 6, 15}}),
+                       doctest::Contains("v has shape (2, 2, 6, 15) but the problem needs (2, 2, 6, 16) in layout "
+                                         "(batch, heads, seq, head_dim)"),
+                       InputError);
+  const InputDims dO{"dO", {2, 8, 4, 15}};
+  CHECK_THROWS_WITH_AS(shape_of_inputs(Layout::BSHD, q, k, v, &dO), doctest::Contains("dO has shape (2, 8, 4, 15)"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(shape_of_inputs(Layout::BSHD, {"q", {8, 16}}, k, v),
+                       doctest::Contains("q has shape (8, 16) but inputs must be 4-d"), InputError);
+  CHECK_THROWS_WITH_AS(shape_of_inputs(Layout::BSHD, q, {"k", {2, 0, 2, 16}}, v),
+                       doctest::Contains("every extent must be between 1 and 2^30"), InputError);
+  CHECK_THROWS_WITH_AS(shape_of_inputs(Layout::BSHD, q, {"k", {2, 6, 3, 16}}, {"v", {2, 6, 3, 16}}),
+                       doctest::Contains("multiple of the key/value heads"), InputError);
+  check_forward_outputs(Layout::BHSD, want, {"o", {2, 4, 8, 16}}, {"lse", {2, 4, 8}});
+  CHECK_THROWS_WITH_AS(check_forward_outputs(Layout::BHSD, want, {"o", {2, 8, 4, 16}}, {"lse", {2, 4, 8}}),
+                       doctest::Contains("o has shape (2, 8, 4, 16) but the problem needs (2, 4, 8, 16)"), InputError);
+  CHECK_THROWS_WITH_AS(check_forward_outputs(Layout::BSHD, want, {"o", {2, 8, 4, 16}}, {"lse", {2, 8, 4}}),
+                       doctest::Contains("lse has shape (2, 8, 4) but the problem needs (2, 4, 8)"), InputError);
+  CHECK(parse_layout("BHSD") == Layout::BHSD);
+  CHECK_THROWS_WITH_AS(parse_layout("bsdh"), doctest::Contains("supported are bshd"), InputError);
 }
 
 TEST_CASE("first_non_finite counts NaN and +-Inf and gives the first one's index, outermost dim first") {

@@ -8,6 +8,7 @@
 
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
+#include "registry/host_memory.hpp"  // require_memory, host_bytes_for_run, format_bytes
 #include "registry/variants.hpp"
 
 namespace flashlab::cli {
@@ -48,23 +49,12 @@ std::vector<int> parse_int_list(const std::string& text, const std::string& flag
 // Variants named in a comma list (each looked up: unknown names throw InputError listing the known).
 std::vector<const Variant*> named_variants(const std::string& list);
 
-// Memory: what the OS says is available now, and a check that throws InputError when `needed` bytes
-// will not fit ("<what> needs about X GiB but only Y GiB of memory is available: <advice>").
-std::int64_t available_memory_bytes();
-void require_memory(std::int64_t needed, const std::string& what);
-// Host bytes one CPU run needs: inputs and outputs as HostTensors (double), plus the variant's
-// working set (S and P for the standard algorithm: naive_extra_bytes; a copy of the inputs and
-// outputs in the compute type for every variant).
-std::int64_t host_bytes_for_run(const Variant&, const Shape&, DType, bool backward);
-std::int64_t io_host_bytes(const Shape&, bool backward);
-
 // Inputs from outside (run's .npy files) may hold NaN or +-Inf. Computing goes on, as PyTorch does,
 // but when `t` holds any, one sentence goes to `err`: "warning: q holds 3 non-finite values (NaN or
 // ±Inf), the first at (0, 17, 1, 5); <consequence>". Returns the count.
 std::int64_t warn_non_finite(std::ostream& err, const HostTensor& t, const std::string& name,
                              const std::string& consequence);
 
-std::string format_bytes(double bytes);  // "1.50 MiB"
 std::string format_sci(double x);        // "3.41e-07", "0", "nan", "inf"
 std::string join(const std::vector<std::string>& items, const std::string& sep);
 std::string describe(const Shape&);  // "batch 1, heads 2 (kv 2), seq_q 128, seq_k 128, head_dim 64"

@@ -2,24 +2,14 @@
 // FlashLab against their own code and the other way round. The shape comes from the files:
 // q (B, S_q, H_q, D), k and v (B, S_k, H_kv, D), dO like q.
 #include "cli/commands.hpp"
+#include "core/layout.hpp"
 #include "core/npy.hpp"
 
 namespace flashlab::cli {
 namespace {
 
-constexpr std::size_t kRank = 4;  // (B, S, H, D)
-
-NpyArray read_input(const std::string& path, const char* name) {
-  NpyArray a = read_npy(path);
-  if (a.tensor.dims.size() != kRank)
-    throw InputError(std::string(name) + " ('" + path + "') has shape " + a.tensor.dims_string() +
-                     " but inputs must be 4-d, in layout (batch, seq, heads, head_dim)");
-  for (std::int64_t d : a.tensor.dims)
-    if (d < 1 || d > (std::int64_t(1) << 30))
-      throw InputError(std::string(name) + " ('" + path + "') has shape " + a.tensor.dims_string() +
-                       ": every extent must be between 1 and 2^30");
-  return a;
-}
+// "q ('q.npy')": how an input is named in a sentence about it.
+std::string input_name(const char* name, const std::string& path) { return std::string(name) + " ('" + path + "')"; }
 
 // Bf16 has no NumPy dtype: its (exactly representable) values are written as float32.
 DType file_dtype(DType compute) { return compute == DType::BF16 ? DType::F32 : compute; }
@@ -52,26 +42,17 @@ int RunCommand::run(std::ostream& os, std::ostream& err) const {
     throw InputError("--dq, --dk and --dv need --dout, the upstream gradient of the output");
 
   const Variant& var = find_variant(variant);
-  NpyArray nq = read_input(q, "q"), nk = read_input(k, "k"), nv = read_input(v, "v");
+  NpyArray nq = read_npy(q), nk = read_npy(k), nv = read_npy(v);
   NpyArray ndo;
-  if (backward) ndo = read_input(dout, "dO");
+  if (backward) ndo = read_npy(dout);
 
-  // The shape, from the files; check_dims then names any tensor that disagrees with it.
+  // The shape, from the files (shape_of_inputs names any file that disagrees with the others).
   Problem p;
-  const auto& qd = nq.tensor.dims;
-  const auto& kd = nk.tensor.dims;
-  p.shape = Shape{.batch = int(qd[0]),
-                  .heads_q = int(qd[2]),
-                  .heads_kv = int(kd[2]),
-                  .seq_q = int(qd[1]),
-                  .seq_k = int(kd[1]),
-                  .head_dim = int(qd[3])};
+  const InputDims dO_dims{input_name("dO", dout), ndo.tensor.dims};
+  p.shape = shape_of_inputs(Layout::BSHD, {input_name("q", q), nq.tensor.dims}, {input_name("k", k), nk.tensor.dims},
+                            {input_name("v", v), nv.tensor.dims}, backward ? &dO_dims : nullptr);
   p.options = options.options(0);
   Qkv in{std::move(nq.tensor), std::move(nk.tensor), std::move(nv.tensor)};
-  check_dims(p.shape, in, backward ? &ndo.tensor : nullptr);
-  if (p.shape.heads_q % p.shape.heads_kv != 0)
-    throw InputError("q has " + std::to_string(p.shape.heads_q) + " heads and k, v have " +
-                     std::to_string(p.shape.heads_kv) + ": the query heads must be a multiple of the key/value heads");
   validate(p);
 
   DType compute = nq.dtype;

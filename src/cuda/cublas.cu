@@ -11,10 +11,13 @@
 // before A and swaps m and n; the transposes carry over unchanged.
 #include <cublas_v2.h>
 
+#include <map>
+#include <mutex>
 #include <string>
 
-#include "cuda/cuda_variants.hpp"
 #include "cuda/common.cuh"
+#include "cuda/cuda_variants.hpp"
+#include "cuda/host_passes.cuh"
 
 namespace flashlab {
 namespace cuda {
@@ -27,9 +30,9 @@ void check_cublas(cublasStatus_t status, const char* what, const char* file, int
 }
 #define CUBLAS_CHECK(call) check_cublas((call), #call, __FILE__, __LINE__)
 
-// One handle for the process, made on first use. It is destroyed by a static destructor, which runs
-// before the CUDA runtime's own teardown (the runtime was initialized first), so compute-sanitizer's
-// leak check stays clean.
+// One handle per device, made on first use there (a handle belongs to the device that was current when
+// it was made). They are destroyed by static destructors, which run before the CUDA runtime's own
+// teardown (the runtime was initialized first), so compute-sanitizer's leak check stays clean.
 class Handle {
  public:
   Handle() {
@@ -47,8 +50,11 @@ class Handle {
 };
 
 cublasHandle_t handle() {
-  static const Handle h;
-  return h.get();
+  const int device = current_device();  // initializes the runtime before the handles below exist
+  static std::mutex mutex;
+  static std::map<int, Handle> handles;
+  const std::lock_guard<std::mutex> lock(mutex);
+  return handles.try_emplace(device).first->second.get();
 }
 
 cublasOperation_t op(bool transposed) { return transposed ? CUBLAS_OP_T : CUBLAS_OP_N; }
@@ -64,11 +70,17 @@ void cublas_gemm(const GemmCall& g) {
 
 }  // namespace cuda
 
+void cuda_cublas_forward_on_device(const Problem& p, DType t, const DeviceForwardIo& io) {
+  cuda::unfused_forward_on_device("cuda-cublas", cuda::cublas_gemm, p, t, io);
+}
+void cuda_cublas_backward_on_device(const Problem& p, DType t, const DeviceBackwardIo& io) {
+  cuda::unfused_backward_on_device("cuda-cublas", cuda::cublas_gemm, p, t, io);
+}
 ForwardOut cuda_cublas_forward(const Problem& p, DType t, const Qkv& in, TrafficObserver*) {
-  return cuda::unfused_forward("cuda-cublas", cuda::cublas_gemm, p, t, in);
+  return cuda::forward_from_host(cuda_cublas_forward_on_device, p, t, in);
 }
 Grads cuda_cublas_backward(const Problem& p, DType t, const Qkv& in, const ForwardOut& f, const HostTensor& dO) {
-  return cuda::unfused_backward("cuda-cublas", cuda::cublas_gemm, p, t, in, f, dO);
+  return cuda::backward_from_host(cuda_cublas_backward_on_device, cuda::BackwardReads::lse, p, t, in, f, dO);
 }
 BenchResult cuda_cublas_bench(const Problem& p, DType t, const BenchSettings& s) {
   return cuda::unfused_bench("cuda-cublas", cuda::cublas_gemm, p, t, s);

@@ -2,8 +2,14 @@
 // The CUDA layer's face to the registry: each kernel generation's entry points behind the common
 // forward / backward / bench signatures, and what each accepts, as data (cuda/constraints.hpp). The
 // registry checks a problem against that data once, before calling in; the entry points assume a
-// checked problem and run on the default stream.
+// checked problem and run on the legacy default stream of the current device.
+//
+// Each generation has two kinds of forward / backward: `_on_device` runs on tensors already in device
+// memory (core/device_io.hpp: the caller's, with no host copy) and returns when the device has
+// finished; the host one (HostTensor in and out) uploads, runs the same `_on_device` entry and
+// downloads (cuda/host_passes.cuh). One code path serves both.
 #include "core/bench.hpp"
+#include "core/device_io.hpp"
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
 #include "cuda/constraints.hpp"
@@ -13,26 +19,36 @@ namespace flashlab {
 class TrafficObserver;  // model/traffic.hpp: the CUDA kernels report no events
 
 // cuda-naive: S = scale Q K^T, P = softmax(S), O = P V with S and P in HBM; three kernels of our own.
+void cuda_naive_forward_on_device(const Problem&, DType, const DeviceForwardIo&);
+void cuda_naive_backward_on_device(const Problem&, DType, const DeviceBackwardIo&);
 ForwardOut cuda_naive_forward(const Problem&, DType, const Qkv&, TrafficObserver*);
 Grads cuda_naive_backward(const Problem&, DType, const Qkv&, const ForwardOut&, const HostTensor& dO);
 BenchResult cuda_naive_bench(const Problem&, DType, const BenchSettings&);
 
 // cuda-cublas: the same unfused pipeline with cuBLAS strided-batched SGEMMs (the fair baseline).
+void cuda_cublas_forward_on_device(const Problem&, DType, const DeviceForwardIo&);
+void cuda_cublas_backward_on_device(const Problem&, DType, const DeviceBackwardIo&);
 ForwardOut cuda_cublas_forward(const Problem&, DType, const Qkv&, TrafficObserver*);
 Grads cuda_cublas_backward(const Problem&, DType, const Qkv&, const ForwardOut&, const HostTensor& dO);
 BenchResult cuda_cublas_bench(const Problem&, DType, const BenchSettings&);
 
 // cuda-fa1: FlashAttention-1 (paper Algorithms 2 and 4), one thread block per (batch, head).
+void cuda_fa1_forward_on_device(const Problem&, DType, const DeviceForwardIo&);
+void cuda_fa1_backward_on_device(const Problem&, DType, const DeviceBackwardIo&);
 ForwardOut cuda_fa1_forward(const Problem&, DType, const Qkv&, TrafficObserver*);
 Grads cuda_fa1_backward(const Problem&, DType, const Qkv&, const ForwardOut&, const HostTensor& dO);
 BenchResult cuda_fa1_bench(const Problem&, DType, const BenchSettings&);
 
 // cuda-fa2-simt: FlashAttention-2 loop order on CUDA cores, one thread block per (batch, head, Q block).
+void cuda_fa2_simt_forward_on_device(const Problem&, DType, const DeviceForwardIo&);
+void cuda_fa2_simt_backward_on_device(const Problem&, DType, const DeviceBackwardIo&);
 ForwardOut cuda_fa2_simt_forward(const Problem&, DType, const Qkv&, TrafficObserver*);
 Grads cuda_fa2_simt_backward(const Problem&, DType, const Qkv&, const ForwardOut&, const HostTensor& dO);
 BenchResult cuda_fa2_simt_bench(const Problem&, DType, const BenchSettings&);
 
 // cuda-fa2: FlashAttention-2 on tensor cores (mma.sync, ldmatrix, cp.async), fp16/bf16, fp32 accumulation.
+void cuda_fa2_forward_on_device(const Problem&, DType, const DeviceForwardIo&);
+void cuda_fa2_backward_on_device(const Problem&, DType, const DeviceBackwardIo&);
 ForwardOut cuda_fa2_forward(const Problem&, DType, const Qkv&, TrafficObserver*);
 Grads cuda_fa2_backward(const Problem&, DType, const Qkv&, const ForwardOut&, const HostTensor& dO);
 BenchResult cuda_fa2_bench(const Problem&, DType, const BenchSettings&);
@@ -44,12 +60,17 @@ BenchResult cuda_fa2_bench(const Problem&, DType, const BenchSettings&);
 // The bench times the shipped kernel of the step; with settings.timeline_path it then records one run's
 // pipeline with the timeline build into that file (Trace Event JSON) and reports it, and that build's
 // time, in BenchResult::timeline (no dropout: the registry refuses it first).
+void cuda_fa3_ws_forward_on_device_at(int step, const Problem&, DType, const DeviceForwardIo&);
 ForwardOut cuda_fa3_ws_forward_at(int step, const Problem&, DType, const Qkv&);
 BenchResult cuda_fa3_ws_bench_at(int step, const Problem&, DType, const BenchSettings&);
 // The same behind the common signatures, one instantiation per registry row.
 template <int kStep = 5>
 ForwardOut cuda_fa3_ws_forward(const Problem& p, DType dtype, const Qkv& in, TrafficObserver*) {
   return cuda_fa3_ws_forward_at(kStep, p, dtype, in);
+}
+template <int kStep = 5>
+void cuda_fa3_ws_forward_on_device(const Problem& p, DType dtype, const DeviceForwardIo& io) {
+  cuda_fa3_ws_forward_on_device_at(kStep, p, dtype, io);
 }
 template <int kStep = 5>
 BenchResult cuda_fa3_ws_bench(const Problem& p, DType dtype, const BenchSettings& settings) {
@@ -83,9 +104,8 @@ using GemmFn = void (*)(const GemmCall&);
 void simple_gemm(const GemmCall&);  // naive.cu: one thread per element of C, shared-memory tiles
 void cublas_gemm(const GemmCall&);  // cublas.cu: cublasSgemmStridedBatched
 
-ForwardOut unfused_forward(const char* variant, GemmFn, const Problem&, DType, const Qkv&);
-Grads unfused_backward(const char* variant, GemmFn, const Problem&, DType, const Qkv&, const ForwardOut&,
-                       const HostTensor& dO);
+void unfused_forward_on_device(const char* variant, GemmFn, const Problem&, DType, const DeviceForwardIo&);
+void unfused_backward_on_device(const char* variant, GemmFn, const Problem&, DType, const DeviceBackwardIo&);
 BenchResult unfused_bench(const char* variant, GemmFn, const Problem&, DType, const BenchSettings&);
 
 }  // namespace flashlab::cuda

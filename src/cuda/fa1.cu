@@ -261,11 +261,11 @@ __global__ void __launch_bounds__(kBwdThreads)
   }
 }
 
+// Set on every launch, as cuda-fa2 does: the attribute is per device, and a process may use several.
 template <int D>
 void launch_forward(const AttnParams& p, const float* q, const float* k, const float* v, float* o, float* lse,
                     float* m, float* l) {
-  static const bool configured = (allow_shared_bytes(fa1_forward_kernel<D>, FwdLayout<D>::kBytes), true);
-  (void)configured;
+  allow_shared_bytes(fa1_forward_kernel<D>, FwdLayout<D>::kBytes);
   fa1_forward_kernel<D><<<dim3(p.heads_q, p.batch), kFwdThreads, FwdLayout<D>::kBytes>>>(p, q, k, v, o, lse, m, l);
   CUDA_CHECK_LAUNCH();
 }
@@ -273,8 +273,7 @@ void launch_forward(const AttnParams& p, const float* q, const float* k, const f
 template <int D>
 void launch_backward(const AttnParams& p, const float* q, const float* k, const float* v, const float* o,
                      const float* dO, const float* lse, float* dq, float* dk, float* dv) {
-  static const bool configured = (allow_shared_bytes(fa1_backward_kernel<D>, BwdLayout<D>::kBytes), true);
-  (void)configured;
+  allow_shared_bytes(fa1_backward_kernel<D>, BwdLayout<D>::kBytes);
   fa1_backward_kernel<D><<<dim3(p.heads_kv, p.batch), kBwdThreads, BwdLayout<D>::kBytes>>>(p, q, k, v, o, dO, lse,
                                                                                           dq, dk, dv);
   CUDA_CHECK_LAUNCH();
@@ -282,17 +281,17 @@ void launch_backward(const AttnParams& p, const float* q, const float* k, const 
 
 }  // namespace
 
-// Device-level passes on the (B, S, H, D) fp32 tensors of `t`. m, l: lse_numel() scratch.
-void fa1_forward_device(const AttnParams& p, DeviceAttention<float>& t, float* m, float* l) {
+// Device-level passes on (B, S, H, D) fp32 tensors. m, l: lse_numel() scratch.
+void fa1_forward_device(const AttnParams& p, const DeviceForwardIo& io, float* m, float* l) {
   dispatch_head_dim<simt::kPaddedHeadDims>(padded_head_dim(p.head_dim), "cuda-fa1 forward", [&]<int D>() {
-    launch_forward<D>(p, t.q.data(), t.k.data(), t.v.data(), t.o.data(), t.lse.data(), m, l);
+    launch_forward<D>(p, as<float>(io.q), as<float>(io.k), as<float>(io.v), as<float>(io.o), io.lse, m, l);
   });
 }
 
-void fa1_backward_device(const AttnParams& p, DeviceAttention<float>& t) {
+void fa1_backward_device(const AttnParams& p, const DeviceBackwardIo& io) {
   dispatch_head_dim<simt::kPaddedHeadDims>(padded_head_dim(p.head_dim), "cuda-fa1 backward", [&]<int D>() {
-    launch_backward<D>(p, t.q.data(), t.k.data(), t.v.data(), t.o.data(), t.dO.data(), t.lse.data(), t.dq.data(),
-                       t.dk.data(), t.dv.data());
+    launch_backward<D>(p, as<float>(io.q), as<float>(io.k), as<float>(io.v), as<float>(io.o), as<float>(io.d_o),
+                       io.lse, as<float>(io.dq), as<float>(io.dk), as<float>(io.dv));
   });
 }
 
@@ -308,19 +307,24 @@ struct RunningStats {
 
 using namespace cuda;
 
-ForwardOut cuda_fa1_forward(const Problem& prob, DType, const Qkv& in, TrafficObserver*) {
+void cuda_fa1_forward_on_device(const Problem& prob, DType, const DeviceForwardIo& io) {
   const AttnParams p = make_params(prob);
-  auto t = DeviceAttention<float>::for_forward(prob.shape, in);
   RunningStats ml(p);
-  fa1_forward_device(p, t, ml.m.data(), ml.l.data());
-  return t.download_forward(prob.shape);
+  fa1_forward_device(p, io, ml.m.data(), ml.l.data());
+  finish_on_device();
 }
 
-Grads cuda_fa1_backward(const Problem& prob, DType, const Qkv& in, const ForwardOut& fwd, const HostTensor& dO) {
-  const AttnParams p = make_params(prob);
-  auto t = DeviceAttention<float>::for_backward(prob.shape, in, fwd, dO, BackwardReads::o_and_lse);
-  fa1_backward_device(p, t);
-  return t.download_grads(prob.shape);
+void cuda_fa1_backward_on_device(const Problem& prob, DType, const DeviceBackwardIo& io) {
+  fa1_backward_device(make_params(prob), io);
+  finish_on_device();
+}
+
+ForwardOut cuda_fa1_forward(const Problem& prob, DType dtype, const Qkv& in, TrafficObserver*) {
+  return forward_from_host(cuda_fa1_forward_on_device, prob, dtype, in);
+}
+
+Grads cuda_fa1_backward(const Problem& prob, DType dtype, const Qkv& in, const ForwardOut& fwd, const HostTensor& dO) {
+  return backward_from_host(cuda_fa1_backward_on_device, BackwardReads::o_and_lse, prob, dtype, in, fwd, dO);
 }
 
 BenchResult cuda_fa1_bench(const Problem& prob, DType, const BenchSettings& settings) {
@@ -328,9 +332,11 @@ BenchResult cuda_fa1_bench(const Problem& prob, DType, const BenchSettings& sett
   const PeakScope scope;
   auto t = DeviceAttention<float>::random(prob.shape, settings.backward);
   RunningStats ml(p);
+  const DeviceForwardIo forward_io = t.forward_io();
+  const DeviceBackwardIo backward_io = t.backward_io();
   return bench_passes(
-      settings, scope, t, [&] { fa1_forward_device(p, t, ml.m.data(), ml.l.data()); },
-      [&] { fa1_backward_device(p, t); });
+      settings, scope, t, [&] { fa1_forward_device(p, forward_io, ml.m.data(), ml.l.data()); },
+      [&] { fa1_backward_device(p, backward_io); });
 }
 
 }  // namespace flashlab

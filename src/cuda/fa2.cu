@@ -40,20 +40,30 @@ cuda::fa2::Params make_params(const Problem& p) {
   return params;
 }
 
-// The kernels' view of `t`: make_params, and the device pointers of the buffers t holds (null for
-// those it does not).
-template <class T>
-cuda::fa2::Params params_for(const Problem& p, cuda::DeviceAttention<T>& t) {
+// The kernels' view of a forward's tensors: make_params, and their device pointers.
+cuda::fa2::Params forward_params(const Problem& p, const DeviceForwardIo& io) {
   cuda::fa2::Params params = make_params(p);
-  params.q = t.q.data();
-  params.k = t.k.data();
-  params.v = t.v.data();
-  params.o = t.o.data();
-  params.lse = t.lse.data();
-  params.d_o = t.dO.data();
-  params.dq = t.dq.data();
-  params.dk = t.dk.data();
-  params.dv = t.dv.data();
+  params.q = io.q;
+  params.k = io.k;
+  params.v = io.v;
+  params.o = io.o;
+  params.lse = io.lse;
+  return params;
+}
+
+// ... and of a backward's. Params holds o and lse writable (the forward writes them); the backward
+// kernels only read them.
+cuda::fa2::Params backward_params(const Problem& p, const DeviceBackwardIo& io) {
+  cuda::fa2::Params params = make_params(p);
+  params.q = io.q;
+  params.k = io.k;
+  params.v = io.v;
+  params.o = const_cast<void*>(io.o);
+  params.lse = const_cast<float*>(io.lse);
+  params.d_o = io.d_o;
+  params.dq = io.dq;
+  params.dk = io.dk;
+  params.dv = io.dv;
   return params;
 }
 
@@ -70,51 +80,47 @@ struct BackwardScratch {
 };
 
 template <class T>
-ForwardOut forward_as(const Problem& p, DType dtype, const Qkv& in) {
-  auto t = cuda::DeviceAttention<T>::for_forward(p.shape, in);
-  cuda::fa2::launch_forward(dtype, params_for(p, t));
-  return t.download_forward(p.shape);
-}
-
-template <class T>
-Grads backward_as(const Problem& p, DType dtype, const Qkv& in, const ForwardOut& fwd, const HostTensor& dO) {
-  auto t = cuda::DeviceAttention<T>::for_backward(p.shape, in, fwd, dO, cuda::BackwardReads::o_and_lse);
-  BackwardScratch scratch(p.shape, true);
-  cuda::poison(scratch.D_i);
-  cuda::zero(scratch.dq_accum);
-  cuda::fa2::Params params = params_for(p, t);
-  scratch.attach(params);
-  cuda::fa2::launch_backward(dtype, params);
-  return t.download_grads(p.shape);
-}
-
-template <class T>
 BenchResult bench_as(const Problem& p, DType dtype, const BenchSettings& settings) {
   const cuda::PeakScope scope;
   auto t = cuda::DeviceAttention<T>::random(p.shape, settings.backward);
   BackwardScratch scratch(p.shape, settings.backward);
-  cuda::fa2::Params params = params_for(p, t);
-  scratch.attach(params);
-  const auto forward = [&] { cuda::fa2::launch_forward(dtype, params); };
-  const auto backward = [&] {
+  const cuda::fa2::Params forward = forward_params(p, t.forward_io());
+  cuda::fa2::Params backward = backward_params(p, t.backward_io());
+  scratch.attach(backward);
+  const auto run_forward = [&] { cuda::fa2::launch_forward(dtype, forward); };
+  const auto run_backward = [&] {
     // Zeroing dQ_accum is part of every backward pass, so it is timed with it.
     CUDA_CHECK(cudaMemsetAsync(scratch.dq_accum.data(), 0, scratch.dq_accum.bytes()));
-    cuda::fa2::launch_backward(dtype, params);
+    cuda::fa2::launch_backward(dtype, backward);
   };
-  return cuda::bench_passes(settings, scope, t, forward, backward);
+  return cuda::bench_passes(settings, scope, t, run_forward, run_backward);
 }
 
 }  // namespace
 
-ForwardOut cuda_fa2_forward(const Problem& p, DType dtype, const Qkv& in, TrafficObserver*) {
+void cuda_fa2_forward_on_device(const Problem& p, DType dtype, const DeviceForwardIo& io) {
   check_grid(p);
-  return dtype == DType::F16 ? forward_as<__half>(p, dtype, in) : forward_as<__nv_bfloat16>(p, dtype, in);
+  cuda::fa2::launch_forward(dtype, forward_params(p, io));
+  cuda::finish_on_device();
+}
+
+void cuda_fa2_backward_on_device(const Problem& p, DType dtype, const DeviceBackwardIo& io) {
+  check_grid(p);
+  BackwardScratch scratch(p.shape, true);
+  cuda::poison(scratch.D_i);
+  cuda::zero(scratch.dq_accum);
+  cuda::fa2::Params params = backward_params(p, io);
+  scratch.attach(params);
+  cuda::fa2::launch_backward(dtype, params);
+  cuda::finish_on_device();
+}
+
+ForwardOut cuda_fa2_forward(const Problem& p, DType dtype, const Qkv& in, TrafficObserver*) {
+  return cuda::forward_from_host(cuda_fa2_forward_on_device, p, dtype, in);
 }
 
 Grads cuda_fa2_backward(const Problem& p, DType dtype, const Qkv& in, const ForwardOut& fwd, const HostTensor& dO) {
-  check_grid(p);
-  return dtype == DType::F16 ? backward_as<__half>(p, dtype, in, fwd, dO)
-                             : backward_as<__nv_bfloat16>(p, dtype, in, fwd, dO);
+  return cuda::backward_from_host(cuda_fa2_backward_on_device, cuda::BackwardReads::o_and_lse, p, dtype, in, fwd, dO);
 }
 
 BenchResult cuda_fa2_bench(const Problem& p, DType dtype, const BenchSettings& settings) {

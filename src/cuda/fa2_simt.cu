@@ -233,10 +233,10 @@ __global__ void __launch_bounds__(kBwdThreads)
   }
 }
 
+// Set on every launch, as cuda-fa2 does: the attribute is per device, and a process may use several.
 template <int D>
 void launch_forward(const AttnParams& p, const float* q, const float* k, const float* v, float* o, float* lse) {
-  static const bool configured = (allow_shared_bytes(fa2_forward_kernel<D>, FwdLayout<D>::kBytes), true);
-  (void)configured;
+  allow_shared_bytes(fa2_forward_kernel<D>, FwdLayout<D>::kBytes);
   const dim3 grid((p.seq_q + kFwdBr - 1) / kFwdBr, p.heads_q, p.batch);
   fa2_forward_kernel<D><<<grid, kFwdThreads, FwdLayout<D>::kBytes>>>(p, q, k, v, o, lse);
   CUDA_CHECK_LAUNCH();
@@ -245,8 +245,7 @@ void launch_forward(const AttnParams& p, const float* q, const float* k, const f
 template <int D>
 void launch_backward(const AttnParams& p, const float* q, const float* k, const float* v, const float* dO,
                      const float* lse, const float* D_i, float* dq, float* dk, float* dv) {
-  static const bool configured = (allow_shared_bytes(fa2_backward_kernel<D>, BwdLayout<D>::kBytes), true);
-  (void)configured;
+  allow_shared_bytes(fa2_backward_kernel<D>, BwdLayout<D>::kBytes);
   const dim3 grid((p.seq_k + kBwdBc - 1) / kBwdBc, p.heads_kv, p.batch);
   fa2_backward_kernel<D><<<grid, kBwdThreads, BwdLayout<D>::kBytes>>>(p, q, k, v, dO, lse, D_i, dq, dk, dv);
   CUDA_CHECK_LAUNCH();
@@ -254,24 +253,24 @@ void launch_backward(const AttnParams& p, const float* q, const float* k, const 
 
 }  // namespace
 
-// Device-level passes on the (B, S, H, D) fp32 tensors of `t`.
-void fa2_simt_forward_device(const AttnParams& p, DeviceAttention<float>& t) {
+// Device-level passes on (B, S, H, D) fp32 tensors.
+void fa2_simt_forward_device(const AttnParams& p, const DeviceForwardIo& io) {
   dispatch_head_dim<simt::kPaddedHeadDims>(padded_head_dim(p.head_dim), "cuda-fa2-simt forward", [&]<int D>() {
-    launch_forward<D>(p, t.q.data(), t.k.data(), t.v.data(), t.o.data(), t.lse.data());
+    launch_forward<D>(p, as<float>(io.q), as<float>(io.k), as<float>(io.v), as<float>(io.o), io.lse);
   });
 }
 
 // `D_i` is scratch of lse_numel() floats; dq is overwritten (zeroed, then accumulated).
-void fa2_simt_backward_device(const AttnParams& p, DeviceAttention<float>& t, float* D_i) {
+void fa2_simt_backward_device(const AttnParams& p, const DeviceBackwardIo& io, float* D_i) {
   constexpr int kThreads = 256, kWarpsPerBlock = kThreads / 32;
   const long long warps = static_cast<long long>(p.lse_numel());
-  D_i_kernel<<<static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock), kThreads>>>(p, t.dO.data(),
-                                                                                                t.o.data(), D_i);
+  D_i_kernel<<<static_cast<unsigned>((warps + kWarpsPerBlock - 1) / kWarpsPerBlock), kThreads>>>(
+      p, as<float>(io.d_o), as<float>(io.o), D_i);
   CUDA_CHECK_LAUNCH();
-  CUDA_CHECK(cudaMemsetAsync(t.dq.data(), 0, p.q_numel() * sizeof(float)));
+  CUDA_CHECK(cudaMemsetAsync(io.dq, 0, p.q_numel() * sizeof(float)));
   dispatch_head_dim<simt::kPaddedHeadDims>(padded_head_dim(p.head_dim), "cuda-fa2-simt backward", [&]<int D>() {
-    launch_backward<D>(p, t.q.data(), t.k.data(), t.v.data(), t.dO.data(), t.lse.data(), D_i, t.dq.data(),
-                       t.dk.data(), t.dv.data());
+    launch_backward<D>(p, as<float>(io.q), as<float>(io.k), as<float>(io.v), as<float>(io.d_o), io.lse, D_i,
+                       as<float>(io.dq), as<float>(io.dk), as<float>(io.dv));
   });
 }
 
@@ -279,20 +278,25 @@ void fa2_simt_backward_device(const AttnParams& p, DeviceAttention<float>& t, fl
 
 using namespace cuda;
 
-ForwardOut cuda_fa2_simt_forward(const Problem& prob, DType, const Qkv& in, TrafficObserver*) {
-  const AttnParams p = make_params(prob);
-  auto t = DeviceAttention<float>::for_forward(prob.shape, in);
-  fa2_simt_forward_device(p, t);
-  return t.download_forward(prob.shape);
+void cuda_fa2_simt_forward_on_device(const Problem& prob, DType, const DeviceForwardIo& io) {
+  fa2_simt_forward_device(make_params(prob), io);
+  finish_on_device();
 }
 
-Grads cuda_fa2_simt_backward(const Problem& prob, DType, const Qkv& in, const ForwardOut& fwd,
-                             const HostTensor& dO) {
+void cuda_fa2_simt_backward_on_device(const Problem& prob, DType, const DeviceBackwardIo& io) {
   const AttnParams p = make_params(prob);
-  auto t = DeviceAttention<float>::for_backward(prob.shape, in, fwd, dO, BackwardReads::o_and_lse);
   DeviceBuffer<float> D_i(p.lse_numel());
-  fa2_simt_backward_device(p, t, D_i.data());
-  return t.download_grads(prob.shape);
+  fa2_simt_backward_device(p, io, D_i.data());
+  finish_on_device();
+}
+
+ForwardOut cuda_fa2_simt_forward(const Problem& prob, DType dtype, const Qkv& in, TrafficObserver*) {
+  return forward_from_host(cuda_fa2_simt_forward_on_device, prob, dtype, in);
+}
+
+Grads cuda_fa2_simt_backward(const Problem& prob, DType dtype, const Qkv& in, const ForwardOut& fwd,
+                             const HostTensor& dO) {
+  return backward_from_host(cuda_fa2_simt_backward_on_device, BackwardReads::o_and_lse, prob, dtype, in, fwd, dO);
 }
 
 BenchResult cuda_fa2_simt_bench(const Problem& prob, DType, const BenchSettings& settings) {
@@ -300,9 +304,11 @@ BenchResult cuda_fa2_simt_bench(const Problem& prob, DType, const BenchSettings&
   const PeakScope scope;
   auto t = DeviceAttention<float>::random(prob.shape, settings.backward);
   DeviceBuffer<float> D_i(settings.backward ? p.lse_numel() : 0);
+  const DeviceForwardIo forward_io = t.forward_io();
+  const DeviceBackwardIo backward_io = t.backward_io();
   return bench_passes(
-      settings, scope, t, [&] { fa2_simt_forward_device(p, t); },
-      [&] { fa2_simt_backward_device(p, t, D_i.data()); });
+      settings, scope, t, [&] { fa2_simt_forward_device(p, forward_io); },
+      [&] { fa2_simt_backward_device(p, backward_io, D_i.data()); });
 }
 
 }  // namespace flashlab

@@ -80,24 +80,16 @@ int* device_tile_counter() {
   return counter;
 }
 
-// The kernel's view of `t`: make_params, the device pointers of q, k, v, o and lse, and the tile counter.
-template <class T>
-fa3::Params params_for(const Problem& p, cuda::DeviceAttention<T>& t) {
+// The kernel's view of a forward's tensors: make_params, their device pointers, and the tile counter.
+fa3::Params params_for(const Problem& p, const DeviceForwardIo& io) {
   fa3::Params params = make_params(p);
   params.tile_counter = device_tile_counter();
-  params.q = t.q.data();
-  params.k = t.k.data();
-  params.v = t.v.data();
-  params.o = t.o.data();
-  params.lse = t.lse.data();
+  params.q = io.q;
+  params.k = io.k;
+  params.v = io.v;
+  params.o = io.o;
+  params.lse = io.lse;
   return params;
-}
-
-template <class T>
-ForwardOut forward_as(fa3::LadderStep step, const Problem& p, DType dtype, const Qkv& in) {
-  auto t = cuda::DeviceAttention<T>::for_forward(p.shape, in);
-  fa3::launch_forward(dtype, params_for(p, t), /*stream=*/0, step);
-  return t.download_forward(p.shape);
 }
 
 // Record slots of a timeline run: 24 bytes each (192 KiB); about what four blocks of steps 2-4 write over
@@ -183,7 +175,7 @@ template <class T>
 BenchResult bench_as(fa3::LadderStep step, const Problem& p, DType dtype, const BenchSettings& settings) {
   const cuda::PeakScope scope;
   auto t = cuda::DeviceAttention<T>::random(p.shape, false);
-  const fa3::Params params = params_for(p, t);
+  const fa3::Params params = params_for(p, t.forward_io());
   const auto forward = [&] { fa3::launch_forward(dtype, params, /*stream=*/0, step); };
   const auto backward = [] { throw std::logic_error("cuda-fa3-ws has no backward (the registry should have refused)"); };
   // The timed runs are the shipped kernel's, with or without a timeline asked for.
@@ -194,10 +186,18 @@ BenchResult bench_as(fa3::LadderStep step, const Problem& p, DType dtype, const 
 
 }  // namespace
 
-ForwardOut cuda_fa3_ws_forward_at(int step, const Problem& p, DType dtype, const Qkv& in) {
+void cuda_fa3_ws_forward_on_device_at(int step, const Problem& p, DType dtype, const DeviceForwardIo& io) {
   const fa3::LadderStep s = ladder_step(step);
   check_grid(p, s);
-  return dtype == DType::F16 ? forward_as<__half>(s, p, dtype, in) : forward_as<__nv_bfloat16>(s, p, dtype, in);
+  fa3::launch_forward(dtype, params_for(p, io), /*stream=*/0, s);
+  cuda::finish_on_device();
+}
+
+ForwardOut cuda_fa3_ws_forward_at(int step, const Problem& p, DType dtype, const Qkv& in) {
+  const auto run_on_device = [step](const Problem& problem, DType t, const DeviceForwardIo& io) {
+    cuda_fa3_ws_forward_on_device_at(step, problem, t, io);
+  };
+  return cuda::forward_from_host(run_on_device, p, dtype, in);
 }
 
 BenchResult cuda_fa3_ws_bench_at(int step, const Problem& p, DType dtype, const BenchSettings& settings) {

@@ -1,11 +1,15 @@
 #pragma once
 // The host side every kernel generation shares (naive.cu and cublas.cu's unfused pipeline, fa1.cu,
-// fa2_simt.cu, fa2.cu), so that each generation's file says only what is its own: its scratch
+// fa2_simt.cu, fa2.cu, fa3_ws.cu), so that each generation's file says only what is its own: its scratch
 // buffers and its launches.
+//  * Each generation's entry points run on tensors in device memory (DeviceForwardIo, DeviceBackwardIo of
+//    core/device_io.hpp: the caller's own, or a DeviceAttention's) and return when the device has
+//    finished (finish_on_device). forward_from_host / backward_from_host make the host entry points
+//    from them: upload, the same device entry, download. So every caller runs one code path.
 //  * DeviceAttention<T>: the device tensors of one problem, q, k, v, o (element type T) and lse (fp32),
 //    and for the backward dO, dq, dk, dv. Made from host tensors (for_forward, for_backward: inputs
 //    uploaded, outputs poisoned) or at random (random: benchmarks), downloaded back into ForwardOut or
-//    Grads, and io_bytes(): what BenchResult::io_bytes reports.
+//    Grads, and io_bytes(): what BenchResult::io_bytes reports; forward_io / backward_io: its pointers.
 //  * bench_passes(): one untimed forward (the backward reads its O and L), then time_passes().
 //  * set_extents(): a Shape's extents into a kernel's parameter struct.
 //  * set_softmax_and_dropout(): the causal alignment, the softmax scale (and scale * log2 e for exp2),
@@ -15,9 +19,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "core/bench.hpp"
+#include "core/device_io.hpp"
 #include "core/philox.hpp"
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
@@ -31,6 +38,28 @@ inline std::size_t numel(const std::vector<std::int64_t>& dims) {
   for (auto d : dims) n *= static_cast<std::size_t>(d);
   return n;
 }
+
+// A pointer of a DeviceForwardIo / DeviceBackwardIo as the element type T its kernels take.
+template <class T>
+const T* as(const void* p) {
+  return static_cast<const T*>(p);
+}
+template <class T>
+T* as(void* p) {
+  return static_cast<T*>(p);
+}
+
+// The CUDA device ordinal that is current on this thread.
+inline int current_device() {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  return device;
+}
+
+// What every device entry point ends with: wait until its launches (all on the legacy default stream)
+// have finished, so the caller may read, free or reuse the tensors at once, and an error raised while a
+// kernel ran surfaces here, in this call, as std::runtime_error.
+inline void finish_on_device() { CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy)); }
 
 // Copy a problem's extents into a kernel parameter struct that names them the same way (AttnParams of
 // simt_tiles.cuh, fa2::Params of fa2_launch.cuh).
@@ -122,6 +151,15 @@ struct DeviceAttention {
            dv.bytes();
   }
 
+  // The device entry points' view of these buffers (null where t holds none).
+  DeviceForwardIo forward_io() {
+    return DeviceForwardIo{current_device(), q.data(), k.data(), v.data(), o.data(), lse.data()};
+  }
+  DeviceBackwardIo backward_io() {
+    return DeviceBackwardIo{current_device(), q.data(),  k.data(),  v.data(),  o.data(),
+                            lse.data(),       dO.data(), dq.data(), dk.data(), dv.data()};
+  }
+
   ForwardOut download_forward(const Shape& shape) const {
     return ForwardOut{download(o, q_dims(shape)), download(lse, lse_dims(shape))};
   }
@@ -141,6 +179,43 @@ struct DeviceAttention {
     dv = DeviceBuffer<T>(numel(kv_dims(shape)));
   }
 };
+
+// Calls f.template operator()<T>() with T the element type a dtype is held in on the device: float for
+// f32, __half for f16, __nv_bfloat16 for bf16 (no kernel computes in f64; the registry refuses it).
+template <class F>
+decltype(auto) with_element_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::F32: return f.template operator()<float>();
+    case DType::F16: return f.template operator()<__half>();
+    case DType::BF16: return f.template operator()<__nv_bfloat16>();
+    case DType::F64: break;
+  }
+  throw std::logic_error(std::string("no CUDA kernel computes in ") + to_string(dtype) +
+                         " (the registry should have refused it)");
+}
+
+// A host entry point from a device one: q, k, v uploaded in the dtype's element type, o and lse
+// poisoned; `run_on_device(p, dtype, io)` on them; o and lse downloaded.
+template <class RunOnDevice>
+ForwardOut forward_from_host(RunOnDevice run_on_device, const Problem& p, DType dtype, const Qkv& in) {
+  return with_element_type(dtype, [&]<class T>() {
+    auto t = DeviceAttention<T>::for_forward(p.shape, in);
+    run_on_device(p, dtype, t.forward_io());
+    return t.download_forward(p.shape);
+  });
+}
+
+// The same for a backward: q, k, v, dO, the forward's lse (and o, when `reads` says so) uploaded; dq,
+// dk, dv poisoned, computed by `run_on_device` and downloaded.
+template <class RunOnDevice>
+Grads backward_from_host(RunOnDevice run_on_device, BackwardReads reads, const Problem& p, DType dtype,
+                         const Qkv& in, const ForwardOut& fwd, const HostTensor& dO) {
+  return with_element_type(dtype, [&]<class T>() {
+    auto t = DeviceAttention<T>::for_backward(p.shape, in, fwd, dO, reads);
+    run_on_device(p, dtype, t.backward_io());
+    return t.download_grads(p.shape);
+  });
+}
 
 // Benchmark one generation on `t` (made by DeviceAttention::random inside `scope`): one untimed
 // forward, so that the backward reads a real O and L, then time_passes.

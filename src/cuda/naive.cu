@@ -166,18 +166,21 @@ void scores(GemmFn gemm, const AttnParams& p, float alpha, const float* X, const
 
 std::size_t score_elements(const AttnParams& p) { return p.lse_numel() * (std::size_t)p.seq_k; }
 
-// Refuse, before allocating anything, a problem whose S and P (and dP, dS) will not fit.
-void check_fits(const char* variant, const Problem& prob, const AttnParams& p, bool backward) {
-  const std::size_t io = (2 * p.q_numel() + 2 * p.kv_numel() + p.lse_numel()) * sizeof(float) *
-                         (backward ? 2 : 1);
+// Refuse, before allocating its scratch, a problem whose S and P (and dP, dS) will not fit. The inputs and
+// outputs count too unless they are already in device memory (Io::in_place: the device entry points).
+enum class Io { to_allocate, in_place };
+void check_fits(const char* variant, const Problem& prob, const AttnParams& p, bool backward, Io io_state) {
+  const std::size_t io = io_state == Io::in_place
+                             ? 0
+                             : (2 * p.q_numel() + 2 * p.kv_numel() + p.lse_numel()) * sizeof(float) * (backward ? 2 : 1);
   const std::size_t extra = static_cast<std::size_t>(naive_extra_bytes(prob.shape, sizeof(float), backward)) *
                             prob.shape.batch * prob.shape.heads_q;  // formula is per (batch, head)
   const std::size_t free_bytes = device_memory_info().first;
   constexpr double kHeadroom = 0.95;  // leave room for the CUDA context and cuBLAS workspace
   if (io + extra > kHeadroom * free_bytes)
-    throw InputError(std::string(variant) + " needs " + mebibytes(io + extra) + " on the GPU (" + mebibytes(extra) +
-                     " for the (B, H, S_q, S_k) matrices S and P" + (backward ? ", dP and dS" : "") + ") but only " +
-                     mebibytes(free_bytes) + " are free; use cuda-fa2-simt, whose extra memory is O(S_q)");
+    throw InputError(std::string(variant) + " needs " + mebibytes(io + extra) + " on the GPU (" +
+                     mebibytes(extra) + " for the (B, H, S_q, S_k) matrices S and P" + (backward ? ", dP and dS" : "") +
+                     ") but only " + mebibytes(free_bytes) + " are free; use cuda-fa2-simt, whose extra memory is O(S_q)");
 }
 
 // The unfused pipeline's own scratch: S and P, and for the backward dP and dS, each (B, H_q, S_q, S_k).
@@ -191,27 +194,29 @@ struct Scores {
   }
 };
 
-// Device-level passes on the fp32 (B, S, H, D) tensors of `t`.
-void forward_device(GemmFn gemm, const AttnParams& p, DeviceAttention<float>& t, Scores& sc) {
+// Device-level passes on fp32 (B, S, H, D) tensors.
+void forward_device(GemmFn gemm, const AttnParams& p, const DeviceForwardIo& io, Scores& sc) {
   float *s = sc.s.data(), *pr = sc.pr.data();
-  scores(gemm, p, p.scale, t.q.data(), t.k.data(), s);  // kernel 1: S = scale Q K^T
+  scores(gemm, p, p.scale, as<float>(io.q), as<float>(io.k), s);  // kernel 1: S = scale Q K^T
   softmax_forward_kernel<<<blocks_for(p.lse_numel(), kRowThreads / kWarp), kRowThreads>>>(p, s, pr,
-                                                                                         t.lse.data());  // kernel 2
+                                                                                         io.lse);  // kernel 2
   CUDA_CHECK_LAUNCH();
   for (int b = 0; b < p.batch; ++b)  // kernel 3: O = dropout(P) V
     for (int g = 0; g < p.group; ++g)
-      slice_gemm(gemm, p, false, false, p.seq_q, p.head_dim, p.seq_k, 1.0f, pr, score_slice(p, b, g), t.v.data(),
-                 kv_slice(p, b), 0.0f, t.o.data(), q_slice(p, b, g));
+      slice_gemm(gemm, p, false, false, p.seq_q, p.head_dim, p.seq_k, 1.0f, pr, score_slice(p, b, g),
+                 as<float>(io.v), kv_slice(p, b), 0.0f, as<float>(io.o), q_slice(p, b, g));
 }
 
-void backward_device(GemmFn gemm, const AttnParams& p, DeviceAttention<float>& t, Scores& sc) {
-  const float *q = t.q.data(), *k = t.k.data(), *dO = t.dO.data();
+// Reads q, k, v, lse and dO (not o: P is recomputed from lse alone).
+void backward_device(GemmFn gemm, const AttnParams& p, const DeviceBackwardIo& io, Scores& sc) {
+  const float *q = as<float>(io.q), *k = as<float>(io.k), *dO = as<float>(io.d_o);
+  float *dq = as<float>(io.dq), *dk = as<float>(io.dk), *dv = as<float>(io.dv);
   float *s = sc.s.data(), *pr = sc.pr.data(), *dp = sc.dp.data(), *ds = sc.ds.data();
   scores(gemm, p, p.scale, q, k, s);  // S = scale Q K^T
   probs_from_lse_kernel<<<blocks_for((long long)score_elements(p), kElementThreads), kElementThreads>>>(
-      p, s, pr, t.lse.data());
-  CUDA_CHECK_LAUNCH();                       // pr = P, s = P o Z / (1 - p)
-  scores(gemm, p, 1.0f, dO, t.v.data(), dp);  // dP = dO V^T (the gradient of the dropped-out P)
+      p, s, pr, io.lse);
+  CUDA_CHECK_LAUNCH();                            // pr = P, s = P o Z / (1 - p)
+  scores(gemm, p, 1.0f, dO, as<float>(io.v), dp);  // dP = dO V^T (the gradient of the dropped-out P)
   softmax_backward_kernel<<<blocks_for(p.lse_numel(), kRowThreads / kWarp), kRowThreads>>>(p, pr, dp, ds);
   CUDA_CHECK_LAUNCH();
   for (int b = 0; b < p.batch; ++b)
@@ -219,13 +224,13 @@ void backward_device(GemmFn gemm, const AttnParams& p, DeviceAttention<float>& t
       const float beta = g == 0 ? 0.0f : 1.0f;  // GQA: heads of a group add into dK, dV
       // dV = (P o Z)^T dO  (S_k, d)
       slice_gemm(gemm, p, true, false, p.seq_k, p.head_dim, p.seq_q, 1.0f, s, score_slice(p, b, g), dO,
-                 q_slice(p, b, g), beta, t.dv.data(), kv_slice(p, b));
+                 q_slice(p, b, g), beta, dv, kv_slice(p, b));
       // dK = scale dS^T Q  (S_k, d)
       slice_gemm(gemm, p, true, false, p.seq_k, p.head_dim, p.seq_q, p.scale, ds, score_slice(p, b, g), q,
-                 q_slice(p, b, g), beta, t.dk.data(), kv_slice(p, b));
+                 q_slice(p, b, g), beta, dk, kv_slice(p, b));
       // dQ = scale dS K  (S_q, d)
       slice_gemm(gemm, p, false, false, p.seq_q, p.head_dim, p.seq_k, p.scale, ds, score_slice(p, b, g), k,
-                 kv_slice(p, b), 0.0f, t.dq.data(), q_slice(p, b, g));
+                 kv_slice(p, b), 0.0f, dq, q_slice(p, b, g));
     }
 }
 
@@ -238,45 +243,53 @@ void simple_gemm(const GemmCall& g) {
   CUDA_CHECK_LAUNCH();
 }
 
-ForwardOut unfused_forward(const char* variant, GemmFn gemm, const Problem& prob, DType, const Qkv& in) {
+void unfused_forward_on_device(const char* variant, GemmFn gemm, const Problem& prob, DType,
+                               const DeviceForwardIo& io) {
   const AttnParams p = make_params(prob);
-  check_fits(variant, prob, p, false);
-  auto t = DeviceAttention<float>::for_forward(prob.shape, in);
+  check_fits(variant, prob, p, false, Io::in_place);
   Scores sc(p, false);
-  forward_device(gemm, p, t, sc);
-  return t.download_forward(prob.shape);
+  forward_device(gemm, p, io, sc);
+  finish_on_device();
 }
 
-Grads unfused_backward(const char* variant, GemmFn gemm, const Problem& prob, DType, const Qkv& in,
-                       const ForwardOut& fwd, const HostTensor& dO) {
+void unfused_backward_on_device(const char* variant, GemmFn gemm, const Problem& prob, DType,
+                                const DeviceBackwardIo& io) {
   const AttnParams p = make_params(prob);
-  check_fits(variant, prob, p, true);
-  auto t = DeviceAttention<float>::for_backward(prob.shape, in, fwd, dO, BackwardReads::lse);
+  check_fits(variant, prob, p, true, Io::in_place);
   Scores sc(p, true);
-  backward_device(gemm, p, t, sc);
-  return t.download_grads(prob.shape);
+  backward_device(gemm, p, io, sc);
+  finish_on_device();
 }
 
 BenchResult unfused_bench(const char* variant, GemmFn gemm, const Problem& prob, DType,
                           const BenchSettings& settings) {
   const AttnParams p = make_params(prob);
-  check_fits(variant, prob, p, settings.backward);
+  check_fits(variant, prob, p, settings.backward, Io::to_allocate);
   const PeakScope scope;
   auto t = DeviceAttention<float>::random(prob.shape, settings.backward);
   Scores sc(p, settings.backward);
+  const DeviceForwardIo forward_io = t.forward_io();
+  const DeviceBackwardIo backward_io = t.backward_io();
   return bench_passes(
-      settings, scope, t, [&] { forward_device(gemm, p, t, sc); }, [&] { backward_device(gemm, p, t, sc); });
+      settings, scope, t, [&] { forward_device(gemm, p, forward_io, sc); },
+      [&] { backward_device(gemm, p, backward_io, sc); });
 }
 
 }  // namespace flashlab::cuda
 
 namespace flashlab {
 
+void cuda_naive_forward_on_device(const Problem& p, DType t, const DeviceForwardIo& io) {
+  cuda::unfused_forward_on_device("cuda-naive", cuda::simple_gemm, p, t, io);
+}
+void cuda_naive_backward_on_device(const Problem& p, DType t, const DeviceBackwardIo& io) {
+  cuda::unfused_backward_on_device("cuda-naive", cuda::simple_gemm, p, t, io);
+}
 ForwardOut cuda_naive_forward(const Problem& p, DType t, const Qkv& in, TrafficObserver*) {
-  return cuda::unfused_forward("cuda-naive", cuda::simple_gemm, p, t, in);
+  return cuda::forward_from_host(cuda_naive_forward_on_device, p, t, in);
 }
 Grads cuda_naive_backward(const Problem& p, DType t, const Qkv& in, const ForwardOut& f, const HostTensor& dO) {
-  return cuda::unfused_backward("cuda-naive", cuda::simple_gemm, p, t, in, f, dO);
+  return cuda::backward_from_host(cuda_naive_backward_on_device, cuda::BackwardReads::lse, p, t, in, f, dO);
 }
 BenchResult cuda_naive_bench(const Problem& p, DType t, const BenchSettings& s) {
   return cuda::unfused_bench("cuda-naive", cuda::simple_gemm, p, t, s);

@@ -1,7 +1,10 @@
 #include "registry/variants.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <sstream>
+#include <stdexcept>
+#include <utility>
 
 #include "cpu_reference/cpu_variants.hpp"
 #ifdef FLASHLAB_HAVE_CUDA
@@ -71,26 +74,31 @@ const std::vector<Variant>& variants() {
        .supports = kEverything, .head_dims = HeadDims::range(1, cuda::unfused::kMaxHeadDim),
        .summary = "standard attention on the GPU: S and P in HBM, simple GEMM + softmax kernels",
        .algorithm = Algorithm::Standard,
-       .forward_fn = cuda_naive_forward, .backward_fn = cuda_naive_backward, .bench_fn = cuda_naive_bench},
+       .forward_fn = cuda_naive_forward, .backward_fn = cuda_naive_backward, .bench_fn = cuda_naive_bench,
+       .device_forward_fn = cuda_naive_forward_on_device, .device_backward_fn = cuda_naive_backward_on_device},
       {.name = "cuda-cublas", .device = Device::Cuda, .dtypes = dtypes_of(cuda::unfused::kDTypes),
        .supports = kEverything, .head_dims = HeadDims::range(1, cuda::unfused::kMaxHeadDim),
        .summary = "standard attention with cuBLAS SGEMMs: the fair unfused baseline", .algorithm = Algorithm::Standard,
-       .forward_fn = cuda_cublas_forward, .backward_fn = cuda_cublas_backward, .bench_fn = cuda_cublas_bench},
+       .forward_fn = cuda_cublas_forward, .backward_fn = cuda_cublas_backward, .bench_fn = cuda_cublas_bench,
+       .device_forward_fn = cuda_cublas_forward_on_device, .device_backward_fn = cuda_cublas_backward_on_device},
       {.name = "cuda-fa1", .device = Device::Cuda, .dtypes = dtypes_of(cuda::simt::kDTypes), .supports = kEverything,
        .head_dims = HeadDims::range(1, cuda::simt::kMaxHeadDim),
        .summary = "FlashAttention-1 (Algorithms 2/4), fp32 CUDA cores, one block per (batch, head)",
        .algorithm = Algorithm::FA1,
-       .forward_fn = cuda_fa1_forward, .backward_fn = cuda_fa1_backward, .bench_fn = cuda_fa1_bench},
+       .forward_fn = cuda_fa1_forward, .backward_fn = cuda_fa1_backward, .bench_fn = cuda_fa1_bench,
+       .device_forward_fn = cuda_fa1_forward_on_device, .device_backward_fn = cuda_fa1_backward_on_device},
       {.name = "cuda-fa2-simt", .device = Device::Cuda, .dtypes = dtypes_of(cuda::simt::kDTypes),
        .supports = kEverything, .head_dims = HeadDims::range(1, cuda::simt::kMaxHeadDim),
        .summary = "FlashAttention-2 loop order, fp32 CUDA cores, one block per (batch, head, Q block)",
        .algorithm = Algorithm::FA2,
-       .forward_fn = cuda_fa2_simt_forward, .backward_fn = cuda_fa2_simt_backward, .bench_fn = cuda_fa2_simt_bench},
+       .forward_fn = cuda_fa2_simt_forward, .backward_fn = cuda_fa2_simt_backward, .bench_fn = cuda_fa2_simt_bench,
+       .device_forward_fn = cuda_fa2_simt_forward_on_device, .device_backward_fn = cuda_fa2_simt_backward_on_device},
       {.name = "cuda-fa2", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa2::kDTypes), .supports = kEverything,
        .head_dims = HeadDims::listed(cuda::fa2::kHeadDims),
        .summary = "FlashAttention-2 on tensor cores (mma.sync, ldmatrix, cp.async), fp32 accumulation",
        .algorithm = Algorithm::FA2,
-       .forward_fn = cuda_fa2_forward, .backward_fn = cuda_fa2_backward, .bench_fn = cuda_fa2_bench},
+       .forward_fn = cuda_fa2_forward, .backward_fn = cuda_fa2_backward, .bench_fn = cuda_fa2_bench,
+       .device_forward_fn = cuda_fa2_forward_on_device, .device_backward_fn = cuda_fa2_backward_on_device},
       // cuda-fa3-ws and its ablation ladder: each step adds one scheduling idea to the one before, so
       // `flashlab bench --variants cuda-fa3-ws-step1,...,cuda-fa3-ws` shows what each buys. Forward only.
       // Each step has a timeline build: `flashlab bench --timeline FILE` records its pipeline.
@@ -98,24 +106,28 @@ const std::vector<Variant>& variants() {
        .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
        .summary = "FA3 ladder step 1: one warpgroup, 64 query rows, TMA + wgmma (Hopper)", .algorithm = Algorithm::FA2,
        .forward_fn = cuda_fa3_ws_forward<1>, .bench_fn = cuda_fa3_ws_bench<1>,
+       .device_forward_fn = cuda_fa3_ws_forward_on_device<1>,
        .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .records_timeline = true},
       {.name = "cuda-fa3-ws-step2", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
        .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
        .summary = "FA3 ladder step 2: + producer / consumer warpgroups (setmaxnreg), mbarrier pipeline",
        .algorithm = Algorithm::FA2,
        .forward_fn = cuda_fa3_ws_forward<2>, .bench_fn = cuda_fa3_ws_bench<2>,
+       .device_forward_fn = cuda_fa3_ws_forward_on_device<2>,
        .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .records_timeline = true},
       {.name = "cuda-fa3-ws-step3", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
        .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
        .summary = "FA3 ladder step 3: + ping-pong (the two consumers take turns on the tensor cores)",
        .algorithm = Algorithm::FA2,
        .forward_fn = cuda_fa3_ws_forward<3>, .bench_fn = cuda_fa3_ws_bench<3>,
+       .device_forward_fn = cuda_fa3_ws_forward_on_device<3>,
        .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .records_timeline = true},
       {.name = "cuda-fa3-ws-step4", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
        .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
        .summary = "FA3 ladder step 4: + intra-warpgroup overlap (softmax of block j+1 during P_j V_j)",
        .algorithm = Algorithm::FA2,
        .forward_fn = cuda_fa3_ws_forward<4>, .bench_fn = cuda_fa3_ws_bench<4>,
+       .device_forward_fn = cuda_fa3_ws_forward_on_device<4>,
        .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .records_timeline = true},
       {.name = "cuda-fa3-ws", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
        .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
@@ -123,6 +135,7 @@ const std::vector<Variant>& variants() {
                   "grid (ladder step 5); forward only",
        .algorithm = Algorithm::FA2,
        .forward_fn = cuda_fa3_ws_forward<5>, .bench_fn = cuda_fa3_ws_bench<5>,
+       .device_forward_fn = cuda_fa3_ws_forward_on_device<5>,
        .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .records_timeline = true},
 #endif
   };
@@ -176,6 +189,61 @@ BenchResult Variant::bench(const Problem& p, DType dtype, const BenchSettings& s
   if (!has_device_timer())
     throw InputError("variant " + name + " has no device timer: flashlab bench times it from the host");
   return bench_fn(p, dtype, settings);
+}
+
+// The checks the device entry points share: a CPU row cannot read GPU memory, and a CUDA row that can
+// run the problem has its device entry point (one without it is a bug of the table).
+static void refuse_cpu_row(const Variant& v) {
+  if (v.device == Device::Cpu)
+    throw InputError("variant " + v.name + " runs on the CPU, so its tensors must be in host memory, not on a CUDA "
+                     "device");
+}
+static void require_entry(const Variant& v, bool present, const char* pass) {
+  if (!present) throw std::logic_error("variant " + v.name + " has no device entry point for its " + pass);
+}
+
+// The kernels load 16-byte vectors (cp.async, TMA), so every tensor in device memory must start at a
+// 16-byte aligned address; cudaMalloc's are, a view at an offset into a larger tensor may not be.
+static void require_aligned(const void* data, const char* name) {
+  constexpr std::uintptr_t kAlignment = 16;
+  if (reinterpret_cast<std::uintptr_t>(data) % kAlignment != 0)
+    throw InputError(std::string(name) + " starts at a GPU address that is not a multiple of 16 bytes (a view at an "
+                     "offset into a larger tensor?): the kernels load 16-byte vectors, so pass a copy");
+}
+
+void Variant::check_device_call(const Problem& p, DType dtype, int device, bool backward) const {
+  refuse_cpu_row(*this);
+#ifdef FLASHLAB_HAVE_CUDA
+  const cuda::CurrentDevice on(device);  // check_supported asks the current device (compute capability)
+#else
+  (void)device;
+#endif
+  check_supported(*this, p, dtype, backward);
+  require_entry(*this, backward ? device_backward_fn != nullptr : device_forward_fn != nullptr,
+                backward ? "backward" : "forward");
+}
+
+void Variant::forward_on_device(const Problem& p, DType dtype, const DeviceForwardIo& io) const {
+  check_device_call(p, dtype, io.device, false);
+  for (auto [data, name] : {std::pair<const void*, const char*>{io.q, "q"}, {io.k, "k"}, {io.v, "v"}, {io.o, "o"},
+                            {io.lse, "lse"}})
+    require_aligned(data, name);
+#ifdef FLASHLAB_HAVE_CUDA
+  const cuda::CurrentDevice on(io.device);
+#endif
+  device_forward_fn(p, dtype, io);
+}
+
+void Variant::backward_on_device(const Problem& p, DType dtype, const DeviceBackwardIo& io) const {
+  check_device_call(p, dtype, io.device, true);
+  for (auto [data, name] :
+       {std::pair<const void*, const char*>{io.q, "q"}, {io.k, "k"}, {io.v, "v"}, {io.o, "o"}, {io.lse, "lse"},
+        {io.d_o, "dO"}, {io.dq, "dq"}, {io.dk, "dk"}, {io.dv, "dv"}})
+    require_aligned(data, name);
+#ifdef FLASHLAB_HAVE_CUDA
+  const cuda::CurrentDevice on(io.device);
+#endif
+  device_backward_fn(p, dtype, io);
 }
 
 const Variant& find_variant(std::string_view name) {
@@ -235,10 +303,18 @@ void check_records_timeline(const Variant& v, const Problem& p, bool backward) {
 bool cuda_device_present() { return cuda::device_present(); }
 std::string cuda_device_name() { return cuda::device_name(); }
 int cuda_compute_capability() { return cuda::device_compute_capability(); }
+int cuda_device_count() { return cuda::device_count(); }
+std::shared_ptr<void> allocate_on_cuda_device(std::size_t bytes, int device) {
+  return cuda::allocate_poisoned(bytes, device);
+}
 #else
 bool cuda_device_present() { return false; }
 std::string cuda_device_name() { return ""; }
 int cuda_compute_capability() { return 0; }
+int cuda_device_count() { return 0; }
+std::shared_ptr<void> allocate_on_cuda_device(std::size_t, int) {
+  throw InputError("this FlashLab was built without CUDA, so it cannot hold tensors on a GPU");
+}
 #endif
 
 }  // namespace flashlab

@@ -7,12 +7,14 @@
 // (Variant::forward, backward, bench) test a problem against them once, before dispatch: the
 // implementations below never look themselves up here.
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/bench.hpp"
+#include "core/device_io.hpp"
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
 #include "model/traffic.hpp"
@@ -40,6 +42,10 @@ struct HeadDims {
 using ForwardFn = ForwardOut (*)(const Problem&, DType, const Qkv&, TrafficObserver*);
 using BackwardFn = Grads (*)(const Problem&, DType, const Qkv&, const ForwardOut&, const HostTensor& dO);
 using BenchFn = BenchResult (*)(const Problem&, DType, const BenchSettings&);
+// The same kernels on tensors in the caller's device memory (CUDA rows); they return when the device has
+// finished.
+using DeviceForwardFn = void (*)(const Problem&, DType, const DeviceForwardIo&);
+using DeviceBackwardFn = void (*)(const Problem&, DType, const DeviceBackwardIo&);
 
 struct Variant {
   std::string name;  // stable: scripts and lessons use it
@@ -52,6 +58,8 @@ struct Variant {
   ForwardFn forward_fn = nullptr;
   BackwardFn backward_fn = nullptr;  // nullptr when !supports.backward
   BenchFn bench_fn = nullptr;        // nullptr: timed from the host around forward/backward
+  DeviceForwardFn device_forward_fn = nullptr;    // CUDA rows
+  DeviceBackwardFn device_backward_fn = nullptr;  // CUDA rows with a backward
   // 0: any GPU. Otherwise the one compute capability (major * 10 + minor) the kernel is compiled for,
   // e.g. 90 for sm_90a code (wgmma, setmaxnreg), which runs on compute capability 9.0 alone.
   int needs_compute_capability = 0;
@@ -71,6 +79,17 @@ struct Variant {
   Grads backward(const Problem&, DType, const Qkv&, const ForwardOut&, const HostTensor& dO) const;
   // Needs has_device_timer(); with settings.timeline_path also check_records_timeline.
   BenchResult bench(const Problem&, DType, const BenchSettings&) const;
+
+  // Checked entry points on tensors in the memory of CUDA device io.device that the caller owns and has
+  // shaped for the problem (core/layout.hpp shape_of_inputs): no host copy. A CPU row is refused with
+  // one sentence; otherwise that device is made current for the call, check_supported runs against it,
+  // then the kernels. They return when the device has finished (an error raised while a kernel ran
+  // throws std::runtime_error here).
+  void forward_on_device(const Problem&, DType, const DeviceForwardIo&) const;
+  void backward_on_device(const Problem&, DType, const DeviceBackwardIo&) const;
+  // What they check before touching memory, for a caller to ask before allocating the outputs: a CPU row
+  // is refused, then check_supported runs against device `device`.
+  void check_device_call(const Problem&, DType, int device, bool backward) const;
 };
 
 const std::vector<Variant>& variants();
@@ -90,5 +109,11 @@ void check_records_timeline(const Variant&, const Problem&, bool backward);
 bool cuda_device_present();      // false when built without CUDA
 std::string cuda_device_name();  // e.g. "NVIDIA H100 80GB HBM3"; "" without a device
 int cuda_compute_capability();   // major * 10 + minor, e.g. 90; 0 without a device
+int cuda_device_count();         // 0 when built without CUDA
+
+// `bytes` of memory on CUDA device `device` for a call's outputs, every byte 0xff (NaN in every float
+// type, so an element no kernel writes fails a check), freed when the last owner lets go. Throws
+// InputError when the device is out of memory or does not exist, or when built without CUDA.
+std::shared_ptr<void> allocate_on_cuda_device(std::size_t bytes, int device);
 
 }  // namespace flashlab

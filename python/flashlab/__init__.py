@@ -1,0 +1,227 @@
+"""FlashLab from Python: every attention variant of the table, on NumPy arrays or on GPU tensors.
+
+    import numpy as np, flashlab
+    q, k, v = (np.random.randn(1, 128, 4, 64).astype(np.float32) for _ in range(3))
+    o, lse = flashlab.attention(q, k, v, variant="cpu-fa2", is_causal=True, return_lse=True)
+
+Inputs:
+  * NumPy arrays (float64, float32, float16; any strides): copied in, computed by any variant (CUDA
+    ones copy to the GPU and back), results returned as new NumPy arrays. Tensors of another library in
+    host memory (a CPU torch.Tensor) are read through NumPy the same way.
+  * Tensors in CUDA memory from any DLPack producer (PyTorch, CuPy): read in place by the CUDA
+    variants, with no host copy; results come back in GPU memory as DeviceArray, which
+    torch.from_dlpack / cupy.from_dlpack read in place. The kernels read (B, S, H, D) rows, so such a
+    tensor must be contiguous in its layout, or, with layout="bhsd", a (B, H, S, D) view of (B, S, H, D)
+    memory (x.transpose(1, 2) of a contiguous tensor); anything else is refused, never copied.
+
+Layouts: "bshd" (batch, seq, heads, head_dim), as `flashlab run` reads .npy files, and "bhsd" (batch,
+heads, seq, head_dim), as PyTorch's scaled_dot_product_attention takes them. q is (B, S_q, H_q, D), k
+and v (B, S_k, H_kv, D) with H_q a multiple of H_kv (grouped-query attention); the LSE is always
+(B, H_q, S_q).
+
+Bad input raises ValueError with one sentence saying what is wrong and what is supported; a failure on
+the GPU raises RuntimeError. flashlab.torch (imported only where PyTorch is present) wraps the CUDA
+variants as a torch.autograd.Function and a drop-in for torch.nn.functional.scaled_dot_product_attention.
+"""
+import numpy as _np
+
+from . import _flashlab as _native
+
+__all__ = ["attention", "attention_backward", "variants", "check", "within_tolerance", "DeviceArray",
+           "cuda_device_count", "cuda_device_name", "built_with_cuda"]
+
+DeviceArray = _native.DeviceArray
+built_with_cuda = _native.built_with_cuda
+
+# DLPack device types (dlpack.h): where a tensor's memory is.
+_DLPACK_CPU = 1
+# The stream a DLPack consumer names to mean CUDA's legacy default stream, on which every kernel runs.
+_LEGACY_DEFAULT_STREAM = 1
+
+
+def variants():
+    """The variant table, one dict per row, as `flashlab check --list` prints it: name, device,
+    dtypes, whether it supports causal masks, dropout, GQA and a backward pass, its head dims (as text,
+    and every accepted value in head_dim_values), whether it can run here (available), the compute
+    capability it needs (0: any GPU) and a one-line summary."""
+    return _native.variants()
+
+
+def cuda_device_count():
+    """How many CUDA devices this machine has (0 without one, or in a build without CUDA)."""
+    return _native.cuda_device_count()
+
+
+def cuda_device_name():
+    """The current CUDA device's name, e.g. "NVIDIA H100 80GB HBM3"; "" without one."""
+    return _native.cuda_device_name()
+
+
+def attention(q, k, v, *, variant="cpu-fa2", is_causal=False, causal_align="top-left", scale=None,
+              dropout_p=0.0, seed=0, return_lse=False, layout="bshd", out=None):
+    """Attention O = softmax(scale Q K^T [+ causal mask]) V with dropout on P, computed by `variant`.
+
+    is_causal: mask keys after each query; causal_align says which diagonal: "top-left" (query i sees
+    keys j <= i, as PyTorch's is_causal) or "bottom-right" (j <= i + S_k - S_q, as FlashAttention >= 2.1).
+    scale: the softmax scale, None for 1/sqrt(head_dim). dropout_p: the probability of dropping an
+    element of P (kept ones are scaled by 1/(1 - dropout_p)); the mask is a Philox draw keyed by `seed`,
+    batch, head, row and column, so every variant drops the same elements. layout: "bshd" or "bhsd".
+
+    Returns O, shaped and laid out like q, in q's dtype (NumPy arrays in, NumPy arrays out; GPU tensors
+    in, DeviceArray out), and with return_lse=True also the log-sum-exp of each row, (B, H_q, S_q),
+    float32 (float64 for float64 inputs); a fully masked row has O = 0 and LSE = -inf.
+
+    out: for tensors in GPU memory, a pair (o, lse) of tensors to write the results into instead of new
+    DeviceArrays (no allocation): o like q (shape, layout, dtype, device), lse (B, H_q, S_q) float32, both
+    laid out as the inputs must be; they are what is returned.
+    """
+    options = _options(is_causal, causal_align, scale, dropout_p, seed)
+    variant, layout = _text("variant", variant), _text("layout", layout)
+    place, (q, k, v) = _inputs_in_one_place(q=q, k=k, v=v)
+    if place == "host":
+        _refuse_out_on_host(out, "out")
+        o, lse = (_np.asarray(x) for x in _native.forward_host(q, k, v, variant, layout, *options))
+    else:
+        given = _given_buffers(out, ("o", "lse"), "out")
+        made = _native.forward_device(*_capsules(q, k, v), *_capsules(*given), variant, layout, *options)
+        o, lse = (m if g is None else g for m, g in zip(made, given))
+    return (o, lse) if return_lse else o
+
+
+def attention_backward(q, k, v, out, lse, grad_out, *, variant="cpu-fa2", is_causal=False,
+                       causal_align="top-left", scale=None, dropout_p=0.0, seed=0, layout="bshd", grads_out=None):
+    """The gradients (dq, dk, dv) of attention(q, k, v, ...) for the upstream gradient grad_out (dL/dO).
+
+    out and lse are what attention(..., return_lse=True) returned for the same inputs and options
+    (dropout_p and seed included: the backward redraws the same mask). Returns dq, dk, dv shaped, laid
+    out and typed like q, k, v, in the same place as the inputs.
+
+    grads_out: for tensors in GPU memory, (dq, dk, dv) tensors to write the gradients into (shaped, typed
+    and laid out like q, k, v), which are then what is returned.
+    """
+    options = _options(is_causal, causal_align, scale, dropout_p, seed)
+    variant, layout = _text("variant", variant), _text("layout", layout)
+    place, tensors = _inputs_in_one_place(q=q, k=k, v=v, out=out, lse=lse, grad_out=grad_out)
+    if place == "host":
+        _refuse_out_on_host(grads_out, "grads_out")
+        return tuple(_np.asarray(g) for g in _native.backward_host(*tensors, variant, layout, *options))
+    given = _given_buffers(grads_out, ("dq", "dk", "dv"), "grads_out")
+    made = _native.backward_device(*_capsules(*tensors), *_capsules(*given), variant, layout, *options)
+    return tuple(m if g is None else g for m, g in zip(made, given))
+
+
+def check(*, batch=1, heads=2, heads_kv=None, seq_q=128, seq_k=None, head_dim=64, causal="none", scale=None,
+          dropout_p=0.0, seed=0, dtype=None, variants=None, backward=False):
+    """`flashlab check` from Python: the variants (every row of the table, or the names given) on the same
+    random inputs (drawn from `seed`) against naive attention in double, under the tolerance rule.
+
+    Returns the table as rows, one dict per output of each (variant, dtype) pair: variant, device,
+    dtype, output ("O", "LSE", "dQ", "dK", "dV"; "-" / "grads" for a skipped pair or backward,
+    "forward" / "backward" for a pass that raised), max_abs_error and rel_error (None unless compared),
+    bound (the rule applied), result ("PASS", "FAIL ...", or "SKIP: <why it cannot run>"). A variant named
+    in `variants` that cannot run the problem raises ValueError instead of being skipped.
+    causal: "none", "top-left" or "bottom-right". dtype: "f64", "f32", "f16" or "bf16" (None: every dtype
+    each variant supports).
+    """
+    names = [variants] if isinstance(variants, str) else list(variants or [])
+    return _native.check(batch, heads, heads_kv, seq_q, seq_k, head_dim, causal, _scale(scale), float(dropout_p),
+                         _seed(seed), dtype, names, bool(backward))
+
+
+def within_tolerance(out, ref, *, dtype, quantity="forward", lowp=None):
+    """FlashLab's one tolerance rule (the one `flashlab check` applies) for `out` against the reference
+    `ref` (attention computed in float64): for f64 / f32, ||out - ref|| / ||ref|| <= 1e-12 / 1e-5; for f16 /
+    bf16, FlashAttention's rule, max|out - ref| <= k max|lowp - ref| + 1e-5 max(1, max|ref|), k = 2 for the
+    forward outputs ("forward") and 3 for gradients ("gradient"), where `lowp` is a standard attention
+    run in that low precision. NaN never passes. Arrays: anything NumPy can read as float64, any shape.
+
+    Returns a dict: passes, max_abs_error, rel_error, has_nan, limit, on (which error the limit bounds),
+    rule (as `flashlab check` prints it), and lowp_max_abs_error when lowp was given.
+    """
+    as_float64 = lambda x: _np.asarray(x, dtype=_np.float64)
+    return _native.within_tolerance(as_float64(out), as_float64(ref), dtype, quantity,
+                                    None if lowp is None else as_float64(lowp))
+
+
+# --- What the calls share ---------------------------------------------------------------------------
+
+def _text(name, value):
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a name (a str), got {type(value).__name__}")
+    return value
+
+
+def _scale(scale):
+    if scale is None:
+        return None
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise ValueError(f"scale must be a number or None (1/sqrt(head_dim)), got {type(scale).__name__}")
+    return float(scale)
+
+
+def _seed(seed):
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+        raise ValueError(f"seed must be an integer in [0, 2^64), got {seed!r}")
+    return seed
+
+
+def _options(is_causal, causal_align, scale, dropout_p, seed):
+    _text("causal_align", causal_align)
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
+        raise ValueError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
+    return bool(is_causal), causal_align, _scale(scale), float(dropout_p), _seed(seed)
+
+
+def _where(name, x):
+    """("host", array) for NumPy arrays and host-memory DLPack tensors (read through NumPy), ("device", x)
+    for DLPack tensors anywhere else (the library checks that they are in CUDA device memory); ValueError
+    for anything else."""
+    if isinstance(x, _np.ndarray):
+        return "host", x
+    if getattr(x, "requires_grad", False):
+        raise ValueError(f"{name} requires grad: pass {name}.detach(), or use "
+                         "flashlab.torch.scaled_dot_product_attention, which computes gradients through autograd")
+    if not (hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__")):
+        raise ValueError(f"{name} must be a NumPy array or a DLPack tensor (PyTorch, CuPy), got {type(x).__name__}")
+    if int(x.__dlpack_device__()[0]) != _DLPACK_CPU:
+        return "device", x
+    try:
+        return "host", _np.from_dlpack(x)
+    except (BufferError, TypeError, RuntimeError) as error:
+        raise ValueError(f"{name} is in host memory but NumPy cannot read it ({error}): pass a NumPy array of "
+                         "float64, float32 or float16") from None
+
+
+def _inputs_in_one_place(**named):
+    """("host" or "device", the inputs) when all are in one place, else ValueError naming two that are not."""
+    places = {name: _where(name, x) for name, x in named.items()}
+    (first, (first_place, _)), *rest = places.items()
+    for name, (place, _) in rest:
+        if place != first_place:
+            describe = {"host": "in host memory", "device": "in device memory"}
+            raise ValueError(f"{first} is {describe[first_place]} but {name} is {describe[place]}: pass every "
+                             "tensor in one place (NumPy arrays, or tensors on one GPU)")
+    return first_place, [x for _, x in places.values()]
+
+
+def _capsules(*tensors):
+    # The producer makes the legacy default stream wait for its pending work on each tensor.
+    return [None if t is None else t.__dlpack__(stream=_LEGACY_DEFAULT_STREAM) for t in tensors]
+
+
+def _given_buffers(given, names, argument):
+    """The buffers passed for the results (None for each when none were), each a DLPack tensor."""
+    if given is None:
+        return (None,) * len(names)
+    if not isinstance(given, (tuple, list)) or len(given) != len(names):
+        raise ValueError(f"{argument} must be a tuple ({', '.join(names)}) of tensors in GPU memory")
+    for name, buffer in zip(names, given):
+        if not (hasattr(buffer, "__dlpack__") and hasattr(buffer, "__dlpack_device__")):
+            raise ValueError(f"{argument}'s {name} must be a DLPack tensor in GPU memory, got {type(buffer).__name__}")
+    return tuple(given)
+
+
+def _refuse_out_on_host(given, argument):
+    if given is not None:
+        raise ValueError(f"{argument} takes buffers for results in GPU memory; with NumPy inputs the results are new "
+                         "NumPy arrays")

@@ -1,0 +1,111 @@
+"""flashlab.torch: FlashLab's variants inside PyTorch, with autograd.
+
+    from flashlab.torch import scaled_dot_product_attention
+    y = scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.1, is_causal=True)
+
+scaled_dot_product_attention has the signature and the (batch, heads, seq, head_dim) layout of
+torch.nn.functional.scaled_dot_product_attention, plus `variant` (default "cuda-fa2", which computes in
+float16 and bfloat16; the fp32 CUDA variants take float32). CUDA tensors are read in place and the
+results are written into tensors from PyTorch's own allocator, with no host copy; CPU tensors go to the
+CPU variants through NumPy. An attn_mask is refused: no FlashLab variant takes an arbitrary mask
+(is_causal=True gives the causal one).
+
+Dropout draws its mask from a seed taken from PyTorch's default generator on every call, so
+torch.manual_seed makes a run repeatable; the mask is FlashLab's own (a Philox draw per element), not
+PyTorch's, so the two drop different elements.
+"""
+try:
+    import torch
+except ImportError as error:
+    raise ImportError("flashlab.torch needs PyTorch, which this Python cannot import; the rest of flashlab "
+                      "(flashlab.attention on NumPy arrays or DLPack tensors) works without it") from error
+
+import flashlab as _flashlab
+
+__all__ = ["scaled_dot_product_attention", "FlashLabAttention"]
+
+# Dropout seeds are drawn below this bound (Philox keys are 64-bit; torch.randint's bound is an int64).
+_SEED_BOUND = 2**62
+
+
+def _kernel_layout(x):
+    """x, (batch, heads, seq, head_dim), as a view of (batch, seq, heads, head_dim) memory: the layout the
+    kernels read in place. No copy when x already is one (as q.view(B, T, H, D).transpose(1, 2) is)."""
+    if x.dim() != 4:
+        return x  # refused by flashlab with the sentence about 4-d inputs
+    return x.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def _from_torch(x):
+    """What flashlab reads: CUDA tensors as they are (DLPack), CPU tensors through NumPy."""
+    return x.detach() if x.is_cuda else x.detach().numpy()
+
+
+def _like_kernel_layout(x):
+    """An empty tensor shaped and typed like x, (batch, heads, seq, head_dim), in (B, S, H, D) memory: what
+    the kernels write. PyTorch's caching allocator provides it, so a call allocates nothing itself."""
+    b, h, s, d = x.shape
+    return torch.empty(b, s, h, d, dtype=x.dtype, device=x.device).transpose(1, 2)
+
+
+def _forward(q, k, v, options):
+    """(o, lse) as tensors on q's device: written in place on a GPU, copied from NumPy on the CPU."""
+    inputs = [_from_torch(x) for x in (q, k, v)]
+    if not q.is_cuda:
+        return tuple(torch.from_numpy(r) for r in _flashlab.attention(*inputs, return_lse=True, **options))
+    if q.dim() != 4:  # refused by flashlab, with its sentence about 4-d inputs
+        return _flashlab.attention(*inputs, return_lse=True, **options)
+    b, h, s, _ = q.shape
+    out = (_like_kernel_layout(q), torch.empty(b, h, s, dtype=torch.float32, device=q.device))
+    return _flashlab.attention(*inputs, return_lse=True, out=out, **options)
+
+
+def _backward(q, k, v, o, lse, grad_out, options):
+    inputs = [_from_torch(x) for x in (q, k, v, o, lse, grad_out)]
+    if not q.is_cuda:
+        return tuple(torch.from_numpy(g) for g in _flashlab.attention_backward(*inputs, **options))
+    grads_out = tuple(_like_kernel_layout(x) for x in (q, k, v))
+    return _flashlab.attention_backward(*inputs, grads_out=grads_out, **options)
+
+
+class FlashLabAttention(torch.autograd.Function):
+    """Attention through a FlashLab variant, with its backward pass, for autograd.
+
+    FlashLabAttention.apply(q, k, v, variant, is_causal, causal_align, scale, dropout_p, seed) with q, k,
+    v (batch, heads, seq, head_dim) returns O like q. The forward saves q, k, v, O and the LSE; the
+    backward runs the variant's backward pass (the same dropout mask, from the same seed).
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, variant, is_causal, causal_align, scale, dropout_p, seed):
+        q, k, v = (_kernel_layout(x) for x in (q, k, v))
+        ctx.options = dict(variant=variant, is_causal=is_causal, causal_align=causal_align, scale=scale,
+                           dropout_p=dropout_p, seed=seed, layout="bhsd")
+        o, lse = _forward(q, k, v, ctx.options)
+        ctx.save_for_backward(q, k, v, o, lse)
+        return o
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = _backward(q, k, v, o, lse, _kernel_layout(grad_out), ctx.options)
+        return dq, dk, dv, None, None, None, None, None, None
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False, *, variant="cuda-fa2"):
+    """torch.nn.functional.scaled_dot_product_attention computed by a FlashLab variant (default cuda-fa2).
+
+    query (B, H_q, S_q, D), key and value (B, H_kv, S_k, D); returns (B, H_q, S_q, D). is_causal masks
+    with the top-left diagonal, as PyTorch does. H_q != H_kv needs enable_gqa=True, as in PyTorch.
+    attn_mask must be None.
+    """
+    if attn_mask is not None:
+        raise ValueError("attn_mask is not supported: no FlashLab variant takes an arbitrary mask; pass "
+                         "is_causal=True for a causal one, or use torch.nn.functional.scaled_dot_product_attention")
+    if query.dim() >= 3 and key.dim() >= 3 and query.shape[-3] != key.shape[-3] and not enable_gqa:
+        raise ValueError(f"query has {query.shape[-3]} heads and key {key.shape[-3]}: pass enable_gqa=True for "
+                         "grouped-query attention, as PyTorch's scaled_dot_product_attention asks")
+    seed = int(torch.randint(_SEED_BOUND, (1,)).item()) if dropout_p > 0 else 0
+    return FlashLabAttention.apply(query, key, value, variant, bool(is_causal), "top-left", scale, float(dropout_p),
+                                   seed)

@@ -1,0 +1,394 @@
+// _flashlab: the C++ half of `import flashlab` (flashlab/__init__.py is the public half and documents
+// the API). Everything here is the library's own: the variant table and its checked entry points
+// (registry/variants.hpp), `flashlab check` (registry/check.hpp), the layout and shape checks
+// (core/layout.hpp) and the tolerance rule (core/tolerance.hpp). This file only converts:
+//  * NumPy arrays are copied in and out (host_buffers.hpp): any variant, CUDA ones through the host path;
+//  * DLPack tensors in GPU memory are read and written in place (dlpack_tensors.hpp): CUDA variants.
+// Bad input (InputError, one sentence) becomes ValueError; failures of the device become RuntimeError.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/layout.hpp"
+#include "core/tolerance.hpp"
+#include "dlpack_tensors.hpp"
+#include "host_buffers.hpp"
+#include "registry/check.hpp"
+#include "registry/variants.hpp"
+
+namespace flashlab::python {
+namespace {
+
+// The softmax scale as the Python API takes it: None is 1/sqrt(head_dim); 0 is refused, since core's
+// Options would read it as "the default".
+double scale_option(std::optional<double> scale) {
+  if (scale && *scale == 0.0) throw InputError("scale must not be 0 (None means 1/sqrt(head_dim))");
+  return scale.value_or(0.0);
+}
+
+// The options of a call as the Python API names them. is_causal turns the mask on; causal_align says
+// which diagonal (top-left as PyTorch's is_causal, bottom-right as FlashAttention >= 2.1).
+Options options_of(bool is_causal, const std::string& causal_align, std::optional<double> scale, double dropout_p,
+                   std::uint64_t seed) {
+  const CausalAlign align = parse_causal(causal_align);
+  if (align == CausalAlign::None)
+    throw InputError("causal_align is top-left or bottom-right (is_causal=False turns the mask off), not '" +
+                     causal_align + "'");
+  Options o;
+  o.causal = is_causal ? align : CausalAlign::None;
+  o.scale = scale_option(scale);
+  o.dropout_p = dropout_p;
+  o.seed = seed;
+  return o;
+}
+
+// The LSE's dtype in results: f64 for an f64 run, f32 otherwise (as the kernels compute it).
+DType lse_dtype(DType compute) { return compute == DType::F64 ? DType::F64 : DType::F32; }
+
+// The one dtype of the arrays a pass computes in (q, k, v and dO); InputError when they disagree.
+DType common_dtype(const std::vector<const HostInput*>& arrays) {
+  const DType first = arrays.front()->dtype();
+  for (const HostInput* a : arrays)
+    if (a->dtype() != first)
+      throw InputError(arrays.front()->dims().name + " is " + to_string(first) + " but " + a->dims().name + " is " +
+                       to_string(a->dtype()) + ": pass them in one dtype, the one to compute in");
+  return first;
+}
+
+py::tuple forward_host(const py::buffer& q_array, const py::buffer& k_array, const py::buffer& v_array,
+                       const std::string& variant, const std::string& layout_name, const Options& options) {
+  const Variant& var = find_variant(variant);
+  const Layout layout = parse_layout(layout_name);
+  const HostInput q(q_array, "q"), k(k_array, "k"), v(v_array, "v");
+  Problem p;
+  p.shape = shape_of_inputs(layout, q.dims(), k.dims(), v.dims());
+  p.options = options;
+  const DType dtype = common_dtype({&q, &k, &v});
+  const Qkv in{q.to_host_tensor(layout), k.to_host_tensor(layout), v.to_host_tensor(layout)};
+  ForwardOut out;
+  {
+    py::gil_scoped_release no_gil;
+    out = var.forward(p, dtype, in);
+  }
+  return py::make_tuple(HostArray(out.o, dtype, layout), HostArray(out.lse, lse_dtype(dtype), layout));
+}
+
+py::tuple backward_host(const py::buffer& q_array, const py::buffer& k_array, const py::buffer& v_array,
+                        const py::buffer& o_array, const py::buffer& lse_array, const py::buffer& d_o_array,
+                        const std::string& variant, const std::string& layout_name, const Options& options) {
+  const Variant& var = find_variant(variant);
+  const Layout layout = parse_layout(layout_name);
+  const HostInput q(q_array, "q"), k(k_array, "k"), v(v_array, "v"), o(o_array, "out"), lse(lse_array, "lse"),
+      d_o(d_o_array, "grad_out");
+  Problem p;
+  const InputDims d_o_dims = d_o.dims();
+  p.shape = shape_of_inputs(layout, q.dims(), k.dims(), v.dims(), &d_o_dims);
+  check_forward_outputs(layout, p.shape, o.dims(), lse.dims());
+  p.options = options;
+  const DType dtype = common_dtype({&q, &k, &v, &d_o});
+  const Qkv in{q.to_host_tensor(layout), k.to_host_tensor(layout), v.to_host_tensor(layout)};
+  // The forward's outputs are read in whichever float dtype they come.
+  const ForwardOut fwd{o.to_host_tensor(layout), lse.to_host_tensor(layout)};
+  const HostTensor dO = d_o.to_host_tensor(layout);
+  Grads g;
+  {
+    py::gil_scoped_release no_gil;
+    g = var.backward(p, dtype, in, fwd, dO);
+  }
+  return py::make_tuple(HostArray(g.dq, dtype, layout), HostArray(g.dk, dtype, layout), HostArray(g.dv, dtype, layout));
+}
+
+// The device pointers the last device call handed to the kernels: a test compares them with its tensors'
+// own (no copy was made).
+py::dict& last_device_call() {
+  static py::dict* call = new py::dict();  // never destroyed: it outlives the interpreter's teardown order
+  return *call;
+}
+
+// The results go into the caller's buffers where given (o_out, lse_out), else into new DeviceArrays,
+// which are returned (None for a result written into a given buffer).
+py::tuple forward_device(const py::capsule& q, const py::capsule& k, const py::capsule& v,
+                         const std::optional<py::capsule>& o_out, const std::optional<py::capsule>& lse_out,
+                         const std::string& variant, const std::string& layout_name, const Options& options) {
+  const Variant& var = find_variant(variant);
+  const Layout layout = parse_layout(layout_name);
+  const DeviceInput tq(q, "q"), tk(k, "k"), tv(v, "v");
+  Problem p;
+  p.shape = shape_of_inputs(layout, tq.dims(), tk.dims(), tv.dims());
+  p.options = options;
+  require_same_dtype_and_device({&tq, &tk, &tv});
+  for (const DeviceInput* t : {&tq, &tk, &tv}) t->require_kernel_layout(layout);
+  const DType dtype = tq.dtype();
+  const int device = tq.device();
+  var.check_device_call(p, dtype, device, false);  // before allocating the outputs
+  ResultBuffer o(o_out, "out", tq.dims().dims, layout, dtype, device);
+  ResultBuffer lse(lse_out, "lse", lse_dims(p.shape), layout, DType::F32, device);
+  o.require_apart_from({&tq, &tk, &tv});
+  lse.require_apart_from({&tq, &tk, &tv});
+  const DeviceForwardIo io{device, tq.data(), tk.data(), tv.data(), o.data(), static_cast<float*>(lse.data())};
+  {
+    py::gil_scoped_release no_gil;
+    var.forward_on_device(p, dtype, io);
+  }
+  py::dict& call = last_device_call();
+  call.clear();
+  call["variant"] = var.name;
+  for (auto [name, data] : {std::pair<const char*, const void*>{"q", io.q}, {"k", io.k}, {"v", io.v}, {"out", io.o},
+                            {"lse", io.lse}})
+    call[name] = reinterpret_cast<std::uintptr_t>(data);
+  return py::make_tuple(o.release(), lse.release());
+}
+
+py::tuple backward_device(const py::capsule& q, const py::capsule& k, const py::capsule& v, const py::capsule& o,
+                          const py::capsule& lse, const py::capsule& d_o, const std::optional<py::capsule>& dq_out,
+                          const std::optional<py::capsule>& dk_out, const std::optional<py::capsule>& dv_out,
+                          const std::string& variant, const std::string& layout_name, const Options& options) {
+  const Variant& var = find_variant(variant);
+  const Layout layout = parse_layout(layout_name);
+  const DeviceInput tq(q, "q"), tk(k, "k"), tv(v, "v"), to(o, "out"), tlse(lse, "lse"), tdo(d_o, "grad_out");
+  Problem p;
+  const InputDims d_o_dims = tdo.dims();
+  p.shape = shape_of_inputs(layout, tq.dims(), tk.dims(), tv.dims(), &d_o_dims);
+  check_forward_outputs(layout, p.shape, to.dims(), tlse.dims());
+  p.options = options;
+  require_same_dtype_and_device({&tq, &tk, &tv, &to, &tdo});
+  require_same_dtype_and_device({&tq, &tlse});
+  for (const DeviceInput* t : {&tq, &tk, &tv, &to, &tlse, &tdo}) t->require_kernel_layout(layout);
+  if (tlse.dtype() != DType::F32)
+    throw InputError("lse is " + std::string(to_string(tlse.dtype())) +
+                     " but the kernels read the forward's lse as it returns it, f32");
+  const DType dtype = tq.dtype();
+  const int device = tq.device();
+  var.check_device_call(p, dtype, device, true);  // before allocating the outputs
+  ResultBuffer dq(dq_out, "dq", tq.dims().dims, layout, dtype, device);
+  ResultBuffer dk(dk_out, "dk", tk.dims().dims, layout, dtype, device);
+  ResultBuffer dv(dv_out, "dv", tv.dims().dims, layout, dtype, device);
+  for (const ResultBuffer* grad : {&dq, &dk, &dv}) grad->require_apart_from({&tq, &tk, &tv, &to, &tlse, &tdo});
+  const DeviceBackwardIo io{device,   tq.data(), tk.data(), tv.data(), to.data(), static_cast<const float*>(tlse.data()),
+                            tdo.data(), dq.data(), dk.data(), dv.data()};
+  {
+    py::gil_scoped_release no_gil;
+    var.backward_on_device(p, dtype, io);
+  }
+  py::dict& call = last_device_call();
+  call.clear();
+  call["variant"] = var.name;
+  for (auto [name, data] :
+       {std::pair<const char*, const void*>{"q", io.q}, {"k", io.k}, {"v", io.v}, {"out", io.o}, {"lse", io.lse},
+        {"grad_out", io.d_o}, {"dq", io.dq}, {"dk", io.dk}, {"dv", io.dv}})
+    call[name] = reinterpret_cast<std::uintptr_t>(data);
+  return py::make_tuple(dq.release(), dk.release(), dv.release());
+}
+
+py::list variant_table() {
+  py::list rows;
+  for (const Variant& v : variants()) {
+    std::vector<std::string> dtypes;
+    for (DType t : v.dtypes) dtypes.push_back(to_string(t));
+    std::vector<int> head_dims;
+    for (int d = 1; d <= 256; ++d)
+      if (v.head_dims.contains(d)) head_dims.push_back(d);
+    py::dict row;
+    row["name"] = v.name;
+    row["device"] = to_string(v.device);
+    row["dtypes"] = dtypes;
+    row["causal"] = v.supports.causal;
+    row["dropout"] = v.supports.dropout;
+    row["gqa"] = v.supports.gqa;
+    row["backward"] = v.has_backward();
+    row["head_dims"] = v.head_dims.describe();
+    row["head_dim_values"] = head_dims;
+    row["available"] = v.available();
+    row["needs_compute_capability"] = v.needs_compute_capability;
+    row["summary"] = v.summary;
+    rows.append(row);
+  }
+  return rows;
+}
+
+py::list check(int batch, int heads, std::optional<int> heads_kv, int seq_q, std::optional<int> seq_k, int head_dim,
+               const std::string& causal, std::optional<double> scale, double dropout_p, std::uint64_t seed,
+               std::optional<std::string> dtype, const std::vector<std::string>& variant_names, bool backward) {
+  CheckRequest request;
+  request.problem.shape = Shape{.batch = batch,
+                                .heads_q = heads,
+                                .heads_kv = heads_kv.value_or(heads),
+                                .seq_q = seq_q,
+                                .seq_k = seq_k.value_or(seq_q),
+                                .head_dim = head_dim};
+  request.problem.options = Options{.causal = parse_causal(causal),
+                                    .scale = scale_option(scale),
+                                    .dropout_p = dropout_p,
+                                    .seed = seed};
+  if (dtype) request.dtype = parse_dtype(*dtype);
+  for (const std::string& name : variant_names) request.variants.push_back(&find_variant(name));
+  request.backward = backward;
+  const Check planned(std::move(request));
+  CheckReport report;
+  {
+    py::gil_scoped_release no_gil;
+    report = planned.run();
+  }
+  py::list rows;
+  const auto number = [](const std::optional<double>& x) { return x ? py::cast(*x) : py::none(); };
+  for (const CheckRow& r : report.rows) {
+    py::dict row;
+    row["variant"] = r.variant;
+    row["device"] = r.device;
+    row["dtype"] = r.dtype;
+    row["output"] = r.output;
+    row["max_abs_error"] = number(r.max_abs_error);
+    row["rel_error"] = number(r.rel_error);
+    row["bound"] = r.bound.empty() ? py::none() : py::cast(r.bound);
+    row["result"] = r.result;
+    rows.append(row);
+  }
+  return rows;
+}
+
+Quantity parse_quantity(const std::string& text) {
+  if (text == "forward") return Quantity::Forward;
+  if (text == "gradient") return Quantity::Gradient;
+  throw InputError("unknown quantity '" + text + "': supported are forward (O, LSE) and gradient (dQ, dK, dV)");
+}
+
+py::dict within_tolerance(const py::buffer& out, const py::buffer& ref, const std::string& dtype,
+                          const std::string& quantity, const std::optional<py::buffer>& lowp) {
+  const HostTensor o = HostInput(out, "out").to_host_tensor(Layout::BSHD);
+  const HostTensor r = HostInput(ref, "ref").to_host_tensor(Layout::BSHD);
+  if (o.dims != r.dims)
+    throw InputError("out has shape " + o.dims_string() + " but ref has shape " + r.dims_string());
+  const ErrorStats e = compare(o, r);
+  std::optional<ErrorStats> baseline;
+  if (lowp) {
+    const HostTensor l = HostInput(*lowp, "lowp").to_host_tensor(Layout::BSHD);
+    if (l.dims != r.dims)
+      throw InputError("lowp has shape " + l.dims_string() + " but ref has shape " + r.dims_string());
+    baseline = compare(l, r);
+  }
+  const Bound bound = tolerance(parse_dtype(dtype), parse_quantity(quantity), e, baseline ? &*baseline : nullptr);
+  py::dict result;
+  result["passes"] = bound.passes(e);
+  result["max_abs_error"] = e.max_abs;
+  result["rel_error"] = e.rel;
+  result["has_nan"] = e.has_nan;
+  result["limit"] = bound.limit;
+  result["on"] = bound.uses_rel ? "rel_error" : "max_abs_error";
+  result["rule"] = bound.rule;
+  if (baseline) result["lowp_max_abs_error"] = baseline->max_abs;
+  return result;
+}
+
+}  // namespace
+}  // namespace flashlab::python
+
+PYBIND11_MODULE(_flashlab, m) {
+  namespace py = pybind11;
+  using namespace flashlab;
+  using namespace flashlab::python;
+  m.doc() = "FlashLab's C++ library: see the flashlab package for the API.";
+
+  // InputError derives from std::runtime_error, which pybind11 turns into RuntimeError: bad input is a
+  // ValueError instead, with the library's one sentence.
+  py::register_exception_translator([](std::exception_ptr error) {
+    try {
+      if (error) std::rethrow_exception(error);
+    } catch (const InputError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  const auto options = [](bool is_causal, const std::string& causal_align, std::optional<double> scale,
+                          double dropout_p, std::uint64_t seed) {
+    return options_of(is_causal, causal_align, scale, dropout_p, seed);
+  };
+  m.def(
+      "forward_host",
+      [options](const py::buffer& q, const py::buffer& k, const py::buffer& v, const std::string& variant,
+                const std::string& layout, bool is_causal, const std::string& causal_align,
+                std::optional<double> scale, double dropout_p, std::uint64_t seed) {
+        return forward_host(q, k, v, variant, layout, options(is_causal, causal_align, scale, dropout_p, seed));
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("variant"), py::arg("layout"), py::arg("is_causal"),
+      py::arg("causal_align"), py::arg("scale"), py::arg("dropout_p"), py::arg("seed"),
+      "(o, lse) as HostArrays, from arrays q, k, v (buffer protocol): copied in, any variant.");
+  m.def(
+      "backward_host",
+      [options](const py::buffer& q, const py::buffer& k, const py::buffer& v, const py::buffer& o,
+                const py::buffer& lse, const py::buffer& d_o, const std::string& variant, const std::string& layout, bool is_causal,
+                const std::string& causal_align, std::optional<double> scale, double dropout_p, std::uint64_t seed) {
+        return backward_host(q, k, v, o, lse, d_o, variant, layout,
+                             options(is_causal, causal_align, scale, dropout_p, seed));
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("grad_out"),
+      py::arg("variant"), py::arg("layout"), py::arg("is_causal"), py::arg("causal_align"), py::arg("scale"),
+      py::arg("dropout_p"), py::arg("seed"), "(dq, dk, dv) as HostArrays, from arrays: copied in, any variant with a backward.");
+  m.def(
+      "forward_device",
+      [options](const py::capsule& q, const py::capsule& k, const py::capsule& v, const std::optional<py::capsule>& o,
+                const std::optional<py::capsule>& lse, const std::string& variant, const std::string& layout,
+                bool is_causal, const std::string& causal_align, std::optional<double> scale, double dropout_p,
+                std::uint64_t seed) {
+        return forward_device(q, k, v, o, lse, variant, layout,
+                              options(is_causal, causal_align, scale, dropout_p, seed));
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o_out"), py::arg("lse_out"), py::arg("variant"),
+      py::arg("layout"), py::arg("is_causal"), py::arg("causal_align"), py::arg("scale"), py::arg("dropout_p"),
+      py::arg("seed"),
+      "(o, lse) from DLPack capsules of CUDA tensors read in place: new DeviceArrays, or None for a result "
+      "written into the buffer given for it.");
+  m.def(
+      "backward_device",
+      [options](const py::capsule& q, const py::capsule& k, const py::capsule& v, const py::capsule& o,
+                const py::capsule& lse, const py::capsule& d_o, const std::optional<py::capsule>& dq,
+                const std::optional<py::capsule>& dk, const std::optional<py::capsule>& dv, const std::string& variant,
+                const std::string& layout, bool is_causal, const std::string& causal_align,
+                std::optional<double> scale, double dropout_p, std::uint64_t seed) {
+        return backward_device(q, k, v, o, lse, d_o, dq, dk, dv, variant, layout,
+                               options(is_causal, causal_align, scale, dropout_p, seed));
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("grad_out"),
+      py::arg("dq_out"), py::arg("dk_out"), py::arg("dv_out"), py::arg("variant"), py::arg("layout"),
+      py::arg("is_causal"), py::arg("causal_align"), py::arg("scale"), py::arg("dropout_p"), py::arg("seed"),
+      "(dq, dk, dv) from DLPack capsules read in place: new DeviceArrays, or None where a buffer was given.");
+  m.def("last_device_call", [] { return last_device_call().attr("copy")(); },
+        "The device pointers the last device call handed to the kernels (for tests).");
+  m.def("variants", &variant_table, "The variant table, one dict per row.");
+  m.def("check", &check, py::arg("batch"), py::arg("heads"), py::arg("heads_kv"), py::arg("seq_q"), py::arg("seq_k"),
+        py::arg("head_dim"), py::arg("causal"), py::arg("scale"), py::arg("dropout_p"), py::arg("seed"),
+        py::arg("dtype"), py::arg("variants"), py::arg("backward"), "flashlab check's rows, one dict each.");
+  m.def("within_tolerance", &within_tolerance, py::arg("out"), py::arg("ref"), py::arg("dtype"), py::arg("quantity"),
+        py::arg("lowp"), "The tolerance rule of core/tolerance.hpp applied to out against ref.");
+  m.def("cuda_device_count", &cuda_device_count);
+  m.def("cuda_device_name", &cuda_device_name);
+#ifdef FLASHLAB_HAVE_CUDA
+  m.attr("built_with_cuda") = true;
+#else
+  m.attr("built_with_cuda") = false;
+#endif
+
+  py::class_<HostArray>(m, "HostArray", py::buffer_protocol(),
+                        "A result in host memory: np.asarray reads its buffer without a copy.")
+      .def_buffer(&HostArray::buffer);
+
+  py::class_<DeviceArray>(m, "DeviceArray",
+                          "A result in GPU memory: read it with torch.from_dlpack or cupy.from_dlpack (no copy).")
+      .def_property_readonly("shape", [](const DeviceArray& a) { return py::tuple(py::cast(a.shape())); })
+      .def_property_readonly("strides", [](const DeviceArray& a) { return py::tuple(py::cast(a.strides())); },
+                             "in elements")
+      .def_property_readonly("dtype", [](const DeviceArray& a) { return std::string(to_string(a.dtype())); })
+      .def_property_readonly("device", &DeviceArray::device, "the CUDA device ordinal")
+      .def_property_readonly("data_ptr", [](const DeviceArray& a) { return reinterpret_cast<std::uintptr_t>(a.data()); })
+      .def("__dlpack__", &DeviceArray::dlpack, py::arg("stream") = py::none())
+      .def("__dlpack_device__", &DeviceArray::dlpack_device)
+      .def("__repr__", [](const DeviceArray& a) {
+        std::string shape;
+        for (std::int64_t d : a.shape()) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+        return "DeviceArray(shape=(" + shape + "), dtype=" + to_string(a.dtype()) + ", device=cuda:" +
+               std::to_string(a.device()) + ")";
+      });
+}

@@ -1,0 +1,213 @@
+#include "registry/check.hpp"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "core/tensor.hpp"
+#include "core/tolerance.hpp"
+#include "cpu_reference/naive.hpp"
+#include "registry/host_memory.hpp"
+
+namespace flashlab {
+
+// A (variant, dtype) pair to run, or to list as SKIP with the reason.
+struct CheckJob {
+  const Variant* variant;
+  DType dtype;
+  std::string skip;           // non-empty: why it cannot run this problem
+  std::string backward_skip;  // non-empty: forward runs, backward cannot
+};
+
+namespace {
+
+using Job = CheckJob;
+
+bool is_low_precision(DType t) { return t == DType::F16 || t == DType::BF16; }
+
+// Ground truth for one dtype: naive<double> on the inputs rounded to it, and for f16/bf16 the error of
+// naive attention run in that precision, which scales the bound.
+struct Reference {
+  Qkv inputs;
+  HostTensor dO;
+  ForwardOut forward;
+  Grads grads;
+  std::map<std::string, ErrorStats> lowp_error;  // by output name
+};
+
+Reference make_reference(const Problem& p, DType dtype, const Qkv& in64, const HostTensor& dO64, bool backward) {
+  Reference r;
+  r.inputs = in64;
+  round_to(r.inputs.q, dtype);
+  round_to(r.inputs.k, dtype);
+  round_to(r.inputs.v, dtype);
+  r.forward = naive_forward<double>(p, r.inputs);
+  if (backward) {
+    r.dO = dO64;
+    round_to(r.dO, dtype);
+    r.grads = naive_backward<double>(p, r.inputs, r.forward, r.dO);
+  }
+  if (is_low_precision(dtype)) {
+    const ForwardOut f = naive_forward_lowp(p, dtype, r.inputs);
+    r.lowp_error["O"] = compare(f.o, r.forward.o);
+    r.lowp_error["LSE"] = compare(f.lse, r.forward.lse);
+    if (backward) {
+      const Grads g = naive_backward_lowp(p, dtype, r.inputs, f, r.dO);
+      r.lowp_error["dQ"] = compare(g.dq, r.grads.dq);
+      r.lowp_error["dK"] = compare(g.dk, r.grads.dk);
+      r.lowp_error["dV"] = compare(g.dv, r.grads.dv);
+    }
+  }
+  return r;
+}
+
+class Recorder {
+ public:
+  explicit Recorder(CheckReport& report) : report_(report) {}
+
+  // One output of one variant against the reference.
+  void compare_output(const Job& job, const std::string& name, const HostTensor& out, const HostTensor& ref,
+                      Quantity quantity, const Reference& r) {
+    if (out.dims != ref.dims) {
+      fail(job, name, "shape " + out.dims_string() + ", expected " + ref.dims_string());
+      return;
+    }
+    CheckRow row = prefix(job, name);
+    const ErrorStats e = compare(out, ref);
+    const auto base = r.lowp_error.find(name);
+    const Bound bound = tolerance(job.dtype, quantity, e, base == r.lowp_error.end() ? nullptr : &base->second);
+    const bool pass = bound.passes(e);
+    row.max_abs_error = e.max_abs;
+    row.rel_error = e.rel;
+    row.bound = bound.rule;
+    row.result = pass ? "PASS" : (e.has_nan ? "FAIL (NaN)" : "FAIL");
+    ++(pass ? report_.passed : report_.failed);
+    report_.rows.push_back(std::move(row));
+  }
+  void fail(const Job& job, const std::string& what, const std::string& why) {
+    CheckRow row = prefix(job, what);
+    row.result = "FAIL: " + why;
+    report_.rows.push_back(std::move(row));
+    ++report_.failed;
+  }
+  void skip(const Job& job, const std::string& what, const std::string& why) {
+    CheckRow row = prefix(job, what);
+    row.result = "SKIP: " + why;
+    report_.rows.push_back(std::move(row));
+    ++report_.skipped;
+  }
+
+ private:
+  static CheckRow prefix(const Job& job, const std::string& what) {
+    CheckRow row;
+    row.variant = job.variant->name;
+    row.device = to_string(job.variant->device);
+    row.dtype = to_string(job.dtype);
+    row.output = what;
+    return row;
+  }
+  CheckReport& report_;
+};
+
+void run_job(const Job& job, const Problem& p, const Reference& r, bool backward, Recorder& out) {
+  const Variant& v = *job.variant;
+  ForwardOut fwd;
+  try {
+    fwd = v.forward(p, job.dtype, r.inputs, nullptr);
+  } catch (const std::exception& e) {
+    out.fail(job, "forward", e.what());
+    return;
+  }
+  out.compare_output(job, "O", fwd.o, r.forward.o, Quantity::Forward, r);
+  out.compare_output(job, "LSE", fwd.lse, r.forward.lse, Quantity::Forward, r);
+  if (!backward) return;
+  if (!job.backward_skip.empty()) {
+    out.skip(job, "grads", job.backward_skip);
+    return;
+  }
+  Grads g;
+  try {
+    g = v.backward(p, job.dtype, r.inputs, fwd, r.dO);
+  } catch (const std::exception& e) {
+    out.fail(job, "backward", e.what());
+    return;
+  }
+  out.compare_output(job, "dQ", g.dq, r.grads.dq, Quantity::Gradient, r);
+  out.compare_output(job, "dK", g.dk, r.grads.dk, Quantity::Gradient, r);
+  out.compare_output(job, "dV", g.dv, r.grads.dv, Quantity::Gradient, r);
+}
+
+// The plan: every (variant, dtype) to run or skip. A variant the caller named must run.
+std::vector<Job> plan_jobs(const CheckRequest& request) {
+  const Problem& p = request.problem;
+  const bool named = !request.variants.empty();
+  std::vector<const Variant*> chosen = request.variants;
+  if (!named)
+    for (const Variant& v : variants()) chosen.push_back(&v);
+  std::vector<Job> jobs;
+  for (const Variant* v : chosen) {
+    for (DType t : request.dtype ? std::vector<DType>{*request.dtype} : v->dtypes) {
+      Job job{v, t, "", ""};
+      try {
+        check_supported(*v, p, t, false);
+      } catch (const InputError& e) {
+        if (named) throw;
+        job.skip = e.what();
+      }
+      if (request.backward && job.skip.empty()) {
+        try {
+          check_supported(*v, p, t, true);
+        } catch (const InputError& e) {
+          if (named) throw;
+          job.backward_skip = e.what();
+        }
+      }
+      jobs.push_back(job);
+    }
+  }
+  return jobs;
+}
+
+}  // namespace
+
+void CheckReport::require_some_ran() const {
+  if (ran() == 0) throw InputError("no variant available here can run this problem (see the SKIP reasons)");
+}
+
+Check::Check(CheckRequest request) : request_(std::move(request)) {
+  const Problem& p = request_.problem;
+  validate(p);
+  jobs_ = plan_jobs(request_);
+  // Memory, before anything is allocated: the references' S and P dominate.
+  std::int64_t working_set = naive_extra_bytes(p.shape, sizeof(double), request_.backward);
+  for (const Job& job : jobs_)
+    if (job.skip.empty())
+      working_set = std::max(working_set, host_bytes_for_run(*job.variant, p.shape, job.dtype, request_.backward));
+  require_memory(3 * io_host_bytes(p.shape, request_.backward) + working_set,
+                 "this check (the double-precision reference materializes S and P)");
+}
+
+Check::~Check() = default;
+
+CheckReport Check::run() const {
+  const Problem& p = request_.problem;
+  const bool backward = request_.backward;
+  const Qkv in64 = random_qkv(p.shape, DType::F64, p.options.seed);
+  const HostTensor dO64 = backward ? random_like_o(p.shape, DType::F64, p.options.seed) : HostTensor();
+  std::map<DType, Reference> references;  // built on first use
+  CheckReport report;
+  Recorder recorder(report);
+  for (const Job& job : jobs_) {
+    if (!job.skip.empty()) {
+      recorder.skip(job, "-", job.skip);
+      continue;
+    }
+    auto it = references.find(job.dtype);
+    if (it == references.end())
+      it = references.emplace(job.dtype, make_reference(p, job.dtype, in64, dO64, backward)).first;
+    run_job(job, p, it->second, backward, recorder);
+  }
+  return report;
+}
+
+}  // namespace flashlab

@@ -1,0 +1,294 @@
+"""`import flashlab` on a CUDA device, with PyTorch (CTest label gpu; run_pytest.py reports the suite as
+skipped where there is no device):
+  * every CUDA variant reads PyTorch tensors in place (the kernels get the tensors' own data pointers)
+    and hands its results back in place (torch.from_dlpack keeps flashlab's pointer), computing exactly
+    what the copying NumPy path computes; what cannot be read in place is refused with one sentence;
+  * flashlab.torch.scaled_dot_product_attention against torch.nn.functional.scaled_dot_product_attention
+    under FlashAttention's rule (flashlab.within_tolerance, the library's own): forward and backward,
+    causal or not, MHA and GQA, bf16 and f16, head dims 64 and 128;
+  * a nanoGPT-style model (tests/python/nanogpt.py) trained 300 steps with PyTorch's attention and with
+    each FlashLab variant that has a backward follows the same loss curve, within a stated tolerance
+    that a model whose attention sees the future breaks.
+"""
+import functools
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import flashlab
+import flashlab.torch as ft
+import nanogpt
+from flashlab import _flashlab as native
+
+assert torch.cuda.is_available(), ("this PyTorch has no CUDA, but the machine has a CUDA device: the GPU suite "
+                                   "needs PyTorch with CUDA")
+CUDA = torch.device("cuda")
+CUDA_VARIANTS = [v for v in flashlab.variants() if v["device"] == "cuda"]
+TORCH_DTYPE = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def variant_row(name):
+    return next(v for v in flashlab.variants() if v["name"] == name)
+
+
+def require_available(name):
+    row = variant_row(name)
+    if not row["available"]:
+        pytest.skip(f"{name} needs compute capability {row['needs_compute_capability'] / 10:.1f}; this GPU is "
+                    f"{flashlab.cuda_device_name()}")
+
+
+def host(x):
+    """A tensor's values as a NumPy array in host memory (float32 for bf16, which NumPy lacks)."""
+    x = x.detach()
+    return (x.float() if x.dtype == torch.bfloat16 else x).cpu().numpy()
+
+
+def close_to_ulps(got, want, dtype, ulps=4):
+    """Summed with atomics in a different order from run to run: equal to a few units in the last place."""
+    eps = {"f32": 2.0 ** -23, "f16": 2.0 ** -10, "bf16": 2.0 ** -7}[dtype]
+    return np.abs(got.astype(np.float64) - want).max() <= ulps * eps * max(1.0, np.abs(want).max())
+
+
+# --- In place, and the same numbers as the host path --------------------------------------------------
+
+@pytest.mark.parametrize("name", [v["name"] for v in CUDA_VARIANTS])
+def test_every_cuda_variant_reads_and_writes_pytorch_tensors_in_place(name):
+    require_available(name)
+    row = variant_row(name)
+    dtype = "f16" if "f16" in row["dtypes"] else "f32"
+    torch.manual_seed(0)
+    q = torch.randn(2, 100, 4, 64, device=CUDA, dtype=TORCH_DTYPE[dtype])
+    k, v = (torch.randn(2, 130, 2, 64, device=CUDA, dtype=TORCH_DTYPE[dtype]) for _ in range(2))
+    options = dict(variant=name, is_causal=True, causal_align="bottom-right", dropout_p=0.1, seed=3)
+
+    o, lse = flashlab.attention(q, k, v, return_lse=True, **options)
+    call = native.last_device_call()
+    assert call["variant"] == name
+    assert (call["q"], call["k"], call["v"]) == (q.data_ptr(), k.data_ptr(), v.data_ptr())
+    o_t, lse_t = torch.from_dlpack(o), torch.from_dlpack(lse)
+    assert o_t.data_ptr() == o.data_ptr == call["out"] and lse_t.data_ptr() == lse.data_ptr == call["lse"]
+    assert o_t.shape == q.shape and o_t.dtype == q.dtype and o_t.device == q.device
+    assert lse_t.shape == (2, 4, 100) and lse_t.dtype == torch.float32
+
+    o_host, lse_host = flashlab.attention(host(q), host(k), host(v), return_lse=True, **options)
+    assert np.array_equal(host(o_t), o_host) and np.array_equal(host(lse_t), lse_host)
+    if not row["backward"]:
+        return
+    d_o = torch.randn_like(q)
+    grads = flashlab.attention_backward(q, k, v, o, lse, d_o, **options)  # o, lse: flashlab's own DeviceArrays
+    call = native.last_device_call()
+    assert (call["q"], call["out"], call["lse"], call["grad_out"]) == (q.data_ptr(), o.data_ptr, lse.data_ptr,
+                                                                       d_o.data_ptr())
+    grads_host = flashlab.attention_backward(host(q), host(k), host(v), o_host, lse_host, host(d_o), **options)
+    for name_, got, want in zip(("dq", "dk", "dv"), grads, grads_host):
+        got_t = torch.from_dlpack(got)
+        assert got_t.data_ptr() == call[name_] and got_t.shape == want.shape
+        assert close_to_ulps(host(got_t), want, dtype), name_
+
+
+def test_layouts_and_what_cannot_be_read_in_place():
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(2, 64, 4, 64, device=CUDA, dtype=torch.bfloat16) for _ in range(3))
+    o = torch.from_dlpack(flashlab.attention(q, k, v, variant="cuda-fa2"))
+    # (B, H, S, D) views of the same memory: read in place, and O comes back as such a view.
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    o_bhsd = torch.from_dlpack(flashlab.attention(qt, kt, vt, variant="cuda-fa2", layout="bhsd"))
+    assert native.last_device_call()["q"] == q.data_ptr()
+    assert o_bhsd.shape == (2, 4, 64, 64) and torch.equal(o_bhsd, o.transpose(1, 2))
+
+    # Results written into the caller's tensors (flashlab.torch passes PyTorch's): nothing allocated.
+    o_given, lse_given = torch.empty_like(q), torch.empty(2, 4, 64, device=CUDA)
+    returned = flashlab.attention(q, k, v, variant="cuda-fa2", return_lse=True, out=(o_given, lse_given))
+    assert returned[0] is o_given and returned[1] is lse_given and torch.equal(o_given, o)
+    assert native.last_device_call()["out"] == o_given.data_ptr()
+
+    o_flashlab, lse_flashlab = flashlab.attention(q, k, v, variant="cuda-fa2", return_lse=True)
+    refused = [
+        (lambda: flashlab.attention(q[..., ::2], k[..., ::2], v[..., ::2], variant="cuda-fa2"), "is not contiguous"),
+        (lambda: flashlab.attention(*(x.transpose(1, 2).contiguous() for x in (q, k, v)), variant="cuda-fa2",
+                                    layout="bhsd"), "must be a transposed view of it"),
+        (lambda: flashlab.attention(*(misaligned(x) for x in (q, k, v)), variant="cuda-fa2"),
+         "not a multiple of 16 bytes"),
+        (lambda: flashlab.attention(q.float(), k.float(), v.float(), variant="cuda-fa2"),
+         "variant cuda-fa2 does not compute in f32: it supports f16, bf16"),
+        (lambda: flashlab.attention(q, k, v, variant="cpu-fa2"), "variant cpu-fa2 runs on the CPU"),
+        (lambda: flashlab.attention(q, host(k), v, variant="cuda-fa2"), "q is in device memory but k is in host memory"),
+        (lambda: flashlab.attention(q.clone().requires_grad_(), k, v, variant="cuda-fa2"), "q requires grad"),
+        (lambda: flashlab.attention(q, k, v[..., :32], variant="cuda-fa2"), "v has shape (2, 64, 4, 32)"),
+        (lambda: flashlab.attention_backward(q, k, v, o_flashlab, lse_flashlab, o.float(), variant="cuda-fa2"),
+         "q is bf16 but grad_out is f32"),
+        (lambda: flashlab.attention(q, k, v, variant="cuda-fa2", out=(o_given.float(), lse_given)),
+         "out is f32 but the result it is to hold is bf16"),
+        (lambda: flashlab.attention(q, k, v, variant="cuda-fa2", out=(o_given, lse_given[:, :, :32])),
+         "lse has shape (2, 4, 32) but the result it is to hold has shape (2, 4, 64)"),
+        (lambda: flashlab.attention(q, k, v, variant="cuda-fa2", out=(v, lse_given)),
+         "out overlaps v in memory: the kernels would write out while they read v"),
+    ]
+    for call, sentence in refused:
+        with pytest.raises(ValueError) as error:
+            call()
+        assert sentence in str(error.value)
+
+
+def misaligned(x):
+    """A copy of x that starts one element past a 16-byte boundary (a view into a larger buffer)."""
+    view = torch.empty(x.numel() + 1, device=x.device, dtype=x.dtype)[1:].view(x.shape)
+    view.copy_(x)
+    return view
+
+
+# --- flashlab.torch against PyTorch's scaled_dot_product_attention ------------------------------------
+
+def attention_and_grads(attend, q, k, v, grad_out, **kwargs):
+    leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+    out = attend(*leaves, **kwargs)
+    return (out, *torch.autograd.grad(out, leaves, grad_out))
+
+
+def expand_heads(x, heads):
+    return x.repeat_interleave(heads // x.shape[1], dim=1)
+
+
+def pytorch_sdpa(q, k, v, is_causal=False):
+    """PyTorch's own attention, GQA through repeated K/V heads (whose gradients autograd sums back)."""
+    return F.scaled_dot_product_attention(q, expand_heads(k, q.shape[1]), expand_heads(v, q.shape[1]),
+                                          is_causal=is_causal)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("heads_kv", [8, 2], ids=["mha", "gqa"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_sdpa_matches_pytorch_under_the_flashattention_rule(dtype, is_causal, heads_kv, head_dim):
+    torch.manual_seed(head_dim + heads_kv)
+    shape_q, shape_kv = (2, 8, 257, head_dim), (2, heads_kv, 257, head_dim)
+    q = torch.randn(shape_q, device=CUDA, dtype=TORCH_DTYPE[dtype])
+    k, v = (torch.randn(shape_kv, device=CUDA, dtype=TORCH_DTYPE[dtype]) for _ in range(2))
+    grad_out = torch.randn_like(q)
+    ours = attention_and_grads(ft.scaled_dot_product_attention, q, k, v, grad_out, is_causal=is_causal,
+                               enable_gqa=heads_kv != 8)
+    theirs = attention_and_grads(pytorch_sdpa, q, k, v, grad_out, is_causal=is_causal)  # the low-precision baseline
+    exact = attention_and_grads(pytorch_sdpa, *(x.double() for x in (q, k, v, grad_out)), is_causal=is_causal)
+    for name, mine, baseline, ref in zip(("O", "dQ", "dK", "dV"), ours, theirs, exact):
+        assert mine.shape == ref.shape and mine.dtype == q.dtype
+        result = flashlab.within_tolerance(host(mine), host(ref), dtype=dtype, lowp=host(baseline),
+                                           quantity="forward" if name == "O" else "gradient")
+        assert result["passes"], (name, result)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_forward_only_hopper_variant_matches_pytorch_under_the_flashattention_rule(head_dim):
+    require_available("cuda-fa3-ws")
+    torch.manual_seed(7)
+    q, k, v = (torch.randn(2, 8, 1000, head_dim, device=CUDA, dtype=torch.bfloat16) for _ in range(3))
+    for is_causal in (False, True):
+        ours = ft.scaled_dot_product_attention(q, k, v, is_causal=is_causal, variant="cuda-fa3-ws")
+        theirs = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+        exact = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=is_causal)
+        result = flashlab.within_tolerance(host(ours), host(exact), dtype="bf16", lowp=host(theirs))
+        assert result["passes"], result
+    with pytest.raises(ValueError, match="has no backward pass yet"):
+        ft.scaled_dot_product_attention(q.requires_grad_(), k, v, variant="cuda-fa3-ws").sum().backward()
+
+
+def test_sdpa_refuses_what_it_cannot_do_in_one_sentence():
+    q = torch.randn(1, 8, 16, 64, device=CUDA, dtype=torch.bfloat16)
+    kv = torch.randn(1, 2, 16, 64, device=CUDA, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="attn_mask is not supported: no FlashLab variant takes an arbitrary mask"):
+        ft.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(16, 16, device=CUDA, dtype=torch.bool))
+    with pytest.raises(ValueError, match="pass enable_gqa=True for grouped-query attention"):
+        ft.scaled_dot_product_attention(q, kv, kv)
+    with pytest.raises(ValueError, match="inputs must be 4-d, in layout \\(batch, heads, seq, head_dim\\)"):
+        ft.scaled_dot_product_attention(q[0], q[0], q[0])
+
+
+def test_dropout_uses_a_seed_from_pytorchs_generator_in_both_passes():
+    q, k, v = (torch.randn(2, 4, 77, 64, device=CUDA, dtype=torch.bfloat16) for _ in range(3))
+    grad_out = torch.randn_like(q)
+    torch.manual_seed(11)
+    seed = int(torch.randint(2**62, (1,)).item())  # what the wrapper draws after the same manual_seed
+    torch.manual_seed(11)
+    out, dq, dk, dv = attention_and_grads(ft.scaled_dot_product_attention, q, k, v, grad_out, dropout_p=0.2,
+                                          is_causal=True)
+    options = dict(variant="cuda-fa2", is_causal=True, dropout_p=0.2, seed=seed, layout="bhsd")
+    qb, kb, vb = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in (q, k, v))
+    o, lse = flashlab.attention(qb, kb, vb, return_lse=True, **options)
+    assert torch.equal(out, torch.from_dlpack(o))
+    grads = flashlab.attention_backward(qb, kb, vb, o, lse, grad_out.transpose(1, 2).contiguous().transpose(1, 2),
+                                        **options)
+    for mine, want in zip((dq, dk, dv), grads):
+        assert close_to_ulps(host(mine), host(torch.from_dlpack(want)), "bf16")
+    torch.manual_seed(12)
+    assert not torch.equal(out, ft.scaled_dot_product_attention(q, k, v, dropout_p=0.2, is_causal=True))
+
+
+def test_cpu_tensors_go_through_the_cpu_variants_with_autograd():
+    torch.manual_seed(2)
+    q = torch.randn(2, 4, 9, 8, dtype=torch.float64)
+    k, v = (torch.randn(2, 2, 12, 8, dtype=torch.float64) for _ in range(2))
+    grad_out = torch.randn_like(q)
+    ours = attention_and_grads(ft.scaled_dot_product_attention, q, k, v, grad_out, is_causal=True, enable_gqa=True,
+                               variant="cpu-fa2")
+    exact = attention_and_grads(pytorch_sdpa, q, k, v, grad_out, is_causal=True)
+    for mine, ref in zip(ours, exact):
+        assert flashlab.within_tolerance(host(mine), host(ref), dtype="f64")["passes"]
+
+
+# --- Training: the same loss curve with every attention backend ---------------------------------------
+
+WINDOW = 25  # steps averaged per point of a loss curve
+# Each point of a curve trained through FlashLab must be within this relative distance of PyTorch's. Runs
+# in bf16 differ by bf16 rounding in every attention call, runs in f32 by summation order only.
+CURVE_TOLERANCE = {"bf16": 0.03, "f32": 0.01}
+TRAINED_WITH = [("cuda-fa2", "bf16")] + [(v["name"], "f32") for v in CUDA_VARIANTS
+                                         if v["backward"] and "f32" in v["dtypes"]]
+
+
+@functools.lru_cache(maxsize=None)
+def pytorch_run(dtype):
+    model, losses = nanogpt.train(F.scaled_dot_product_attention, device=CUDA, autocast_dtype=_autocast(dtype))
+    return model, losses
+
+
+def _autocast(dtype):
+    return torch.bfloat16 if dtype == "bf16" else None
+
+
+def relative_gap(curve, reference):
+    return max(abs(a - b) / b for a, b in zip(nanogpt.windowed(curve, WINDOW), nanogpt.windowed(reference, WINDOW)))
+
+
+@pytest.mark.parametrize("name, dtype", TRAINED_WITH)
+def test_training_follows_pytorchs_loss_curve(name, dtype):
+    _, reference = pytorch_run(dtype)
+    attend = functools.partial(ft.scaled_dot_product_attention, variant=name)
+    _, losses = nanogpt.train(attend, device=CUDA, autocast_dtype=_autocast(dtype))
+    assert losses[-1] < 0.6 * losses[0], "the model did not learn"
+    gap = relative_gap(losses, reference)
+    print(f"{name} ({dtype}): windowed loss within {gap:.4f} of PyTorch's (tolerance {CURVE_TOLERANCE[dtype]})")
+    assert gap <= CURVE_TOLERANCE[dtype]
+
+
+def test_the_curve_tolerance_catches_attention_that_sees_the_future():
+    _, reference = pytorch_run("bf16")
+
+    def leaky(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False):
+        return ft.scaled_dot_product_attention(q, k, v, is_causal=False)
+
+    _, losses = nanogpt.train(leaky, device=CUDA, autocast_dtype=torch.bfloat16)
+    assert relative_gap(losses, reference) > CURVE_TOLERANCE["bf16"]
+
+
+def test_forward_only_hopper_variant_evaluates_the_trained_model_as_pytorch_does():
+    require_available("cuda-fa3-ws")
+    model, _ = pytorch_run("bf16")
+    expected = nanogpt.evaluate(model, device=CUDA, autocast_dtype=torch.bfloat16)
+    model.use_attention(functools.partial(ft.scaled_dot_product_attention, variant="cuda-fa3-ws"))
+    try:
+        got = nanogpt.evaluate(model, device=CUDA, autocast_dtype=torch.bfloat16)
+    finally:
+        model.use_attention(F.scaled_dot_product_attention)
+    assert abs(got - expected) <= CURVE_TOLERANCE["bf16"] * expected
