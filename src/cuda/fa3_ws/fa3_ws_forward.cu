@@ -42,13 +42,14 @@
 #include "core/philox.hpp"
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
 #include "cuda/fa3_ws/hopper.cuh"
+#include "cuda/tilings.hpp"
 #include "model/timeline.hpp"
 
 namespace flashlab::cuda::fa3ws {
 namespace {
 
 constexpr float kLn2 = 0.6931471805599453f;
-constexpr int kRowsPerConsumer = 64;  // wgmma's M: each consumer warpgroup owns 64 query rows
+constexpr int kRowsPerConsumer = fa3_ws::kRowsPerConsumer;  // wgmma's M: each consumer warpgroup owns 64 query rows
 constexpr int kProducerRegs = 24;     // TMA issue needs a handful of registers
 constexpr int kConsumerRegs = 240;    // 128 * 24 + 256 * 240 = 64,512 <= 65,536 registers per SM
 constexpr int kMaxSmemBytes = 227 * 1024;  // per-block opt-in shared memory on the H100
@@ -83,7 +84,7 @@ constexpr int kShippedVar = kVarTileOrderMFast | kVarKAhead | kVarStages3;
 // (Br, d) buffer (d = 128: Q 32 + O 32 + 2 x 64 KiB); at d = 256 one consumer's (64, d), which the two
 // consumers take in turn (Q 64 + 2 x 64 + O 32 KiB = 224 KiB).
 template <int D>
-inline constexpr int kBcFor = D == 256 ? 64 : 128;
+inline constexpr int kBcFor = fa3_ws::forward_tiling(D).Bc;  // cuda/tilings.hpp: what the traffic model reads
 
 template <int D, int kVar, bool kPersistent>
 struct HeadConfig {
@@ -135,6 +136,10 @@ struct KernelConfig : StepConfig<kStep>, HeadConfig<D, kVarIn, StepConfig<kStep>
   using Step = StepConfig<kStep>;
   using Head = HeadConfig<D, kVarIn, Step::kPersistent>;
   using Smem = SmemLayout<D, Step::kBr, Head::kStages, Head::kORows>;
+  // The shipped step is what cuda/tilings.hpp describes to the traffic model (fa3_ws::forward_tiling).
+  static_assert(kStep != static_cast<int>(kShippedStep) ||
+                    (Step::kBr == fa3_ws::forward_tiling(D).Br && Step::kThreads == fa3_ws::forward_tiling(D).warps * 32),
+                "cuda/tilings.hpp describes the shipped step's block");
 };
 
 // The value of x, which the compiler cannot see through (keeps loop-invariant math inside a loop).
@@ -255,11 +260,9 @@ __device__ __forceinline__ Tile make_tile(const Params& p, int t) {
     m_back = t / bh_total;
     bh = t % bh_total;
   } else {
-    const int group_tiles = p.heads_per_group * num_m;
-    const int group = t / group_tiles, in_group = t % group_tiles;
-    const int heads = min(p.heads_per_group, bh_total - group * p.heads_per_group);  // the last group may be short
-    m_back = in_group / heads;
-    bh = group * p.heads_per_group + in_group % heads;
+    const fa3_ws::TileAt at = fa3_ws::tile_at(t, num_m, bh_total, p.heads_per_group);  // cuda/tilings.hpp
+    m_back = num_m - 1 - at.query_block;
+    bh = at.bh;
   }
   Tile tile;
   tile.b = bh / p.heads_q;
@@ -976,12 +979,11 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
     check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute(SM count)");
     check_cuda(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, dev), "cudaDeviceGetAttribute(L2 size)");
     grid = grid < sms ? grid : sms;
-    // Heads per group of the tile order: as many KV heads as have K and V fit in half the L2 (the H100's
-    // L2 is two partitions), times the query heads that share each.
-    const long long kv_head_bytes = 2LL * p.seq_k * D * kElemBytes;
-    const long long kv_heads = std::max(1LL, (l2_bytes / 2) / std::max(1LL, kv_head_bytes));
-    const long long heads = kv_heads * (p.heads_q / p.heads_kv);
-    params.heads_per_group = static_cast<int>(std::min<long long>(heads, static_cast<long long>(p.batch) * p.heads_q));
+    // Heads per group of the tile order (cuda/tilings.hpp): as many KV heads as have K and V fit in half
+    // the L2 (the H100's L2 is two partitions), times the query heads that share each.
+    const Shape shape{.batch = p.batch, .heads_q = p.heads_q, .heads_kv = p.heads_kv, .seq_q = p.seq_q,
+                      .seq_k = p.seq_k, .head_dim = D};
+    params.heads_per_group = fa3_ws::heads_per_group(l2_bytes, shape, kElemBytes);
   }
   kernel<<<grid, Cfg::kThreads, kSmem, stream>>>(params, maps, static_cast<int>(total));
   check_cuda(cudaGetLastError(), "the kernel launch");
