@@ -565,6 +565,14 @@ TEST_CASE("bench --timeline: only a forward bench of one variant that records on
   }
 }
 
+TEST_CASE("bench --one-pass: one pass on a GPU for Nsight Compute, with no timing loop beside it") {
+  expect_bad_input({"bench", "--device", "cpu", "--one-pass"}, "--one-pass brackets one GPU pass for Nsight Compute");
+  expect_bad_input({"bench", "--device", "cuda", "--one-pass", "--iters", "3"}, "takes no --warmup or --iters");
+  expect_bad_input({"bench", "--device", "cuda", "--one-pass", "--warmup", "0"}, "takes no --warmup or --iters");
+  expect_bad_input({"bench", "--device", "cuda", "--one-pass", "--timeline", "t.json"}, "give one of them");
+  CHECK(cli({"bench", "--help"}).out.find("--one-pass") != std::string::npos);
+}
+
 TEST_CASE("bench --help documents --timeline") {
   const CliResult r = cli({"bench", "--help"});
   CHECK(r.code == 0);

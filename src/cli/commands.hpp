@@ -65,6 +65,9 @@ struct BenchCommand {
   int warmup = 1, iters = 5;
   std::string json_path, csv_path;
   std::string timeline_path;  // empty: no timeline; else one forward run's pipeline, written here (cuda-fa3-ws)
+  bool one_pass = false;      // exactly one pass inside a profiler range, for Nsight Compute (BenchSettings::one_pass)
+  CLI::Option* warmup_option = nullptr;
+  CLI::Option* iters_option = nullptr;
   std::string command_line;  // recorded in the JSON
   void add_to(CLI::App& app);
   int run(std::ostream& out, std::ostream& err) const;
