@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cuda/tilings.hpp"
+#include "model/dram_counters.hpp"
 #include "model/gpu.hpp"
 #include "registry/gpu_models.hpp"
 
@@ -274,4 +275,27 @@ TEST_CASE("a variant without a GPU tiling, or a head dim the kernel lacks: one s
                        InputError);
   CHECK_THROWS_WITH_AS(gpu_forward_pass("cuda-fa3-ws", problem(128, 32), find_gpu("h100")),
                        "variant cuda-fa3-ws does not support head_dim 32: it supports head dims 64, 128, 256", InputError);
+}
+
+TEST_CASE("a malformed counters file is refused with one sentence naming the file") {
+  CHECK_THROWS_WITH_AS(parse_dram_counters("{", "x.json"), doctest::Contains("x.json is not valid JSON"), InputError);
+  CHECK_THROWS_WITH_AS(parse_dram_counters("{\"runs\": []}", "x.json"),
+                       "x.json has no \"device\"; record the file with scripts/record_dram_counters.sh", InputError);
+  const std::string run = R"({"variant": "cuda-fa2", "dtype": "bf16", "batch": 1, "heads": 16, "seq": 1024,
+      "head_dim": 64, "causal": "none", "dram_read_bytes": 10, "dram_write_bytes": 2,
+      "kernels": [{"name": "k", "grid_size": 128, "dram_read_bytes": 10, "dram_write_bytes": 2}]})";
+  const DramCounters ok = parse_dram_counters(R"({"device": "NVIDIA H100 80GB HBM3", "runs": [)" + run + "]}", "x.json");
+  REQUIRE(ok.runs.size() == 1);
+  CHECK(ok.runs[0].shape.seq_k == 1024);
+  CHECK(ok.runs[0].kernels[0].blocks_per_sm == 0);
+  std::string bad = run;
+  bad.replace(bad.find("\"seq\": 1024"), 11, "\"seq\": -4");
+  CHECK_THROWS_WITH_AS(parse_dram_counters(R"({"device": "d", "runs": [)" + bad + "]}", "x.json"),
+                       "x.json, run 0: \"seq\" is -4, not a non-negative integer", InputError);
+  bad = run;
+  bad.replace(bad.find("\"none\""), 6, "\"maybe\"");
+  CHECK_THROWS_WITH_AS(parse_dram_counters(R"({"device": "d", "runs": [)" + bad + "]}", "x.json"),
+                       doctest::Contains("x.json, run 0: unknown causal alignment 'maybe'"), InputError);
+  CHECK_THROWS_WITH_AS(read_dram_counters("/nonexistent/h100-dram-counters.json"),
+                       "cannot read the DRAM counters file /nonexistent/h100-dram-counters.json", InputError);
 }
