@@ -345,6 +345,8 @@ TEST_CASE("an animation too long to hold is refused with a sentence saying how t
 TEST_CASE("the GPU level for the Plots panel: the model's three levels and the counters recorded on that GPU") {
   Scenario s = small(Algorithm::FA2);
   s.head_dim = 64;
+  CHECK(gpu_variant_of(s) == "cuda-fa2");  // the algorithm's own kernel, unless the scenario names one
+  CHECK(gpu_variant_of(small(Algorithm::Standard)) == "cuda-naive");
   s.gpu_variant = "cuda-fa2";
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "flashlab_viz_counters";
   std::filesystem::create_directories(dir);

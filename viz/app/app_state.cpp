@@ -79,7 +79,7 @@ void start_sweep(AppState& st) {
 
 void ensure_gpu_sweep(AppState& st) {
   const Scenario& s = st.scenario;
-  const std::string key = s.gpu_variant + " " + s.gpu + " " + std::to_string(s.head_dim) + " " + to_string(s.causal) +
+  const std::string key = gpu_variant_of(s) + " " + s.gpu + " " + std::to_string(s.head_dim) + " " + to_string(s.causal) +
                           " " + st.bench_dir;
   if (key == st.gpu_sweep_key) return;
   st.gpu_sweep_key = key;

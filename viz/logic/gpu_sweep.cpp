@@ -46,7 +46,7 @@ void read_measured(const Scenario& s, const std::string& results_dir, GpuSweep& 
   try {
     const DramCounters c = read_dram_counters(path);
     for (const RecordedRun& r : c.runs)
-      if (r.variant == s.gpu_variant && r.shape.head_dim == s.head_dim && r.causal == s.causal &&
+      if (r.variant == gpu_variant_of(s) && r.shape.head_dim == s.head_dim && r.causal == s.causal &&
           r.shape.batch == kGpuSweepBatch && r.shape.heads_q == kGpuSweepHeads) {
         GpuLevelPoint pt;
         pt.n = r.shape.seq_q;
@@ -63,14 +63,14 @@ void read_measured(const Scenario& s, const std::string& results_dir, GpuSweep& 
 GpuLevelPoint model_point(const Scenario& s, int n) {
   const GpuSpec& gpu = find_gpu(s.gpu);
   const Problem p = problem_at(s, kGpuSweepBatch, kGpuSweepHeads, n);
-  const GpuForwardPass pass = gpu_forward_pass(s.gpu_variant, p, gpu);
+  const GpuForwardPass pass = gpu_forward_pass(gpu_variant_of(s), p, gpu);
   return level_point(model_gpu_traffic(gpu, p.shape, pass.kernels), n);
 }
 
 void run_gpu_sweep(Job& job, const Scenario& s, const std::string& results_dir, GpuSweep& out, int max_n,
                    double budget_s) {
   GpuSweep fresh;
-  fresh.variant = s.gpu_variant;
+  fresh.variant = gpu_variant_of(s);
   fresh.gpu_id = std::string(find_gpu(s.gpu).id);
   fresh.gpu_name = std::string(find_gpu(s.gpu).device_name);
   fresh.batch = kGpuSweepBatch;
@@ -100,8 +100,9 @@ void run_gpu_sweep(Job& job, const Scenario& s, const std::string& results_dir, 
 
 std::string gpu_note(const Scenario& s) {
   if (s.pass != Pass::Forward) return "the GPU level models forward kernels; this is a backward pass";
-  std::string variant = s.algorithm == Algorithm::Standard ? "cuda-naive" : s.algorithm == Algorithm::FA1 ? "cuda-fa1" : "cuda-fa2";
-  if (s.algorithm == Algorithm::FA2 && s.gpu_variant == "cuda-fa3-ws") variant = s.gpu_variant;
+  Scenario own = s;  // the kernel of the scenario's algorithm, or cuda-fa3-ws for FA2 when it is chosen
+  own.gpu_variant = s.algorithm == Algorithm::FA2 && s.gpu_variant == "cuda-fa3-ws" ? s.gpu_variant : "";
+  const std::string variant = gpu_variant_of(own);
   if (std::max(s.seq_q, s.seq_k) > kMaxNoteSeq)
     return "one head of N > 64k is too long to replay here: `flashlab trace --variant " + variant + " --gpu " + s.gpu +
            "` models it";

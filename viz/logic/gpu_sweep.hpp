@@ -32,7 +32,7 @@ struct GpuSweep {
 // Batch 1 and 16 heads, as the counters are recorded (scripts/record_dram_counters.sh).
 constexpr int kGpuSweepBatch = 1, kGpuSweepHeads = 16;
 
-// The recorded counters of the scenario's GPU and variant, at its head dim and causal mask.
+// The recorded counters of the scenario's GPU and variant (gpu_variant_of), at its head dim and causal mask.
 void read_measured(const Scenario&, const std::string& results_dir, GpuSweep& out);
 // The model at one length.
 GpuLevelPoint model_point(const Scenario&, int n);
@@ -42,8 +42,8 @@ void run_gpu_sweep(Job&, const Scenario&, const std::string& results_dir, GpuSwe
                    double budget_s = 2.0);
 
 // The memory chart's note for the scenario's problem (one head): the CUDA variant of its algorithm
-// (standard: cuda-naive, fa1: cuda-fa1, fa2: the scenario's gpu_variant when it is an FA2 kernel, else
-// cuda-fa2) on the scenario's GPU. One sentence, also when it cannot be modeled (a backward pass, a head dim
+// (standard: cuda-naive, fa1: cuda-fa1, fa2: cuda-fa2, or cuda-fa3-ws when that is the scenario's
+// gpu_variant) on the scenario's GPU. One sentence, also when it cannot be modeled (a backward pass, a head dim
 // the kernel lacks, a problem too long to replay in the app).
 std::string gpu_note(const Scenario&);
 

@@ -168,12 +168,17 @@ std::string to_json(const Scenario& s) {
   j["seed"] = s.seed;
   if (!s.timeline.empty()) j["timeline"] = s.timeline;
   if (!s.timeline_compare.empty()) j["timeline_compare"] = s.timeline_compare;
-  j["gpu_variant"] = s.gpu_variant;
+  if (!s.gpu_variant.empty()) j["gpu_variant"] = s.gpu_variant;
   j["gpu"] = s.gpu;
   return j.dump(2);
 }
 
 int bytes_per_element(const Scenario& s) { return dtype_bytes(s.dtype); }
+
+std::string gpu_variant_of(const Scenario& s) {
+  if (!s.gpu_variant.empty()) return s.gpu_variant;
+  return s.algorithm == Algorithm::Standard ? "cuda-naive" : s.algorithm == Algorithm::FA1 ? "cuda-fa1" : "cuda-fa2";
+}
 
 Problem to_problem(const Scenario& s) {
   Problem p;
@@ -199,7 +204,7 @@ void validate(const Scenario& s) {
   resolve_tiling(s);
   find_gpu(s.gpu);
   const std::vector<std::string> modeled = gpu_modeled_variants();
-  if (std::find(modeled.begin(), modeled.end(), s.gpu_variant) == modeled.end()) {
+  if (!s.gpu_variant.empty() && std::find(modeled.begin(), modeled.end(), s.gpu_variant) == modeled.end()) {
     std::string known;
     for (const auto& v : modeled) known += (known.empty() ? "" : ", ") + v;
     throw InputError("gpu_variant '" + s.gpu_variant + "' has no GPU model: the modeled variants are " + known);

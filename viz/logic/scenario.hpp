@@ -42,10 +42,15 @@ struct Scenario {
   std::string caption;                   // drawn in the Controls panel (figures)
   std::uint64_t seed = 1;                // inputs of the Online softmax panel's real run
   std::string timeline, timeline_compare;  // Pipeline panel: Trace Event JSON files (relative: to the scenario file)
-  // The GPU level (Plots panel, memory chart): a CUDA variant with a GPU model, on a described GPU.
-  std::string gpu_variant = "cuda-fa2";
+  // The GPU level (Plots panel, memory chart): a CUDA variant with a GPU model (empty: the kernel of the
+  // algorithm, gpu_variant_of), on a described GPU.
+  std::string gpu_variant;
   std::string gpu = "h100";
 };
+
+// The CUDA variant whose kernels the GPU level replays: the scenario's gpu_variant, or the kernel of its
+// algorithm (standard: cuda-naive, fa1: cuda-fa1, fa2: cuda-fa2).
+std::string gpu_variant_of(const Scenario&);
 
 // Parses a scenario from JSON text. Throws InputError (one sentence) on malformed JSON, unknown keys,
 // wrong types or impossible values; `where` names the file in the message.

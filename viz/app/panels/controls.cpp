@@ -60,10 +60,11 @@ void draw_controls(AppState& st) {
   int t = static_cast<int>(s.dtype);
   if (combo("dtype", t, dtypes, 4)) s.dtype = static_cast<DType>(t), changed = true;
   // The GPU level (Plots panel, memory chart): which CUDA variant's kernels, on which GPU.
-  const std::vector<std::string> modeled = gpu_modeled_variants();
+  std::vector<std::string> modeled = gpu_modeled_variants();
+  modeled.insert(modeled.begin(), "");  // the algorithm's own kernel
   int gv = int(std::find(modeled.begin(), modeled.end(), s.gpu_variant) - modeled.begin());
-  std::vector<const char*> modeled_names;
-  for (const std::string& m : modeled) modeled_names.push_back(m.c_str());
+  std::vector<const char*> modeled_names = {"(the algorithm's)"};
+  for (std::size_t k = 1; k < modeled.size(); ++k) modeled_names.push_back(modeled[k].c_str());
   if (combo("GPU kernel", gv, modeled_names.data(), int(modeled_names.size()))) s.gpu_variant = modeled[std::size_t(gv)], changed = true;
   std::vector<const char*> gpu_ids;
   int gi = 0;
