@@ -11,7 +11,7 @@ namespace flashlab {
 namespace {
 
 // The GPUs the project runs on, as the CUDA runtime reports them (multiprocessor count and
-// cudaDevAttrL2CacheSize, read on the lent machines).
+// cudaDevAttrL2CacheSize); both split their L2 in two partitions.
 constexpr std::array kGpus = {
     GpuSpec{.id = "h100", .device_name = "NVIDIA H100 80GB HBM3", .sms = 132, .l2_bytes = 50 * 1024 * 1024,
             .l2_partitions = 2},
