@@ -24,7 +24,6 @@ LAUNCH_METRICS = [
     "launch__occupancy_limit_blocks", "launch__occupancy_limit_registers",
     "launch__occupancy_limit_shared_mem", "launch__occupancy_limit_warps",
     "device__attribute_multiprocessor_count", "device__attribute_l2_cache_size",
-    "profiler__replayer_passes",
 ]
 OCCUPANCY_LIMITS = {"blocks": "launch__occupancy_limit_blocks", "registers": "launch__occupancy_limit_registers",
                     "shared_mem": "launch__occupancy_limit_shared_mem", "warps": "launch__occupancy_limit_warps"}
@@ -68,7 +67,6 @@ def parse_raw_csv(text):
             "occupancy_limits": limits,
             "dram_read_bytes": int(number(cell["dram__bytes_read.sum"])),  # KeyError: not a DRAM listing
             "dram_write_bytes": int(number(cell["dram__bytes_write.sum"])),
-            "replay_passes": number(cell.get("profiler__replayer_passes", "")),
             "sm_count": number(cell.get("device__attribute_multiprocessor_count", "")),
             "l2_bytes": number(cell.get("device__attribute_l2_cache_size", "")),
         })
@@ -115,7 +113,7 @@ def measure(args, variant, dtype, head_dim, causal, seqs, workdir):
         if os.path.exists(path):
             os.remove(path)
     metrics = DRAM_METRICS + (LAUNCH_METRICS if args.launch_metrics else [])
-    cmd = (["ncu"] + NCU_OPTIONS + ["--metrics", ",".join(metrics), "--export", report, "--force-overwrite"] +
+    cmd = ([args.ncu] + NCU_OPTIONS + ["--metrics", ",".join(metrics), "--export", report, "--force-overwrite"] +
            [args.flashlab, "bench", "--device", "cuda", "--variants", variant, "--dtype", dtype, "--batch", str(BATCH),
             "--heads", str(HEADS), "--head-dim", str(head_dim), "--causal", causal,
             "--seq", ",".join(map(str, seqs)), "--one-pass", "--json", bench_json])
@@ -128,7 +126,7 @@ def measure(args, variant, dtype, head_dim, causal, seqs, workdir):
         return measure(args, variant, dtype, head_dim, causal, seqs, workdir)
     if done.returncode != 0 or not os.path.exists(bench_json):
         raise RuntimeError(f"ncu or flashlab bench failed (exit {done.returncode}); see record-ncu.log")
-    listing = subprocess.run(["ncu", "--import", report + ".ncu-rep", "--csv", "--page", "raw", "--print-units", "base"],
+    listing = subprocess.run([args.ncu, "--import", report + ".ncu-rep", "--csv", "--page", "raw", "--print-units", "base"],
                              capture_output=True, text=True, check=True).stdout
     bench_rows = json.load(open(bench_json))["rows"]
     return attribute(bench_rows, parse_raw_csv(listing), variant, dtype, head_dim, causal)
@@ -137,6 +135,7 @@ def measure(args, variant, dtype, head_dim, causal, seqs, workdir):
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--flashlab", default="build-device/bin/flashlab")
+    ap.add_argument("--ncu", default="ncu", help="the Nsight Compute command")
     ap.add_argument("--device", help="the GPU's name, as nvidia-smi gives it")
     ap.add_argument("--out", default="bench/results", help="folder for <gpu>-dram-counters.json")
     ap.add_argument("--deadline", type=float, default=float("inf"), help="epoch seconds: start no run after it")
@@ -162,7 +161,7 @@ def main():
                 kept = {key(r): r for r in old.get("runs", [])}
                 print(f"keeping {len(kept)} runs already recorded in {earlier}")
             break
-    ncu_version = subprocess.run(["ncu", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    ncu_version = subprocess.run([args.ncu, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
     result = {
         "device": args.device,
         "gpu": gpu_id(args.device),

@@ -20,15 +20,16 @@ set -uo pipefail
 started=$(date +%s)
 out=${1:-bench/results}
 mkdir -p "$out"
-command -v ncu >/dev/null || { echo "record_dram_counters: ncu (Nsight Compute) is not on the PATH" >&2; exit 2; }
+ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
+[ -x "$ncu" ] || { echo "record_dram_counters: ncu (Nsight Compute) is neither on the PATH nor in /usr/local/cuda/bin or /opt/nvidia/nsight-compute" >&2; exit 2; }
 device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 [ -n "$device" ] || { echo "record_dram_counters: nvidia-smi names no GPU" >&2; exit 2; }
-echo "device: $device; ncu: $(ncu --version | tail -1)"
+echo "device: $device; ncu: $ncu, $("$ncu" --version | tail -1)"
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   bash scripts/device_build.sh flashlab_cmd >"$out/record-build.log" 2>&1 || { tail -30 "$out/record-build.log"; exit 1; }
   echo "built in $(( $(date +%s) - started )) s"
 fi
-PYTHONUNBUFFERED=1 python3 scripts/dram_counters.py --flashlab build-device/bin/flashlab --device "$device" --out "$out" \
+PYTHONUNBUFFERED=1 python3 scripts/dram_counters.py --flashlab build-device/bin/flashlab --ncu "$ncu" --device "$device" --out "$out" \
   --deadline $(( started + ${BUDGET_S:-540} )) ${VARIANTS:+--variants $VARIANTS} \
   --command "bash scripts/record_dram_counters.sh $*"
