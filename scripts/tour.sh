@@ -50,6 +50,15 @@ for sram in 4096 8192 16384 32768 65536; do
   "$flashlab" trace --algorithm fa2 --seq-q 4096 --head-dim 64 --sram-bytes "$sram" | grep "HBM traffic"
 done
 
+section "6. The same events on an H100: cuda-fa2's own grid through the L2 (B = 1, H = 16, d = 64)" \
+  "The paper's count treats every tile load as a trip to HBM. On the GPU, 264 thread blocks run at once
+and share the K/V tiles they load through the L2, so DRAM moves far less: Q, K and V once while the
+K/V of the heads in flight fit the L2, more past that knee."
+for n in 8192 131072; do
+  printf '$ flashlab trace --variant cuda-fa2 --gpu h100 --heads 16 --seq-q %-6s --head-dim 64 -> ' "$n"
+  "$flashlab" trace --variant cuda-fa2 --gpu h100 --heads 16 --seq-q "$n" --head-dim 64 | grep "DRAM reads"
+done
+
 section "Next" \
   "flashlab run --help      one variant on your own .npy tensors (NumPy / PyTorch)
 flashlab bench --help    time and memory against sequence length

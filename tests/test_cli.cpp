@@ -18,7 +18,9 @@
 #include "core/npy.hpp"
 #include "registry/variants.hpp"
 #include "cpu_reference/tiled.hpp"
+#include "model/gpu.hpp"
 #include "model/traffic.hpp"
+#include "registry/gpu_models.hpp"
 
 using namespace flashlab;
 
@@ -439,6 +441,40 @@ TEST_CASE("trace prints the asymptotic formula labelled as such, and --events on
       "--events would print");
 }
 
+TEST_CASE("trace --variant --gpu: the paper's count, the L2 model and the compulsory traffic of the real kernels") {
+  const CliResult r = cli({"trace", "--variant", "cuda-fa2", "--gpu", "h100", "--heads", "4", "--seq-q", "3000",
+                           "--head-dim", "64", "--causal", "top-left", "--json"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  Problem p;
+  p.shape = Shape{.batch = 1, .heads_q = 4, .heads_kv = 4, .seq_q = 3000, .seq_k = 3000, .head_dim = 64};
+  p.options.causal = CausalAlign::TopLeft;
+  const GpuSpec& gpu = find_gpu("h100");
+  const GpuTraffic t = model_gpu_traffic(gpu, p.shape, gpu_forward_pass("cuda-fa2", p, gpu).kernels);
+  CHECK(j["gpu"]["device_name"] == "NVIDIA H100 80GB HBM3");
+  CHECK(j["tiling"]["Br"] == 128);
+  CHECK(j["two_level"]["read"].get<std::int64_t>() == t.two_level.total_read());
+  CHECK(j["l2_model"]["read"].get<std::int64_t>() == t.dram.total_read());
+  CHECK(j["l2_model"]["written"].get<std::int64_t>() == t.dram.total_written());
+  CHECK(j["compulsory"]["read"].get<std::int64_t>() == t.compulsory.total_read());
+  CHECK(j["tensors"]["K"]["two_level"]["read"].get<std::int64_t>() > j["tensors"]["K"]["l2_model"]["read"].get<std::int64_t>());
+  const CliResult text = cli({"trace", "--variant", "cuda-naive", "--gpu", "h200", "--heads", "2", "--seq-q", "512"});
+  CHECK(text.code == 0);
+  CHECK(text.out.find("NVIDIA H200") != std::string::npos);
+  CHECK(text.out.find("softmax_forward_kernel") != std::string::npos);
+  CHECK(text.out.find("compulsory") != std::string::npos);
+
+  expect_bad_input({"trace", "--variant", "cpu-fa2", "--gpu", "h100"}, "variant cpu-fa2 has no GPU tiling");
+  expect_bad_input({"trace", "--variant", "cuda-fa2", "--gpu", "a100"}, "unknown GPU 'a100': the model describes h100, h200");
+  expect_bad_input({"trace", "--variant", "cuda-fa2"}, "name it with --gpu");
+  expect_bad_input({"trace", "--gpu", "h100"}, "name one with --variant");
+  expect_bad_input({"trace", "--variant", "cuda-fa2", "--gpu", "h100", "--sram-bytes", "4096"},
+                   "--sram-bytes belongs to the paper's two-level trace");
+  expect_bad_input({"trace", "--variant", "cuda-fa2", "--gpu", "h100", "--head-dim", "80"}, "does not support head_dim 80");
+  expect_bad_input({"trace", "--seq-q", "64"}, "--sram-bytes is required");
+}
+
 TEST_CASE("bench writes a JSON row per variant and size, with time, memory and modeled traffic") {
   TempDir dir;
   const CliResult r =
@@ -546,6 +582,14 @@ TEST_CASE("bench --timeline: only a forward bench of one variant that records on
                          doctest::Contains("records a timeline only without dropout"), InputError);
     CHECK_FALSE(std::filesystem::exists(file));
   }
+}
+
+TEST_CASE("bench --one-pass: one pass on a GPU for Nsight Compute, with no timing loop beside it") {
+  expect_bad_input({"bench", "--device", "cpu", "--one-pass"}, "--one-pass brackets one GPU pass for Nsight Compute");
+  expect_bad_input({"bench", "--device", "cuda", "--one-pass", "--iters", "3"}, "takes no --warmup or --iters");
+  expect_bad_input({"bench", "--device", "cuda", "--one-pass", "--warmup", "0"}, "takes no --warmup or --iters");
+  expect_bad_input({"bench", "--device", "cuda", "--one-pass", "--timeline", "t.json"}, "give one of them");
+  CHECK(cli({"bench", "--help"}).out.find("--one-pass") != std::string::npos);
 }
 
 TEST_CASE("bench --help documents --timeline") {

@@ -4,6 +4,7 @@
 // ledger, the pseudocode lines and tiling_from_sram are right.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -203,6 +204,47 @@ TEST_CASE("the arithmetic run and count-only emit the same event stream") {
   }
 }
 
+TEST_CASE("the parts of a forward nest, walked in the nest's order, are the whole walk") {
+  Problem p = problem(45, 38, 8, CausalAlign::BottomRight, 2, 4);
+  p.shape.heads_kv = 2;
+  const Tiling t{.Br = 8, .Bc = 16};
+  const int BH = p.shape.batch * p.shape.heads_q, Tr = int(ceil_div(p.shape.seq_q, t.Br));
+  for (const Algorithm a : {Algorithm::Standard, Algorithm::FA1, Algorithm::FA2}) {
+    CAPTURE(to_string(a));
+    Recorder whole, parts;
+    count_traffic(a, Pass::Forward, p, t, kBytes, whole);
+    for (int bh = 0; bh < BH; ++bh) {
+      if (a == Algorithm::FA1) count_part_traffic(a, p, t, kBytes, NestPart{.bh = bh}, parts);
+      if (a == Algorithm::FA2)
+        for (int i = 0; i < Tr; ++i) count_part_traffic(a, p, t, kBytes, NestPart{.bh = bh, .i = i}, parts);
+      if (a == Algorithm::Standard)
+        for (NestPhase phase : {NestPhase::Scores, NestPhase::Softmax, NestPhase::Output})
+          for (int i = 0; i < Tr; ++i)
+            count_part_traffic(a, p, t, kBytes, NestPart{.bh = bh, .i = i, .phase = phase}, parts);
+    }
+    REQUIRE(parts.events.size() == whole.events.size());
+    std::size_t mismatches = 0;
+    for (std::size_t n = 0; n < whole.events.size(); ++n) {
+      TileEvent e = parts.events[n];
+      e.index = whole.events[n].index;  // each part counts its events from 0; the SRAM ledger is 0 between parts
+      mismatches += !same_event(e, whole.events[n]);
+    }
+    CHECK(mismatches == 0);
+  }
+  SUBCASE("a part outside the problem, a phase of a FlashAttention nest, or a query block of FA1: one sentence") {
+    TrafficCounter c;
+    CHECK_THROWS_WITH_AS(count_part_traffic(Algorithm::FA2, p, t, kBytes, NestPart{.bh = BH}, c),
+                         doctest::Contains("bh 8 is outside 0..7"), InputError);
+    CHECK_THROWS_WITH_AS(count_part_traffic(Algorithm::FA2, p, t, kBytes, NestPart{.bh = 0, .i = Tr}, c),
+                         doctest::Contains("query block 6 is outside 0..5"), InputError);
+    CHECK_THROWS_WITH_AS(
+        count_part_traffic(Algorithm::FA2, p, t, kBytes, NestPart{.bh = 0, .i = 0, .phase = NestPhase::Softmax}, c),
+        doctest::Contains("only standard attention has phases"), InputError);
+    CHECK_THROWS_WITH_AS(count_part_traffic(Algorithm::FA1, p, t, kBytes, NestPart{.bh = 0, .i = 0}, c),
+                         doctest::Contains("a part is a whole (batch, head)"), InputError);
+  }
+}
+
 TEST_CASE("every event is well formed and its pseudocode line names the tensor it moves") {
   Problem p = problem(37, 53, 8, CausalAlign::TopLeft, 1, 2);
   const Tiling t{.Br = 8, .Bc = 16};
@@ -392,6 +434,96 @@ TEST_CASE("the L2 level: capacity 0 is the paper's two-level count, a large L2 l
     CHECK(rd(l2.dram(), TensorId::K) == rd(two_level, TensorId::K));
     CHECK(rd(l2.dram(), TensorId::V) == rd(two_level, TensorId::V));
   }
+}
+
+// A reference LRU, written the plain way (a list of keys, most recent first), for the L2Model's flat one.
+struct ReferenceLru {
+  struct Tile {
+    std::uint64_t key;
+    I64 bytes;
+    bool dirty;
+  };
+  I64 capacity, read = 0, written = 0, hits = 0;
+  std::vector<Tile> tiles{};  // most recent first
+  void access(std::uint64_t key, I64 bytes, bool store) {
+    auto it = std::find_if(tiles.begin(), tiles.end(), [&](const Tile& t) { return t.key == key; });
+    Tile t{key, bytes, store};
+    if (it != tiles.end()) {
+      hits += !store ? bytes : 0;
+      t.dirty = it->dirty || store;
+      tiles.erase(it);
+    } else if (!store) {
+      read += bytes;
+    }
+    tiles.insert(tiles.begin(), t);
+    I64 resident = 0;
+    for (const Tile& x : tiles) resident += x.bytes;
+    while (resident > capacity && !tiles.empty()) {
+      resident -= tiles.back().bytes;
+      written += tiles.back().dirty ? tiles.back().bytes : 0;
+      tiles.pop_back();
+    }
+  }
+};
+
+TEST_CASE("the L2 level is an LRU of whole tiles: the same hits, misses and write-backs as a plain list") {
+  // Random loads and stores over a few hundred tiles of a few sizes, into caches that hold a few dozen:
+  // every eviction, re-insertion and hash-table deletion path runs many times.
+  std::uint64_t state = 12345;
+  auto next = [&] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return state >> 33;
+  };
+  for (const I64 capacity : {I64{0}, I64{4096}, I64{40000}, I64{200000}}) {
+    CAPTURE(capacity);
+    L2Model l2(capacity);
+    ReferenceLru ref{capacity};
+    for (int n = 0; n < 20000; ++n) {
+      TileEvent e;
+      e.bh = int(next() % 3);
+      e.tensor = next() % 2 ? TensorId::K : TensorId::O;
+      e.tile_row = int(next() % 50);
+      e.tile_col = 0;
+      e.bytes = 512 * I64(1 + e.tile_row % 4);
+      e.direction = e.tensor == TensorId::O && next() % 2 ? Direction::Store : Direction::Load;
+      const std::uint64_t key = (std::uint64_t(e.bh) << 20) | (std::uint64_t(e.tensor) << 16) | std::uint64_t(e.tile_row);
+      ref.access(key, e.bytes, e.direction == Direction::Store);
+      l2.on_event(e);
+    }
+    CHECK(l2.dram().total_read() == ref.read);
+    CHECK(l2.dram().total_written() == ref.written);
+    CHECK(l2.hit_bytes() == ref.hits);
+    I64 dirty = 0;
+    for (const auto& t : ref.tiles) dirty += t.dirty ? t.bytes : 0;
+    CHECK(l2.dirty_bytes() == dirty);
+    l2.flush();
+    CHECK(l2.dram().total_written() == ref.written + dirty);
+    CHECK(l2.dirty_bytes() == 0);
+  }
+}
+
+TEST_CASE("the L2 level with a Shape: query heads that share a K/V head share its tiles") {
+  Problem p = problem(512, 512, 64, CausalAlign::None, 2, 8);
+  p.shape.heads_kv = 2;
+  const Tiling t{.Br = 64, .Bc = 64};
+  const I64 kv_head_bytes = I64{512} * 64 * kBytes;
+  L2Model shared(I64{1} << 40, &p.shape), separate(I64{1} << 40);
+  count_traffic(Algorithm::FA2, Pass::Forward, p, t, kBytes, shared);
+  count_traffic(Algorithm::FA2, Pass::Forward, p, t, kBytes, separate);
+  CHECK(rd(shared.dram(), TensorId::K) == 2 * 2 * kv_head_bytes);  // batch 2 x 2 K/V heads
+  CHECK(rd(separate.dram(), TensorId::K) == 2 * 8 * kv_head_bytes);  // every query head its own copy
+  CHECK(rd(shared.dram(), TensorId::Q) == rd(separate.dram(), TensorId::Q));
+  TileEvent e;
+  e.direction = Direction::Store;
+  e.tensor = TensorId::O;
+  e.bytes = 100;
+  L2Model l2(1000);
+  CHECK_FALSE(l2.access(e).hit);
+  e.direction = Direction::Load;
+  const L2Model::Outcome again = l2.access(e);
+  CHECK(again.hit);
+  CHECK(again.was_dirty);
+  CHECK(l2.dirty_bytes() == 100);
 }
 
 TEST_CASE("the CPU variants report the traffic of their own loop nest, in their dtype's bytes") {

@@ -4,15 +4,20 @@
 // clear sentence for each kind of mistake.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "cli.hpp"
 #include "core/mask.hpp"
 #include "logic/bench_results.hpp"
 #include "logic/csv.hpp"
+#include "logic/gpu_sweep.hpp"
+#include "model/gpu.hpp"
+#include "registry/gpu_models.hpp"
 #include "logic/replay.hpp"
 #include "logic/softmax_trace.hpp"
 #include "logic/sweep.hpp"
@@ -303,6 +308,11 @@ TEST_CASE("scenario files parse, and each mistake gets one sentence naming it") 
   CHECK(error_of(R"({"sram_bytes": 100, "head_dim": 64})").find("SRAM") != std::string::npos);
   CHECK(error_of(R"({"sram_bytes": -5})").find("positive") != std::string::npos);
   CHECK(error_of(R"({"step": -7})").find("step") != std::string::npos);
+  const Scenario g = parse_scenario(R"({"gpu_variant": "cuda-fa3-ws", "gpu": "h200"})");
+  CHECK(g.gpu_variant == "cuda-fa3-ws");
+  CHECK(parse_scenario(to_json(g)).gpu == "h200");
+  CHECK(error_of(R"({"gpu": "a100"})").find("unknown GPU 'a100': the model describes h100, h200") != std::string::npos);
+  CHECK(error_of(R"({"gpu_variant": "cpu-fa2"})").find("gpu_variant 'cpu-fa2' has no GPU model") != std::string::npos);
   for (const std::string& e : {error_of("{"), error_of(R"({"seq": 0})"), error_of(R"({"sram_bytes": 100})")})
     CHECK(e.rfind("test.json", 0) == 0);  // names the file first
   CHECK_THROWS_AS(load_scenario_file("/nonexistent/scenario.json"), InputError);
@@ -330,6 +340,79 @@ TEST_CASE("an animation too long to hold is refused with a sentence saying how t
   } catch (const InputError& e) {
     CHECK(std::string(e.what()).find("smaller N or a larger SRAM") != std::string::npos);
   }
+}
+
+TEST_CASE("the GPU level for the Plots panel: the model's three levels and the counters recorded on that GPU") {
+  Scenario s = small(Algorithm::FA2);
+  s.head_dim = 64;
+  CHECK(gpu_variant_of(s) == "cuda-fa2");  // the algorithm's own kernel, unless the scenario names one
+  CHECK(gpu_variant_of(small(Algorithm::Standard)) == "cuda-naive");
+  s.gpu_variant = "cuda-fa2";
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "flashlab_viz_counters";
+  std::filesystem::create_directories(dir);
+  const std::string run = R"({"variant": "%V", "dtype": "bf16", "batch": 1, "heads": 16, "seq": %N, "head_dim": %D,
+      "causal": "none", "dram_read_bytes": 1000, "dram_write_bytes": 10,
+      "kernels": [{"name": "k", "grid_size": 1, "dram_read_bytes": 1000, "dram_write_bytes": 10}]})";
+  auto make = [&](const char* v, int n, int d) {
+    std::string r = run;
+    r.replace(r.find("%V"), 2, v);
+    r.replace(r.find("%N"), 2, std::to_string(n));
+    r.replace(r.find("%D"), 2, std::to_string(d));
+    return r;
+  };
+  std::ofstream(dir / "h100-dram-counters.json") << R"({"device": "NVIDIA H100 80GB HBM3", "runs": [)" +
+                                                        make("cuda-fa2", 2048, 64) + "," + make("cuda-fa2", 4096, 128) +
+                                                        "," + make("cuda-fa1", 2048, 64) + "]}";
+  GpuSweep measured;
+  read_measured(s, dir.string(), measured);
+  CHECK(measured.measured_device == "NVIDIA H100 80GB HBM3");
+  REQUIRE(measured.measured.size() == 1);  // the variant, head dim and mask of the scenario only
+  CHECK(measured.measured[0].n == 2048);
+  CHECK(measured.measured[0].dram_read == 1000);
+  std::ofstream(dir / "h100-dram-counters.json") << "{\"device\": 3}";
+  read_measured(s, dir.string(), measured);
+  CHECK(measured.measured_error.find("\"device\" is 3, not a string") != std::string::npos);
+  std::filesystem::remove_all(dir);
+  read_measured(s, dir.string(), measured);  // nothing recorded: no points, no error
+  CHECK(measured.measured.empty());
+  CHECK(measured.measured_error.empty());
+
+  // The model points are the GPU level's own numbers (B = 1, H = 16).
+  Problem p;
+  p.shape = Shape{.batch = 1, .heads_q = 16, .heads_kv = 16, .seq_q = 2048, .seq_k = 2048, .head_dim = 64};
+  const GpuSpec& gpu = find_gpu("h100");
+  const GpuTraffic t = model_gpu_traffic(gpu, p.shape, gpu_forward_pass("cuda-fa2", p, gpu).kernels);
+  const GpuLevelPoint pt = model_point(s, 2048);
+  CHECK(pt.dram_read == double(t.dram.total_read()));
+  CHECK(pt.two_level_read == double(t.two_level.total_read()));
+  CHECK(pt.compulsory_read == double(t.compulsory.total_read()));
+  Job job;
+  GpuSweep sweep;
+  job.start([&](Job& j) { run_gpu_sweep(j, s, dir.string(), sweep, 4096); });
+  job.cancel();  // waits for it
+  {
+    std::lock_guard lock(job.mutex);
+    CHECK(job.error.empty());
+    REQUIRE(sweep.points.size() <= 3);
+  }
+  job.start([&](Job& j) { run_gpu_sweep(j, s, dir.string(), sweep, 4096); });
+  while (job.running()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(sweep.points.size() == 3);  // 1k, 2k, 4k
+  CHECK(sweep.points[1].dram_read == pt.dram_read);
+}
+
+TEST_CASE("the memory chart's note: the L2 model on the scenario's own problem, or why there is none") {
+  Scenario s = small(Algorithm::FA2);
+  const std::string note = gpu_note(s);
+  CHECK(note.find("cuda-fa2 on the h100") != std::string::npos);
+  CHECK(note.find("compulsory") != std::string::npos);
+  s.algorithm = Algorithm::Standard;
+  CHECK(gpu_note(s).find("cuda-naive") != std::string::npos);
+  s.algorithm = Algorithm::FA1;
+  s.head_dim = 200;
+  CHECK(gpu_note(s).find("does not support head_dim 200") != std::string::npos);
+  s.pass = Pass::Backward;
+  CHECK(gpu_note(s).find("forward kernels") != std::string::npos);
 }
 
 TEST_CASE("bench results: any object with a sequence length and a forward time is a point") {

@@ -6,6 +6,8 @@
 // --timeline FILE (one cuda-fa3-ws variant, one N, forward): after the timed runs the variant records one
 // run's pipeline into FILE (Trace Event JSON) with its timeline build, and the bench prints what that
 // build costs beside the plain kernel.
+// --one-pass (CUDA): one pass per row inside cudaProfilerStart / Stop instead of the timing loop, for
+// Nsight Compute's counters (scripts/record_dram_counters.sh).
 #include <malloc.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -269,8 +271,12 @@ void BenchCommand::add_to(CLI::App& app) {
   app.add_option("--heads", heads, "heads H (default: 1 on cpu, 16 on cuda)");
   app.add_option("--dtype", dtype, "f64, f32, f16 or bf16 (default: f32 where supported, else the variant's first)");
   app.add_flag("--backward", backward, "also time the backward pass");
-  app.add_option("--warmup", warmup, "untimed runs first")->capture_default_str();
-  app.add_option("--iters", iters, "timed runs (the median is reported)")->capture_default_str();
+  warmup_option = app.add_option("--warmup", warmup, "untimed runs first")->capture_default_str();
+  iters_option = app.add_option("--iters", iters, "timed runs (the median is reported)")->capture_default_str();
+  app.add_flag("--one-pass", one_pass,
+               "run exactly one forward pass per row (one backward too with --backward) and no warm-up or timing "
+               "loop, between cudaProfilerStart and cudaProfilerStop, so that `ncu --profile-from-start off` "
+               "counts that pass alone (scripts/record_dram_counters.sh); --device cuda; the times are that one run's");
   app.add_option("--json", json_path, "write the results as JSON to this file");
   app.add_option("--csv", csv_path, "write the results as CSV to this file");
   app.add_option("--timeline", timeline_path,
@@ -288,6 +294,15 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
     dev = Device::Cuda;
   } else {
     throw InputError("unknown device '" + device + "': supported are cpu and cuda");
+  }
+  if (one_pass) {
+    if (dev != Device::Cuda)
+      throw InputError("--one-pass brackets one GPU pass for Nsight Compute: it needs --device cuda");
+    if (warmup_option->count() > 0 || iters_option->count() > 0)
+      throw InputError("--one-pass runs exactly one pass: it takes no --warmup or --iters");
+    if (!timeline_path.empty())
+      throw InputError("--one-pass runs exactly one pass for Nsight Compute, --timeline a recording build after the "
+                       "timed runs: give one of them");
   }
   if (dev == Device::Cuda && !cuda_device_present())
     throw InputError(std::string("--device cuda needs a CUDA GPU and ") +
@@ -379,7 +394,12 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
       }
       if (r.status == "ok" && v->has_device_timer()) {
         try {
-          const BenchResult b = v->bench(p, r.dtype, BenchSettings{warmup, iters, backward, timeline_path});
+          const BenchSettings settings{.warmup = one_pass ? 0 : warmup,
+                                       .iters = one_pass ? 1 : iters,
+                                       .backward = backward,
+                                       .timeline_path = timeline_path,
+                                       .one_pass = one_pass};
+          const BenchResult b = v->bench(p, r.dtype, settings);
           r.forward_ms = b.forward_ms;
           r.backward_ms = b.backward_ms;
           r.peak_bytes = std::int64_t(b.peak_bytes);
@@ -424,8 +444,10 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
   // The table.
   const std::string device_name = dev == Device::Cpu ? cpu_model() : cuda_device_name();
   out << "bench on " << device_name << ": batch " << base.shape.batch << ", heads " << base.shape.heads_q
-      << ", head_dim " << head_dim << ", causal " << to_string(base.options.causal) << ", median of " << iters
-      << " after " << warmup << " warm-up\n";
+      << ", head_dim " << head_dim << ", causal " << to_string(base.options.causal)
+      << (one_pass ? ", one pass per row inside a profiler range (no warm-up, a single timed run)"
+                   : ", median of " + std::to_string(iters) + " after " + std::to_string(warmup) + " warm-up")
+      << "\n";
   out << (dev == Device::Cpu ? "extra memory: peak RSS of the timed runs above the inputs and outputs (one forked "
                                "process per row)"
                              : "extra memory: peak device memory minus inputs and outputs (Variant::bench)")
@@ -470,8 +492,9 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
                      {"head_dim", head_dim},
                      {"causal", to_string(base.options.causal)},
                      {"backward", backward},
-                     {"warmup", warmup},
-                     {"iters", iters}};
+                     {"warmup", one_pass ? 0 : warmup},
+                     {"iters", one_pass ? 1 : iters},
+                     {"one_pass", one_pass}};
     if (!timeline_path.empty()) j["settings"]["timeline"] = timeline_path;
     if (dev == Device::Cpu) j["load_average_at_start"] = load_average;
     j["notes"] = dev == Device::Cpu

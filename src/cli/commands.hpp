@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "cli/common.hpp"
 
@@ -30,7 +31,9 @@ struct RunCommand {
   int run(std::ostream& out, std::ostream& err) const;
 };
 
-// flashlab trace: the HBM <-> SRAM traffic of a loop nest, counted without arithmetic.
+// flashlab trace: the HBM <-> SRAM traffic of a loop nest, counted without arithmetic. With --variant and
+// --gpu: a CUDA variant's kernels on a GPU, three levels side by side (the paper's two-level count, the
+// L2 model, the compulsory traffic).
 struct TraceCommand {
   std::string algorithm = "fa2";
   int batch = 1, heads = 1, seq_q = 1024, seq_k = 0, head_dim = 64;
@@ -38,8 +41,15 @@ struct TraceCommand {
   std::string causal = "none";
   int bytes_per_element = 2;
   bool backward = false, json = false, events = false;
+  std::string variant, gpu;
+  // The flags of the paper's two-level mode, to refuse them beside --variant (and to require --sram-bytes).
+  std::vector<CLI::Option*> two_level_flags;
+  CLI::Option* sram_option = nullptr;
   void add_to(CLI::App& app);
   int run(std::ostream& out, std::ostream& err) const;
+
+ private:
+  int run_gpu(std::ostream& out) const;
 };
 
 // flashlab bench: time, TFLOP/s, peak memory and modeled HBM bytes against sequence length.
@@ -55,6 +65,9 @@ struct BenchCommand {
   int warmup = 1, iters = 5;
   std::string json_path, csv_path;
   std::string timeline_path;  // empty: no timeline; else one forward run's pipeline, written here (cuda-fa3-ws)
+  bool one_pass = false;      // exactly one pass inside a profiler range, for Nsight Compute (BenchSettings::one_pass)
+  CLI::Option* warmup_option = nullptr;
+  CLI::Option* iters_option = nullptr;
   std::string command_line;  // recorded in the JSON
   void add_to(CLI::App& app);
   int run(std::ostream& out, std::ostream& err) const;

@@ -7,7 +7,9 @@
 
 #include "cli/commands.hpp"
 #include "cpu_reference/tiled.hpp"
+#include "model/gpu.hpp"
 #include "model/traffic.hpp"
+#include "registry/gpu_models.hpp"
 
 namespace flashlab::cli {
 namespace {
@@ -56,23 +58,34 @@ double closed_form_bytes(Algorithm a, const Shape& s, std::int64_t sram_bytes, i
 }  // namespace
 
 void TraceCommand::add_to(CLI::App& app) {
-  app.add_option("--algorithm", algorithm, "standard, fa1 or fa2")->capture_default_str();
+  two_level_flags.push_back(app.add_option("--algorithm", algorithm, "standard, fa1 or fa2")->capture_default_str());
   app.add_option("--batch", batch, "batch size B")->capture_default_str();
   app.add_option("--heads", heads, "heads H (traffic is per head, times B * H)")->capture_default_str();
   app.add_option("--seq-q", seq_q, "query sequence length N")->capture_default_str();
   app.add_option("--seq-k", seq_k, "key sequence length (default: seq-q)");
   app.add_option("--head-dim", head_dim, "head dimension d")->capture_default_str();
-  app.add_option("--sram-bytes", sram_bytes, "on-chip SRAM size M in bytes (blocks: Bc = ceil(M/4d), Br = min(Bc, d))")
-      ->required();
+  sram_option = app.add_option("--sram-bytes", sram_bytes,
+                               "on-chip SRAM size M in bytes (blocks: Bc = ceil(M/4d), Br = min(Bc, d)); required "
+                               "without --variant");
+  two_level_flags.push_back(sram_option);
   app.add_option("--causal", causal, "none, top-left or bottom-right")->capture_default_str();
-  app.add_option("--bytes-per-element", bytes_per_element, "bytes per element moved (2: fp16/bf16)")
-      ->capture_default_str();
-  app.add_flag("--backward", backward, "trace the backward pass instead of the forward");
+  two_level_flags.push_back(app.add_option("--bytes-per-element", bytes_per_element, "bytes per element moved (2: fp16/bf16)")
+                                ->capture_default_str());
+  two_level_flags.push_back(app.add_flag("--backward", backward, "trace the backward pass instead of the forward"));
   app.add_flag("--json", json, "print the totals as JSON");
-  app.add_flag("--events", events, "print every event as CSV (small sizes only)");
+  two_level_flags.push_back(app.add_flag("--events", events, "print every event as CSV (small sizes only)"));
+  app.add_option("--variant", variant,
+                 "a CUDA variant (" + join(gpu_modeled_variants(), ", ") +
+                     "): its forward kernels on --gpu, with their own tiling and grid; prints the paper's two-level "
+                     "count, the L2 model's DRAM traffic and the compulsory traffic side by side");
+  app.add_option("--gpu", gpu, "the GPU for --variant: " + known_gpu_ids() + " (SMs, L2 size)");
 }
 
 int TraceCommand::run(std::ostream& out, std::ostream& /*err*/) const {
+  if (!variant.empty() || !gpu.empty()) return run_gpu(out);
+  if (sram_option->count() == 0)
+    throw InputError("--sram-bytes is required: the SRAM size M sets the paper's tiling (or model a CUDA variant's "
+                     "kernels with --variant and --gpu)");
   const Algorithm alg = parse_algorithm(algorithm);
   Problem p;
   p.shape = Shape{batch, heads, heads, seq_q, seq_k != 0 ? seq_k : seq_q, head_dim};
@@ -150,6 +163,108 @@ int TraceCommand::run(std::ostream& out, std::ostream& /*err*/) const {
       << (over ? "  OVER M: these tiles do not fit the SRAM given" : "") << "\n";
   out << "paper's asymptotic formula " << formula_name
       << ", constants dropped (for comparison, not a count): " << format_bytes(formula) << "\n";
+  return kExitOk;
+}
+
+// --variant V --gpu G: the kernels of one forward pass of V, replayed at three levels.
+int TraceCommand::run_gpu(std::ostream& out) const {
+  if (variant.empty()) throw InputError("--gpu models a CUDA variant's kernels: name one with --variant (" +
+                                        join(gpu_modeled_variants(), ", ") + ")");
+  if (gpu.empty()) throw InputError("--variant models its kernels on a GPU: name it with --gpu (" + known_gpu_ids() + ")");
+  for (const CLI::Option* flag : two_level_flags)
+    if (flag->count() > 0)
+      throw InputError(flag->get_name() + " belongs to the paper's two-level trace; with --variant the kernel's own "
+                       "tiling and dtype are used (forward pass only)");
+  const GpuSpec& g = find_gpu(gpu);
+  Problem p;
+  p.shape = Shape{batch, heads, heads, seq_q, seq_k != 0 ? seq_k : seq_q, head_dim};
+  p.options.causal = parse_causal(causal);
+  validate(p);
+  const GpuForwardPass pass = gpu_forward_pass(variant, p, g);
+  const GpuTraffic t = model_gpu_traffic(g, p.shape, pass.kernels);
+  const TrafficTotals &two = t.two_level, &dram = t.dram, &floor = t.compulsory;
+  auto ratio = [](std::int64_t a, std::int64_t b) { return b > 0 ? double(a) / double(b) : 0.0; };
+
+  if (json) {
+    nlohmann::ordered_json j;
+    j["variant"] = variant;
+    j["pass"] = "forward";
+    j["gpu"] = {{"id", std::string(g.id)},
+                {"device_name", std::string(g.device_name)},
+                {"sms", g.sms},
+                {"l2_bytes", g.l2_bytes},
+                {"l2_partitions", g.l2_partitions},
+                {"modeled_l2_bytes", g.modeled_l2_bytes()}};
+    j["shape"] = {{"batch", batch}, {"heads", heads}, {"seq_q", p.shape.seq_q}, {"seq_k", p.shape.seq_k}, {"head_dim", head_dim}};
+    j["causal"] = flashlab::to_string(p.options.causal);
+    j["dtype"] = flashlab::to_string(pass.dtype);
+    j["tiling"] = {{"Br", pass.tiling.Br}, {"Bc", pass.tiling.Bc}, {"note", pass.tiling_note}};
+    nlohmann::ordered_json kernels = nlohmann::ordered_json::array();
+    for (const KernelTraffic& k : t.kernels)
+      kernels.push_back({{"name", k.name},
+                         {"units", k.units},
+                         {"resident", k.resident},
+                         {"rounds", k.rounds},
+                         {"accesses", k.accesses},
+                         {"dram_read", k.dram.total_read()},
+                         {"dram_written", k.dram.total_written()},
+                         {"dirty_at_end", k.dirty_at_end}});
+    j["kernels"] = kernels;
+    nlohmann::ordered_json tensors = nlohmann::ordered_json::object();
+    for (int n = 0; n < int(TensorId::Count); ++n)
+      if (two.read[n] || two.written[n])
+        tensors[flashlab::to_string(TensorId(n))] = {
+            {"two_level", {{"read", two.read[n]}, {"written", two.written[n]}}},
+            {"l2_model", {{"read", dram.read[n]}, {"written", dram.written[n]}}},
+            {"compulsory", {{"read", floor.read[n]}, {"written", floor.written[n]}}}};
+    j["tensors"] = tensors;
+    auto level = [](const TrafficTotals& x) {
+      return nlohmann::ordered_json{{"read", x.total_read()}, {"written", x.total_written()}, {"total", x.total()}};
+    };
+    j["two_level"] = level(two);
+    j["l2_model"] = level(dram);
+    j["l2_model"]["dirty_at_end"] = t.dirty_at_end;
+    j["l2_model"]["hit_bytes"] = t.hit_bytes;
+    j["compulsory"] = level(floor);
+    out << j.dump(2) << "\n";
+    return kExitOk;
+  }
+
+  out << "trace: " << variant << " forward on the " << g.device_name << " (" << g.id << "), " << describe(p.shape)
+      << ", causal " << flashlab::to_string(p.options.causal) << ", " << flashlab::to_string(pass.dtype) << "\n";
+  out << "GPU: " << g.sms << " SMs, L2 " << format_bytes(double(g.l2_bytes)) << " in " << g.l2_partitions
+      << " partitions, each holding a copy of what every SM reads: the model's LRU holds "
+      << format_bytes(double(g.modeled_l2_bytes())) << "\n";
+  out << "kernel tiling: " << pass.tiling_note << "\n";
+  for (const KernelTraffic& k : t.kernels)
+    out << "  " << k.name << ": " << k.units << " units, " << k.resident << " resident, " << k.rounds
+        << " lock-step rounds\n";
+  out << "\n";
+  Table table({"tensor", "two-level read", "written", "L2 model: DRAM read", "written", "compulsory read", "written"});
+  auto cells = [](const std::string& name, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d,
+                  std::int64_t e, std::int64_t f) {
+    return std::vector<std::string>{name,
+                                    format_bytes(double(a)),
+                                    format_bytes(double(b)),
+                                    format_bytes(double(c)),
+                                    format_bytes(double(d)),
+                                    format_bytes(double(e)),
+                                    format_bytes(double(f))};
+  };
+  for (int n = 0; n < int(TensorId::Count); ++n)
+    if (two.read[n] || two.written[n])
+      table.add(cells(flashlab::to_string(TensorId(n)), two.read[n], two.written[n], dram.read[n], dram.written[n],
+                      floor.read[n], floor.written[n]));
+  table.add(cells("all", two.total_read(), two.total_written(), dram.total_read(), dram.total_written(),
+                  floor.total_read(), floor.total_written()));
+  table.print(out);
+  char buf[200];
+  std::snprintf(buf, sizeof buf, " (%.2fx the compulsory %s); the paper's two-level count: %s (%.1fx the L2 model)",
+                ratio(dram.total_read(), floor.total_read()), format_bytes(double(floor.total_read())).c_str(),
+                format_bytes(double(two.total_read())).c_str(), ratio(two.total_read(), dram.total_read()));
+  out << "\nDRAM reads, L2 model: " << format_bytes(double(dram.total_read())) << buf << "\n";
+  out << "still dirty in L2 when the kernels ended: " << format_bytes(double(t.dirty_at_end))
+      << " (written back later; Nsight Compute's window of one kernel does not count them)\n";
   return kExitOk;
 }
 

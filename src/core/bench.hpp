@@ -17,6 +17,10 @@ struct BenchSettings {
   // build and write it here as Trace Event JSON (only variants that record one: Variant::records_timeline).
   // (The {} initializer keeps GCC's -Wmissing-field-initializers quiet on BenchSettings{0, 1, false}.)
   std::string timeline_path{};
+  // Exactly one pass instead of the timing loop: one forward (and one backward with `backward`), no warm-up,
+  // bracketed by cudaProfilerStart / cudaProfilerStop, so that `ncu --profile-from-start off` measures that
+  // pass and nothing else (the inputs are made before it). The times reported are that one run's.
+  bool one_pass = false;
 };
 
 // What a bench with BenchSettings::timeline_path recorded, and what recording costs.

@@ -3,7 +3,8 @@
 // round trip through HBM. Count-only: the numbers come from naive.cpp, whose whole-matrix Eigen
 // products are what these blocks model. The softmax and dS phases stream tile by tile; a real
 // row-softmax kernel keeps the row's running max and sum on chip, so each element of S (P, dP) is
-// read once and P (dS) written once.
+// read once and P (dS) written once. The forward walk can be cut into its three phases, one per kernel
+// of a GPU's standard attention (NestRange).
 #include "cpu_reference/tiled_nests.hpp"
 #include "model/pseudocode.hpp"
 
@@ -11,12 +12,13 @@ namespace flashlab::detail {
 
 namespace {
 
-void standard_forward_walk(const Problem& p, const Blocks& bk, TileTrace& tr) {
+void standard_forward_walk(const Problem& p, const Blocks& bk, TileTrace& tr, const NestRange& r) {
   using namespace lines::standard_fwd;
   const Shape& s = p.shape;
   const int d = s.head_dim;
-  for (int bh = 0; bh < s.batch * s.heads_q; ++bh) {
-    for (int i = 0; i < bk.Tr; ++i) {  // S = tau Q K^T
+  const int i_begin = r.i_begin, i_end = std::min(r.i_end, bk.Tr);
+  for (int bh = r.bh_begin; bh < std::min(r.bh_end, s.batch * s.heads_q); ++bh) {
+    for (int i = i_begin; i < i_end && r.walks(NestPhase::Scores); ++i) {  // S = tau Q K^T
       const TileRef Q_i{TensorId::Q, i, 0, bk.rows(i), d};
       tr.at(bh, i, -1);
       tr.load(Q_i, kScores);
@@ -31,7 +33,7 @@ void standard_forward_walk(const Problem& p, const Blocks& bk, TileTrace& tr) {
       tr.at(bh, i, -1);
       tr.free(Q_i, kScores);
     }
-    for (int i = 0; i < bk.Tr; ++i)  // P = softmax(S)
+    for (int i = i_begin; i < i_end && r.walks(NestPhase::Softmax); ++i)  // P = softmax(S)
       for (int j = 0; j < bk.Tc; ++j) {
         const TileRef S_ij{TensorId::S, i, j, bk.rows(i), bk.cols(j)}, P_ij{TensorId::P, i, j, bk.rows(i), bk.cols(j)};
         tr.at(bh, i, j);
@@ -39,7 +41,7 @@ void standard_forward_walk(const Problem& p, const Blocks& bk, TileTrace& tr) {
         tr.compute(P_ij, kSoftmax);  // P_ij takes S_ij's place on chip
         tr.store(P_ij, kSoftmax);
       }
-    for (int i = 0; i < bk.Tr; ++i) {  // O = P V
+    for (int i = i_begin; i < i_end && r.walks(NestPhase::Output); ++i) {  // O = P V
       const TileRef O_i{TensorId::O, i, 0, bk.rows(i), d};
       tr.at(bh, i, -1);
       tr.create(O_i, kOutput);
@@ -126,8 +128,8 @@ void standard_backward_walk(const Problem& p, const Blocks& bk, TileTrace& tr) {
 
 }  // namespace
 
-void standard_walk(Pass pass, const Problem& p, const Blocks& bk, TileTrace& tr) {
-  pass == Pass::Forward ? standard_forward_walk(p, bk, tr) : standard_backward_walk(p, bk, tr);
+void standard_walk(Pass pass, const Problem& p, const Blocks& bk, TileTrace& tr, const NestRange& r) {
+  pass == Pass::Forward ? standard_forward_walk(p, bk, tr, r) : standard_backward_walk(p, bk, tr);
 }
 
 }  // namespace flashlab::detail

@@ -84,4 +84,32 @@ void count_traffic(Algorithm algorithm, Pass pass, const Problem& p, Tiling t, i
     detail::backward_nest<double, false>(algorithm, p, bk, {}, tr);
 }
 
+void count_part_traffic(Algorithm algorithm, const Problem& p, Tiling t, int bytes_per_element, const NestPart& part,
+                        TrafficObserver& observer) {
+  validate(p);
+  check_tiling(t, bytes_per_element);
+  const Blocks bk(p.shape, t);
+  const int bh_count = p.shape.batch * p.shape.heads_q;
+  if (part.bh < -1 || part.bh >= bh_count)
+    throw InputError("part of a loop nest: bh " + std::to_string(part.bh) + " is outside 0.." +
+                     std::to_string(bh_count - 1));
+  if (part.i < -1 || part.i >= bk.Tr)
+    throw InputError("part of a loop nest: query block " + std::to_string(part.i) + " is outside 0.." +
+                     std::to_string(bk.Tr - 1));
+  if (algorithm != Algorithm::Standard && part.phase != NestPhase::All)
+    throw InputError("part of a loop nest: only standard attention has phases (its three kernels)");
+  if (algorithm == Algorithm::FA1 && part.i != -1)
+    throw InputError("part of a loop nest: FA1's query-block loop is inside its K/V loop, so a part is a whole "
+                     "(batch, head)");
+  detail::NestRange range;
+  if (part.bh >= 0) range.bh_begin = part.bh, range.bh_end = part.bh + 1;
+  if (part.i >= 0) range.i_begin = part.i, range.i_end = part.i + 1;
+  range.phase = part.phase;
+  TileTrace tr(&observer, algorithm, Pass::Forward, bytes_per_element);
+  if (algorithm == Algorithm::Standard)
+    detail::standard_walk(Pass::Forward, p, bk, tr, range);
+  else
+    detail::forward_nest<double, false>(algorithm, p, bk, {}, tr, range);
+}
+
 }  // namespace flashlab

@@ -29,4 +29,19 @@ Grads tiled_backward(Algorithm, const Problem&, const Qkv&, const ForwardOut&, c
 // arithmetic. Standard attention reports S and P written to and read from HBM.
 void count_traffic(Algorithm, Pass, const Problem&, Tiling, int bytes_per_element, TrafficObserver&);
 
+// A share of a forward loop nest: what one GPU thread block (or a run of them) executes, for the GPU
+// level of the traffic model (model/gpu.hpp). The phases are standard attention's three kernels: S = QK^T,
+// P = softmax(S), O = PV; the FlashAttention nests have one phase (All).
+enum class NestPhase { All, Scores, Softmax, Output };
+struct NestPart {
+  int bh = -1;                       // batch * heads_q + head; -1: every one
+  int i = -1;                        // query block; -1: every one (FA1 needs every one: its i loop is inner)
+  NestPhase phase = NestPhase::All;  // standard attention: one kernel's phase, or All
+};
+// Count-only, forward: the events of that share, exactly as the whole walk emits them and in the same
+// order (only TileEvent::index and the SRAM ledger start from 0). Walking every part in the nest's order
+// gives the whole walk. Throws InputError for a part outside the problem, a phase on a FlashAttention
+// nest, or a query block on FA1.
+void count_part_traffic(Algorithm, const Problem&, Tiling, int bytes_per_element, const NestPart&, TrafficObserver&);
+
 }  // namespace flashlab

@@ -27,6 +27,7 @@
 #include "cuda/dispatch.cuh"
 #include "cuda/host_passes.cuh"
 #include "cuda/simt_tiles.cuh"
+#include "cuda/tilings.hpp"
 
 namespace flashlab {
 namespace cuda {
@@ -36,8 +37,15 @@ namespace {
 // Forward, Algorithm 2. Grid (H_q, B), 128 threads. m and l are (B, H_q, S_q) scratch in HBM,
 // m in base 2.
 
+// Its tiles and blocks per SM are the data cuda/tilings.hpp exports (fa1::forward_tiling): the launch
+// bounds and the shared memory below must allow that many blocks on an SM.
 template <int D>
-__global__ void __launch_bounds__(kFwdThreads) fa1_forward_kernel(AttnParams p, const float* __restrict__ Q,
+constexpr KernelTiling kFa1Tiling = fa1::forward_tiling(D);
+static_assert(kFa1Tiling<64>.Br == kFwdBr && kFa1Tiling<64>.Bc == kFwdBc && kFa1Tiling<64>.warps * kWarpSize == kFwdThreads,
+              "cuda/tilings.hpp describes fa1's forward tiles");
+
+template <int D>
+__global__ void __launch_bounds__(kFwdThreads, kFa1Tiling<D>.blocks_per_sm) fa1_forward_kernel(AttnParams p, const float* __restrict__ Q,
                                                                   const float* __restrict__ K,
                                                                   const float* __restrict__ V, float* O,
                                                                   float* L, float* m_hbm, float* l_hbm) {
@@ -265,6 +273,8 @@ __global__ void __launch_bounds__(kBwdThreads)
 template <int D>
 void launch_forward(const AttnParams& p, const float* q, const float* k, const float* v, float* o, float* lse,
                     float* m, float* l) {
+  static_assert(shared_memory_fits(FwdLayout<D>::kBytes, kFa1Tiling<D>.blocks_per_sm),
+                "fa1's forward shared memory must let cuda/tilings.hpp's blocks per SM fit");
   allow_shared_bytes(fa1_forward_kernel<D>, FwdLayout<D>::kBytes);
   fa1_forward_kernel<D><<<dim3(p.heads_q, p.batch), kFwdThreads, FwdLayout<D>::kBytes>>>(p, q, k, v, o, lse, m, l);
   CUDA_CHECK_LAUNCH();

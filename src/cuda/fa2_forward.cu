@@ -45,6 +45,7 @@
 #include "cuda/fa2_launch.cuh"
 #include "cuda/fa2_mma.cuh"
 #include "cuda/fa2_tile.cuh"
+#include "cuda/tilings.hpp"
 
 namespace flashlab::cuda::fa2 {
 namespace {
@@ -52,12 +53,15 @@ namespace {
 constexpr float kLn2 = 0.6931471805599453f;
 
 // Block shape per head dim: kWarps warps, each owning kMTiles * 16 query rows (Br = kWarps * kMTiles
-// * 16), Bc keys per K/V tile.
+// * 16), Bc keys per K/V tile, kBlocksPerSm blocks per SM: the data cuda/tilings.hpp exports
+// (fa2::forward_tiling), which the traffic model's GPU level reads.
 template <int D>
 struct FwdConfig {
-  static constexpr int kWarps = 4;
-  static constexpr int kMTiles = D <= 128 ? 2 : 1;  // d=256: O alone takes 128 registers per m-tile
-  static constexpr int kBc = D <= 128 ? 64 : 32;  // S_ij and O_i must share 255 registers without spills
+  static constexpr KernelTiling kTiling = forward_tiling(D);
+  static constexpr int kWarps = kTiling.warps;
+  static constexpr int kMTiles = kTiling.Br / (kWarps * 16);  // d=256: O alone takes 128 registers per m-tile
+  static constexpr int kBc = kTiling.Bc;  // S_ij and O_i must share 255 registers without spills
+  static constexpr int kBlocksPerSm = kTiling.blocks_per_sm;
   // Issue V_{j+1}'s copy just before P_ij V_j instead of at the top: needed for no spills at Bc = 64
   // (see the header). Elsewhere the copies stay together: a branch between the exp2's and the P V
   // mma's keeps the scheduler from overlapping them (as the warp vote did; measured:
@@ -67,10 +71,12 @@ struct FwdConfig {
   static constexpr int kBr = kWarps * kMTiles * 16;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kSmemBytes = (kBr + 2 * 2 * kBc) * kPitch<D> * 2;  // Q, 2 stages of K and V
+  static_assert(kBr == kTiling.Br, "whole m-tiles of 16 rows per warp");
+  static_assert(shared_memory_fits(kSmemBytes, kBlocksPerSm), "the blocks per SM of cuda/tilings.hpp must fit");
 };
 
 template <class T, int D, bool kDropout>
-__global__ void __launch_bounds__(FwdConfig<D>::kThreads) forward_kernel(const Params p) {
+__global__ void __launch_bounds__(FwdConfig<D>::kThreads, FwdConfig<D>::kBlocksPerSm) forward_kernel(const Params p) {
   using Cfg = FwdConfig<D>;
   constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kM = Cfg::kMTiles, kThreads = Cfg::kThreads;
   constexpr int kCopyUnroll = Cfg::kCopyUnroll;
@@ -81,7 +87,7 @@ __global__ void __launch_bounds__(FwdConfig<D>::kThreads) forward_kernel(const P
   T* Ks = Qs + kBr * kPitch<D>;              // (2, Bc, D)
   T* Vs = Ks + 2 * kBc * kPitch<D>;          // (2, Bc, D)
 
-  const int m_block = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // heaviest first
+  const int m_block = forward_query_block(static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x));  // heaviest first
   const int b = static_cast<int>(blockIdx.y) / p.heads_q, h = static_cast<int>(blockIdx.y) % p.heads_q;
   const int h_kv = h / (p.heads_q / p.heads_kv);
   const int row0 = m_block * kBr;

@@ -10,12 +10,15 @@
 //    and for the backward dO, dq, dk, dv. Made from host tensors (for_forward, for_backward: inputs
 //    uploaded, outputs poisoned) or at random (random: benchmarks), downloaded back into ForwardOut or
 //    Grads, and io_bytes(): what BenchResult::io_bytes reports; forward_io / backward_io: its pointers.
-//  * bench_passes(): one untimed forward (the backward reads its O and L), then time_passes().
+//  * bench_passes(): one untimed forward (the backward reads its O and L), then time_passes(); or, for
+//    Nsight Compute, exactly one pass inside cudaProfilerStart / Stop (BenchSettings::one_pass).
 //  * set_extents(): a Shape's extents into a kernel's parameter struct.
 //  * set_softmax_and_dropout(): the causal alignment, the softmax scale (and scale * log2 e for exp2),
 //    and the dropout constants, derived once from a Problem for the tensor-core kernels.
 // A benchmark opens its PeakScope before making its DeviceAttention and scratch, so peak_bytes counts
 // them all.
+#include <cuda_profiler_api.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -218,10 +221,19 @@ Grads backward_from_host(RunOnDevice run_on_device, BackwardReads reads, const P
 }
 
 // Benchmark one generation on `t` (made by DeviceAttention::random inside `scope`): one untimed
-// forward, so that the backward reads a real O and L, then time_passes.
+// forward, so that the backward reads a real O and L, then time_passes. With settings.one_pass: one
+// forward (and backward) only, inside a profiler range (BenchSettings::one_pass).
 template <class T>
 BenchResult bench_passes(const BenchSettings& settings, const PeakScope& scope, const DeviceAttention<T>& t,
                          const std::function<void()>& forward, const std::function<void()>& backward) {
+  if (settings.one_pass) {
+    CUDA_CHECK(cudaDeviceSynchronize());  // the inputs are made: nothing before the range runs inside it
+    CUDA_CHECK(cudaProfilerStart());
+    BenchResult r = time_passes(BenchSettings{.warmup = 0, .iters = 1, .backward = settings.backward}, scope,
+                                t.io_bytes(), forward, backward);
+    CUDA_CHECK(cudaProfilerStop());
+    return r;
+  }
   forward();
   return time_passes(settings, scope, t.io_bytes(), forward, backward);
 }

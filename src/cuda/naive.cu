@@ -27,19 +27,25 @@
 #include "cuda/cuda_variants.hpp"
 #include "cuda/host_passes.cuh"
 #include "cuda/simt_tiles.cuh"
+#include "cuda/tilings.hpp"
 
 namespace flashlab::cuda {
 namespace {
 
-constexpr int kGemmTile = 16;
-constexpr int kWarp = 32;
-constexpr int kRowThreads = 256;  // row kernels: 8 warps per block, one warp per row
+// Tile sizes and blocks per SM: the data cuda/tilings.hpp exports to the traffic model's GPU level.
+constexpr int kGemmTile = unfused::kGemmTiling.Br;
+constexpr int kWarp = kWarpSize;
+constexpr int kGemmThreads = kGemmTile * kGemmTile;  // one thread per element of C's tile
+constexpr int kRowThreads = unfused::kSoftmaxRowsPerBlock * kWarp;  // row kernels: one warp per row
 constexpr int kElementThreads = 256;
+static_assert(unfused::kGemmTiling.Bc == kGemmTile && kGemmThreads == unfused::kGemmTiling.warps * kWarp,
+              "simple_gemm's tile is square, one thread per element");
 
 // ---------------------------------------------------------------------------------------------
 // Kernels 1 and 3: C = alpha op(A) op(B) + beta C, one thread per element of C, K in steps of 16
-// staged through shared memory. Grid (ceil(n/16), ceil(m/16), batch).
-__global__ void simple_gemm_kernel(GemmCall g) {
+// staged through shared memory. Grid (ceil(n/16), ceil(m/16), batch). Its 32 registers per thread let
+// 8 blocks share an SM (all its 2048 threads); the launch bounds keep it so.
+__global__ void __launch_bounds__(kGemmThreads, unfused::kGemmTiling.blocks_per_sm) simple_gemm_kernel(GemmCall g) {
   __shared__ float As[kGemmTile][kGemmTile + 1];  // (16 rows of C, 16 of K), +1: no bank conflicts
   __shared__ float Bs[kGemmTile][kGemmTile + 1];  // (16 of K, 16 columns of C)
   const int tx = threadIdx.x, ty = threadIdx.y;
@@ -64,8 +70,10 @@ __global__ void simple_gemm_kernel(GemmCall g) {
 }
 
 // Kernel 2: row i of S -> row i of P (dropout applied: what multiplies V) and L_i = log sum exp.
-// One warp per (b, h, i); S already carries the softmax scale.
-__global__ void softmax_forward_kernel(AttnParams p, const float* __restrict__ S, float* __restrict__ P,
+// One warp per (b, h, i); S already carries the softmax scale. It reads the row three times
+// (unfused::kSoftmaxReadsOfS): its max, its sum, then P. Its 48 registers per thread let 5 blocks share an
+// SM; the launch bounds keep at least that many.
+__global__ void __launch_bounds__(kRowThreads, unfused::kSoftmaxBlocksPerSm) softmax_forward_kernel(AttnParams p, const float* __restrict__ S, float* __restrict__ P,
                                        float* __restrict__ L) {
   const long long w = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / kWarp;
   const int lane = threadIdx.x % kWarp;

@@ -21,6 +21,7 @@
 #include "core/problem.hpp"
 #include "cuda/common.cuh"
 #include "cuda/host_passes.cuh"
+#include "cuda/tilings.hpp"  // padded_head_dim
 
 namespace flashlab::cuda {
 
@@ -331,9 +332,6 @@ __device__ __forceinline__ float lse_base2(float lse_natural, bool valid_row) {
   if (!valid_row || lse_natural == -INFINITY) return INFINITY;
   return lse_natural * kLog2e;
 }
-
-// Largest head dim the fused fp32 kernels are compiled for: d rounded up to 32, 64, 96 or 128.
-inline int padded_head_dim(int d) { return (d + 31) / 32 * 32; }
 
 // Raise a kernel's dynamic shared memory limit above the default 48 KB (done once per kernel).
 template <class Kernel>

@@ -4,9 +4,8 @@
 #include "model/traffic.hpp"
 
 #include <algorithm>
-#include <list>
 #include <numeric>
-#include <unordered_map>
+#include <vector>
 
 namespace flashlab {
 
@@ -47,69 +46,180 @@ void TrafficCounter::on_event(const TileEvent& e) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// L2Model: an LRU list of tiles (most recent at the front) and an index from tile key to entry.
+// L2Model: a pool of tile entries on a doubly linked LRU list (most recent at the head), found through
+// an open-addressing hash table (linear probing, deletion by backward shift). A GPU-level replay makes
+// hundreds of millions of accesses, so the table is a flat array rather than a node-based map.
 
 struct L2Model::Cache {
-  struct Tile {
-    std::uint64_t key;
-    TensorId tensor;
-    std::int64_t bytes;
-    bool dirty;
+  static constexpr std::int32_t kNone = -1;
+  struct Entry {
+    std::uint64_t key = 0;
+    std::int64_t bytes = 0;
+    std::int32_t newer = kNone, older = kNone;  // LRU neighbours; `older` chains the free entries
+    TensorId tensor{};
+    bool dirty = false;
   };
-  std::list<Tile> lru;
-  std::unordered_map<std::uint64_t, std::list<Tile>::iterator> index;
-  std::int64_t resident = 0;
+  std::vector<Entry> entries;
+  std::int32_t newest = kNone, oldest = kNone, free_entries = kNone;
+  std::vector<std::int32_t> table = std::vector<std::int32_t>(1024, kNone);  // entry index, or kNone
+  std::size_t live = 0;
+  std::int64_t resident = 0, dirty = 0;
+
+  static std::uint64_t mix(std::uint64_t x) {  // splitmix64's finalizer: spreads adjacent keys
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  }
+  std::size_t mask() const { return table.size() - 1; }
+  std::size_t home(std::uint64_t key) const { return mix(key) & mask(); }
+
+  std::int32_t find(std::uint64_t key) const {
+    for (std::size_t at = home(key);; at = (at + 1) & mask()) {
+      const std::int32_t e = table[at];
+      if (e == kNone || entries[std::size_t(e)].key == key) return e;
+    }
+  }
+  void place(std::int32_t e) {
+    std::size_t at = home(entries[std::size_t(e)].key);
+    while (table[at] != kNone) at = (at + 1) & mask();
+    table[at] = e;
+  }
+  void grow_if_needed() {
+    if (2 * (live + 1) <= table.size()) return;
+    table.assign(2 * table.size(), kNone);
+    for (std::int32_t e = newest; e != kNone; e = entries[std::size_t(e)].older) place(e);
+  }
+  void unindex(std::uint64_t key) {  // linear probing's deletion: shift later members of the run back
+    std::size_t at = home(key);
+    while (entries[std::size_t(table[at])].key != key) at = (at + 1) & mask();
+    for (std::size_t next = (at + 1) & mask(); table[next] != kNone; next = (next + 1) & mask()) {
+      const std::size_t want = home(entries[std::size_t(table[next])].key);
+      // Move the member at `next` into the hole unless its home lies cyclically in (at, next].
+      const bool stays = at <= next ? (at < want && want <= next) : (at < want || want <= next);
+      if (!stays) {
+        table[at] = table[next];
+        at = next;
+      }
+    }
+    table[at] = kNone;
+  }
+
+  void unlink(std::int32_t e) {
+    Entry& x = entries[std::size_t(e)];
+    (x.newer != kNone ? entries[std::size_t(x.newer)].older : newest) = x.older;
+    (x.older != kNone ? entries[std::size_t(x.older)].newer : oldest) = x.newer;
+  }
+  void link_newest(std::int32_t e) {
+    Entry& x = entries[std::size_t(e)];
+    x.newer = kNone;
+    x.older = newest;
+    (newest != kNone ? entries[std::size_t(newest)].newer : oldest) = e;
+    newest = e;
+  }
+  std::int32_t insert(std::uint64_t key, TensorId tensor, std::int64_t bytes, bool is_dirty) {
+    grow_if_needed();
+    std::int32_t e = free_entries;
+    if (e != kNone) {
+      free_entries = entries[std::size_t(e)].older;
+    } else {
+      e = static_cast<std::int32_t>(entries.size());
+      entries.emplace_back();
+    }
+    entries[std::size_t(e)] = Entry{key, bytes, kNone, kNone, tensor, is_dirty};
+    place(e);
+    link_newest(e);
+    ++live;
+    resident += bytes;
+    if (is_dirty) dirty += bytes;
+    return e;
+  }
+  // Drops the least recently used entry; returns it (its bytes and whether it was dirty) by value.
+  Entry evict_oldest() {
+    const std::int32_t e = oldest;
+    const Entry victim = entries[std::size_t(e)];
+    unlink(e);
+    unindex(victim.key);
+    entries[std::size_t(e)].older = free_entries;
+    free_entries = e;
+    --live;
+    resident -= victim.bytes;
+    if (victim.dirty) dirty -= victim.bytes;
+    return victim;
+  }
 };
 
 namespace {
 // One tile of one tensor of one (batch, head): 22 bits for each tile index, 4 for the tensor, the
 // rest for bh. Distinct for every tile the loop nests emit up to 4M blocks per side.
-std::uint64_t tile_key(const TileEvent& e) {
+std::uint64_t tile_key(int bh, const TileEvent& e) {
   constexpr int kTileBits = 22, kTensorBits = 4;
-  return (((static_cast<std::uint64_t>(e.bh) << kTensorBits) | static_cast<std::uint64_t>(e.tensor))
+  return (((static_cast<std::uint64_t>(bh) << kTensorBits) | static_cast<std::uint64_t>(e.tensor))
           << (2 * kTileBits)) |
          (static_cast<std::uint64_t>(e.tile_row) << kTileBits) | static_cast<std::uint64_t>(e.tile_col);
 }
+bool kv_side(TensorId t) { return t == TensorId::K || t == TensorId::V || t == TensorId::dK || t == TensorId::dV; }
 }  // namespace
 
-L2Model::L2Model(std::int64_t capacity_bytes)
-    : cache_(std::make_unique<Cache>()), capacity_(std::max<std::int64_t>(0, capacity_bytes)) {}
+L2Model::L2Model(std::int64_t capacity_bytes, const Shape* shape)
+    : cache_(std::make_unique<Cache>()), capacity_(std::max<std::int64_t>(0, capacity_bytes)) {
+  if (shape) {
+    heads_q_ = shape->heads_q;
+    heads_kv_ = shape->heads_kv;
+  }
+}
 L2Model::~L2Model() = default;
 
-void L2Model::on_event(const TileEvent& e) {
+std::int64_t L2Model::dirty_bytes() const { return cache_->dirty; }
+
+void L2Model::on_event(const TileEvent& e) { access(e); }
+
+L2Model::Outcome L2Model::access(const TileEvent& e) {
   ++dram_.events;
   dram_.peak_sram_bytes = std::max(dram_.peak_sram_bytes, e.sram_bytes);
-  if (e.direction != Direction::Load && e.direction != Direction::Store) return;
+  if (e.direction != Direction::Load && e.direction != Direction::Store) return {};
+  Outcome outcome;
   Cache& c = *cache_;
-  const std::uint64_t key = tile_key(e);
+  int bh = e.bh;
+  if (heads_kv_ > 0 && kv_side(e.tensor))  // the K/V head this query head reads: (b, h / group)
+    bh = (e.bh / heads_q_) * heads_kv_ + (e.bh % heads_q_) / (heads_q_ / heads_kv_);
+  const std::uint64_t key = tile_key(bh, e);
   const bool store = e.direction == Direction::Store;
-  if (auto it = c.index.find(key); it != c.index.end()) {
-    Cache::Tile& t = *it->second;
+  // Blocks running side by side load the same tile one after another: check the newest entry first.
+  const std::int32_t at = c.newest != Cache::kNone && c.entries[std::size_t(c.newest)].key == key ? c.newest : c.find(key);
+  if (at != Cache::kNone) {
+    Cache::Entry& t = c.entries[std::size_t(at)];
+    outcome = {true, t.dirty};
     if (!store) hit_bytes_ += e.bytes;
-    t.dirty = t.dirty || store;
     c.resident += e.bytes - t.bytes;
+    if (t.dirty) c.dirty -= t.bytes;
     t.bytes = e.bytes;
-    c.lru.splice(c.lru.begin(), c.lru, it->second);  // now the most recently used
+    t.dirty = t.dirty || store;
+    if (t.dirty) c.dirty += t.bytes;
+    if (c.newest != at) {  // now the most recently used
+      c.unlink(at);
+      c.link_newest(at);
+    }
   } else {
     if (!store) dram_.read[static_cast<std::size_t>(e.tensor)] += e.bytes;  // a miss
-    c.lru.push_front(Cache::Tile{key, e.tensor, e.bytes, store});            // write-allocate
-    c.index.emplace(key, c.lru.begin());
-    c.resident += e.bytes;
+    c.insert(key, e.tensor, e.bytes, store);                                  // write-allocate
   }
-  while (c.resident > capacity_ && !c.lru.empty()) {  // evict the least recently used
-    const Cache::Tile& victim = c.lru.back();
+  while (c.resident > capacity_ && c.live > 0) {  // evict the least recently used
+    const Cache::Entry victim = c.evict_oldest();
     if (victim.dirty) dram_.written[static_cast<std::size_t>(victim.tensor)] += victim.bytes;
-    c.resident -= victim.bytes;
-    c.index.erase(victim.key);
-    c.lru.pop_back();
   }
+  return outcome;
 }
 
 void L2Model::flush() {
-  for (Cache::Tile& t : cache_->lru) {
+  Cache& c = *cache_;
+  for (std::int32_t e = c.newest; e != Cache::kNone; e = c.entries[std::size_t(e)].older) {
+    Cache::Entry& t = c.entries[std::size_t(e)];
     if (t.dirty) dram_.written[static_cast<std::size_t>(t.tensor)] += t.bytes;
     t.dirty = false;
   }
+  c.dirty = 0;
 }
 
 }  // namespace flashlab

@@ -73,30 +73,44 @@ class TrafficCounter : public TrafficObserver {
 };
 
 // A third level between HBM and SRAM: a last-level cache (on an H100, Nsight Compute shows the
-// 50 MB L2 absorbing FA2's re-reads of K and V). Replays the events through an LRU
-// cache of whole tiles with write-back and write-allocate, and counts the bytes that reach DRAM:
-// a Load of a tile still in L2 is a hit; a Store dirties the tile; a dirty tile is written to DRAM
-// when evicted or at flush(). Simplifications, said plainly: tiles are keyed by (bh, tensor, tile),
-// so query heads sharing a K/V head (GQA) do not share cached tiles; and the walk is the loop
-// nest's sequential order, while a GPU runs many (bh, i) blocks at once, which changes what is
-// resident when. Capacity 0 reproduces the two-level TrafficCounter totals exactly.
+// 50 MB L2 absorbing FA2's re-reads of K and V). Replays the events through an LRU cache of whole
+// tiles with write-back and write-allocate, and counts the bytes that reach DRAM: a Load of a tile
+// still in L2 is a hit; a Store dirties the tile (a whole tile is written, so nothing is fetched
+// first); a dirty tile is written to DRAM when it is evicted or at flush().
+//
+// Why whole tiles and not 128-byte lines: every access of a loop nest moves a whole tile, so all the
+// lines of a tile are touched together and sit side by side in LRU order; evicting the tile evicts
+// those lines. The only difference from a line-by-line LRU is the one tile cut in two at the capacity
+// boundary, at most one tile's bytes (16-64 KB against tens of MB). Tiles are keyed by (batch and
+// head, tensor, tile): with a Shape, the query heads that share a K/V head (GQA) share its K, V, dK
+// and dV tiles; without one, every bh has its own. Fed by a loop nest directly, the order is the
+// nest's sequential one; model/gpu.hpp feeds it the order of a GPU's thread blocks running side by
+// side. Capacity 0 reproduces the two-level TrafficCounter totals exactly.
 class L2Model : public TrafficObserver {
  public:
-  explicit L2Model(std::int64_t capacity_bytes);
+  explicit L2Model(std::int64_t capacity_bytes, const Shape* shape = nullptr);
   ~L2Model() override;
   L2Model(const L2Model&) = delete;
   L2Model& operator=(const L2Model&) = delete;
   void on_event(const TileEvent& e) override;
+  // on_event, saying what the access found: the tile in L2 (hit), and it dirty then.
+  struct Outcome {
+    bool hit = false, was_dirty = false;
+  };
+  Outcome access(const TileEvent& e);
   // Writes back what is still dirty; call once after the walk. The totals are final after it.
   void flush();
   // DRAM bytes per tensor (read: L2 misses; written: write-backs), events and peak SRAM.
   const TrafficTotals& dram() const { return dram_; }
   std::int64_t hit_bytes() const { return hit_bytes_; }  // loads served by L2
+  std::int64_t dirty_bytes() const;                        // written to L2 and not yet to DRAM
+  std::int64_t capacity_bytes() const { return capacity_; }
 
  private:
   struct Cache;
   std::unique_ptr<Cache> cache_;
   std::int64_t capacity_;
+  int heads_q_ = 0, heads_kv_ = 0;  // from the Shape; 0: no sharing
   TrafficTotals dram_;
   std::int64_t hit_bytes_ = 0;
 };

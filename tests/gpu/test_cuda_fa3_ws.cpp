@@ -24,7 +24,8 @@
 
 #include "core/tolerance.hpp"
 #include "cpu_reference/naive.hpp"
-#include "cuda/fa3_ws/fa3_ws_params.hpp"  // kTimelineBlocks: the blocks that record; kWideBcMinKeys
+#include "cuda/fa3_ws/fa3_ws_params.hpp"  // kTimelineBlocks: the blocks that record
+#include "cuda/tilings.hpp"               // kWideBcMinKeys
 #include "gpu/fresh_inputs.hpp"
 #include "gpu/fully_masked_rows.hpp"
 #include "model/timeline.hpp"
@@ -248,7 +249,7 @@ TEST_CASE("cuda-fa3-ws, every ladder step: row maxima that keep rising along the
 
 TEST_CASE("cuda-fa3-ws, every ladder step: long keys, where d = 64 and 128 take wider K/V blocks from step 2 on (192, 160 keys)") {
   if (skip_unless_hopper()) return;
-  using cuda::fa3ws::kWideBcMinKeys;  // 2048. No key length below is a multiple of 160 or 192: the last block is ragged
+  using cuda::fa3_ws::kWideBcMinKeys;  // 2048. No key length below is a multiple of 160 or 192: the last block is ragged
   check_problem(shape(1, 2, 2, 100, kWideBcMinKeys - 1), opts(CausalAlign::None));  // the narrow blocks, one key short
   check_problem(shape(1, 2, 2, 300, kWideBcMinKeys), opts(CausalAlign::None));
   check_problem(shape(1, 2, 2, 257, 2500), opts(CausalAlign::TopLeft));

@@ -237,3 +237,14 @@ TEST_CASE("bad input is refused with an InputError before any launch") {
     }
   }
 }
+
+TEST_CASE("a one-pass bench (for Nsight Compute) runs one forward and one backward, and times that run") {
+  const Problem p = make_problem({.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 256, .seq_k = 256, .head_dim = 64});
+  for (const std::string& name : kReadable) {
+    INFO("variant " << name);
+    const BenchResult r =
+        find_variant(name).bench(p, DType::F32, BenchSettings{.warmup = 0, .iters = 1, .backward = true, .one_pass = true});
+    CHECK(r.forward_ms > 0);
+    CHECK(r.backward_ms > 0);
+  }
+}

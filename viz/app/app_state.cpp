@@ -23,6 +23,7 @@ bool apply_scenario(AppState& st, const Scenario& s) {
     FootprintCounter fc(trace->Tr, trace->Tc);
     for (const TileEvent& e : trace->events) fc.on_event(e);
     SoftmaxTrace softmax = trace_online_softmax(*trace, s.seed);
+    std::string note = gpu_note(s);
 
     st.replay.reset();
     st.compare_replay.reset();
@@ -30,9 +31,9 @@ bool apply_scenario(AppState& st, const Scenario& s) {
     st.compare_trace = std::move(other);
     st.replay = std::make_unique<Replay>(*st.trace);
     if (st.compare_trace) st.compare_replay = std::make_unique<Replay>(*st.compare_trace);
-    st.trace_compulsory_bytes = fc.compulsory_bytes();
     st.trace_footprint_bytes = fc.footprint_bytes();
     st.softmax = std::move(softmax);
+    st.gpu_note = std::move(note);
     const bool sweep_changed = s.head_dim != st.scenario.head_dim || s.sram_bytes != st.scenario.sram_bytes ||
                                s.causal != st.scenario.causal || s.dtype != st.scenario.dtype ||
                                s.pass != st.scenario.pass || s.br != st.scenario.br || s.bc != st.scenario.bc ||
@@ -76,6 +77,21 @@ void start_sweep(AppState& st) {
   st.sweep_job.start([&st, s](Job& job) { run_traffic_sweep(job, s, st.sweep); });
 }
 
+void ensure_gpu_sweep(AppState& st) {
+  const Scenario& s = st.scenario;
+  const std::string key = gpu_variant_of(s) + " " + s.gpu + " " + std::to_string(s.head_dim) + " " + to_string(s.causal) +
+                          " " + st.bench_dir;
+  if (key == st.gpu_sweep_key) return;
+  st.gpu_sweep_key = key;
+  st.gpu_job.cancel();
+  {
+    std::lock_guard lock(st.gpu_job.mutex);
+    st.gpu_sweep = GpuSweep{};
+  }
+  const std::string dir = st.bench_dir;
+  st.gpu_job.start([&st, s, dir](Job& job) { run_gpu_sweep(job, s, dir, st.gpu_sweep); });
+}
+
 void start_cpu_timing(AppState& st) {
   st.timing_job.cancel();
   const Scenario s = st.scenario;
@@ -91,6 +107,7 @@ void set_visible_from(AppState& st, const Scenario& s) {
 }
 
 void load_bench(AppState& st, const std::string& directory) {
+  st.bench_dir = directory;  // the recorded DRAM counters too (ensure_gpu_sweep)
   st.bench = read_bench_results(directory);
   st.bench_intensity.assign(st.bench.points.size(), 0.0);
   st.bench_flops.assign(st.bench.points.size(), 0.0);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "logic/bench_results.hpp"
+#include "logic/gpu_sweep.hpp"
 #include "logic/replay.hpp"
 #include "logic/softmax_trace.hpp"
 #include "logic/sweep.hpp"
@@ -21,6 +22,7 @@ struct AppState {
   ~AppState() {
     sweep_job.cancel();
     timing_job.cancel();
+    gpu_job.cancel();
   }
 
   Scenario scenario;  // what is shown
@@ -29,7 +31,7 @@ struct AppState {
 
   std::unique_ptr<Trace> trace, compare_trace;
   std::unique_ptr<Replay> replay, compare_replay;
-  std::int64_t trace_compulsory_bytes = 0, trace_footprint_bytes = 0;
+  std::int64_t trace_footprint_bytes = 0;
   SoftmaxTrace softmax;
 
   // Transport: `step` events applied; `phase` in [0, 1) animates the transfer in flight.
@@ -41,6 +43,13 @@ struct AppState {
   Job sweep_job, timing_job;
   TrafficSweep sweep;
   CpuTiming timing;
+  // The GPU level: the variant's kernels against N and the counters recorded on the GPU (Plots), and
+  // what the L2 model says of the scenario's own problem (memory chart).
+  Job gpu_job;
+  GpuSweep gpu_sweep;
+  std::string gpu_note;
+  std::string gpu_sweep_key;  // what gpu_sweep is (being) computed for
+  std::string bench_dir;  // where bench/results is: measured points, recorded counters
   BenchResults bench;  // bench/results/*.json
   std::vector<double> bench_intensity, bench_flops;  // per point: modeled FLOP/byte and FLOPs
 
@@ -58,6 +67,9 @@ bool apply_scenario(AppState&, const Scenario& s);
 void seek(AppState&, std::int64_t step);  // clamps; keeps the compare replay in lock-step
 void advance(AppState&, double dt_seconds);  // plays
 void start_sweep(AppState&);
+// Starts the GPU level's sweep unless one for the scenario's variant, GPU, head dim and mask (and bench_dir)
+// is under way or done: the Plots panel asks for it when drawn.
+void ensure_gpu_sweep(AppState&);
 void start_cpu_timing(AppState&);
 void set_visible_from(AppState&, const Scenario&);  // the scenario's panel list (empty: all)
 // Reads bench/results and models each point's FLOPs and HBM bytes (its variant's loop nest).

@@ -236,9 +236,11 @@ int main(int argc, char** argv) {
 
   int rc = 0;
   if (headless) {
-    // The plots need the count-only sweep; wait for it so every screenshot shows the same thing.
+    // The plots need the count-only sweep and the GPU level; wait for them so every screenshot shows the same thing.
     const auto t0 = std::chrono::steady_clock::now();
-    while (st.sweep_job.running() &&
+    render_frame(window, st);  // a drawn Plots panel starts the GPU level's sweep
+    glfwSwapBuffers(window);
+    while ((st.sweep_job.running() || st.gpu_job.running()) &&
            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < kSweepWaitSeconds) {
       render_frame(window, st);
       glfwSwapBuffers(window);
@@ -282,7 +284,8 @@ int main(int argc, char** argv) {
   } else {
     while (!glfwWindowShouldClose(window)) {
       // Idle (nothing playing or computing): sleep until an event, so the app costs nothing at rest.
-      if (!st.playing && !st.sweep_job.running() && !st.timing_job.running()) glfwWaitEventsTimeout(0.25);
+      if (!st.playing && !st.sweep_job.running() && !st.timing_job.running() && !st.gpu_job.running())
+        glfwWaitEventsTimeout(0.25);
       render_frame(window, st);
       if (!st.screenshot_request.empty()) {
         try {
@@ -297,6 +300,7 @@ int main(int argc, char** argv) {
   }
   st.sweep_job.cancel();
   st.timing_job.cancel();
+  st.gpu_job.cancel();
   ImGui_ImplOpenGL3_Shutdown();
   ImGui_ImplGlfw_Shutdown();
   ImGui::DestroyContext();

@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "registry/gpu_models.hpp"
+
 namespace flashlab::viz {
 
 namespace {
@@ -18,7 +20,7 @@ constexpr int kMinWindowSide = 320;
 
 const std::vector<std::string> kKeys = {"algorithm", "pass", "seq", "seq_q", "seq_k", "head_dim", "sram_bytes",
                                         "br", "bc", "causal", "dtype", "step", "compare", "panels", "size",
-                                        "caption", "seed", "timeline", "timeline_compare"};
+                                        "caption", "seed", "timeline", "timeline_compare", "gpu_variant", "gpu"};
 
 std::string key_list() {
   std::string s;
@@ -120,6 +122,8 @@ Scenario parse_scenario(const std::string& text, const std::string& where) {
     if (j.contains("seed")) s.seed = static_cast<std::uint64_t>(get_int(j, "seed", where));
     if (j.contains("timeline")) s.timeline = get_string(j, "timeline", where);
     if (j.contains("timeline_compare")) s.timeline_compare = get_string(j, "timeline_compare", where);
+    if (j.contains("gpu_variant")) s.gpu_variant = get_string(j, "gpu_variant", where);
+    if (j.contains("gpu")) s.gpu = get_string(j, "gpu", where);
   } catch (const InputError& e) {
     const std::string msg = e.what();
     if (msg.rfind(where, 0) == 0) throw;
@@ -164,10 +168,17 @@ std::string to_json(const Scenario& s) {
   j["seed"] = s.seed;
   if (!s.timeline.empty()) j["timeline"] = s.timeline;
   if (!s.timeline_compare.empty()) j["timeline_compare"] = s.timeline_compare;
+  if (!s.gpu_variant.empty()) j["gpu_variant"] = s.gpu_variant;
+  j["gpu"] = s.gpu;
   return j.dump(2);
 }
 
 int bytes_per_element(const Scenario& s) { return dtype_bytes(s.dtype); }
+
+std::string gpu_variant_of(const Scenario& s) {
+  if (!s.gpu_variant.empty()) return s.gpu_variant;
+  return s.algorithm == Algorithm::Standard ? "cuda-naive" : s.algorithm == Algorithm::FA1 ? "cuda-fa1" : "cuda-fa2";
+}
 
 Problem to_problem(const Scenario& s) {
   Problem p;
@@ -191,6 +202,13 @@ Tiling resolve_tiling(const Scenario& s) {
 void validate(const Scenario& s) {
   to_problem(s);
   resolve_tiling(s);
+  find_gpu(s.gpu);
+  const std::vector<std::string> modeled = gpu_modeled_variants();
+  if (!s.gpu_variant.empty() && std::find(modeled.begin(), modeled.end(), s.gpu_variant) == modeled.end()) {
+    std::string known;
+    for (const auto& v : modeled) known += (known.empty() ? "" : ", ") + v;
+    throw InputError("gpu_variant '" + s.gpu_variant + "' has no GPU model: the modeled variants are " + known);
+  }
   if (s.step < -1) throw InputError("step must be -1 (the end) or a count of events, got " + std::to_string(s.step));
 }
 

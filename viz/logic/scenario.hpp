@@ -9,20 +9,21 @@
 #include <vector>
 
 #include "cpu_reference/tiled.hpp"
+#include "cuda/tilings.hpp"
+#include "model/gpu.hpp"
 #include "model/traffic.hpp"
 #include "core/problem.hpp"
 
 namespace flashlab::viz {
 
-// The H100 the project measured (2026-11-22): the app's one GPU preset.
+// The H100 the project measured (2026-11-22): the app's one preset of measured rates. What the GPU is
+// (SMs, L2) is the traffic model's description (model/gpu.hpp), its SM's shared memory cuda/tilings.hpp's.
 struct GpuPreset {
-  const char* name = "NVIDIA H100 80GB HBM3 (measured)";
+  const GpuSpec& gpu = find_gpu("h100");
   double hbm_bytes_per_s = 3.0e12;        // device-to-device copy, bytes read + written
   double bf16_flops_per_s = 756e12;       // bf16 matrix product (798 at best)
   double bf16_flops_per_s_best = 798e12;
-  std::int64_t l2_bytes = 50'000'000;     // L2 absorbs K/V re-reads (Nsight: DRAM reads = compulsory)
-  std::int64_t smem_bytes_per_sm = 228 * 1024;
-  int sms = 132;
+  std::int64_t smem_bytes_per_sm = cuda::kSharedMemoryPerSm;
 };
 const GpuPreset& h100();
 
@@ -30,7 +31,7 @@ struct Scenario {
   Algorithm algorithm = Algorithm::FA2;
   Pass pass = Pass::Forward;
   int seq_q = 1024, seq_k = 1024, head_dim = 64;
-  std::int64_t sram_bytes = 228 * 1024;  // M in bytes; default: one H100 SM's shared memory
+  std::int64_t sram_bytes = cuda::kSharedMemoryPerSm;  // M in bytes; default: one H100 SM's shared memory
   int br = 0, bc = 0;                    // 0: the paper's choice from M (tiling_from_sram)
   CausalAlign causal = CausalAlign::None;
   DType dtype = DType::BF16;             // sets the bytes per element that move
@@ -41,7 +42,15 @@ struct Scenario {
   std::string caption;                   // drawn in the Controls panel (figures)
   std::uint64_t seed = 1;                // inputs of the Online softmax panel's real run
   std::string timeline, timeline_compare;  // Pipeline panel: Trace Event JSON files (relative: to the scenario file)
+  // The GPU level (Plots panel, memory chart): a CUDA variant with a GPU model (empty: the kernel of the
+  // algorithm, gpu_variant_of), on a described GPU.
+  std::string gpu_variant;
+  std::string gpu = "h100";
 };
+
+// The CUDA variant whose kernels the GPU level replays: the scenario's gpu_variant, or the kernel of its
+// algorithm (standard: cuda-naive, fa1: cuda-fa1, fa2: cuda-fa2).
+std::string gpu_variant_of(const Scenario&);
 
 // Parses a scenario from JSON text. Throws InputError (one sentence) on malformed JSON, unknown keys,
 // wrong types or impossible values; `where` names the file in the message.

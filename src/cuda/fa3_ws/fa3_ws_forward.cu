@@ -45,13 +45,14 @@
 #include "core/philox.hpp"
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
 #include "cuda/fa3_ws/hopper.cuh"
+#include "cuda/tilings.hpp"
 #include "model/timeline.hpp"
 
 namespace flashlab::cuda::fa3ws {
 namespace {
 
 constexpr float kLn2 = 0.6931471805599453f;
-constexpr int kRowsPerConsumer = 64;  // wgmma's M: each consumer warpgroup owns 64 query rows
+constexpr int kRowsPerConsumer = fa3_ws::kRowsPerConsumer;  // wgmma's M: each consumer warpgroup owns 64 query rows
 constexpr int kProducerRegs = 24;     // TMA issue needs a handful of registers
 constexpr int kConsumerRegs = 240;    // 128 * 24 + 256 * 240 = 64,512 <= 65,536 registers per SM
 constexpr int kMaxSmemBytes = 227 * 1024;  // per-block opt-in shared memory on the H100
@@ -93,12 +94,9 @@ constexpr int kShippedVar = kVarTileOrderMFast | kVarKAhead | kVarStages3;
 // has read it and the producer loads the next tile's Q while the consumers finish this one: at d <= 128 a
 // (Br, d) buffer (d = 128: Q 32 + O 32 + 2 x 64 KiB); at d = 256 one consumer's (64, d), which the two
 // consumers take in turn (Q 64 + 2 x 64 + O 32 KiB = 224 KiB).
-template <int D>
-inline constexpr int kBcFor = D == 256 ? 64 : 128;
-
 template <int D, int kVar, bool kPersistent>
 struct HeadConfig {
-  static constexpr int kBc = D != 256 && (kVar & kVarWideBc) != 0 ? (D == 128 ? 160 : 192) : kBcFor<D>;
+  static constexpr int kBc = fa3_ws::block_cols(D, (kVar & kVarWideBc) != 0);  // cuda/tilings.hpp: what the traffic model reads
   // Rows of O_i's own buffer: 0 (through Q_i's space), Br (both consumers), or 64 (shared in turn).
   static constexpr int kORows = !kPersistent ? 0 : D <= 128 ? 2 * kRowsPerConsumer : kRowsPerConsumer;
   static constexpr bool kOBufferShared = kORows == kRowsPerConsumer;
@@ -146,6 +144,11 @@ struct KernelConfig : StepConfig<kStep>, HeadConfig<D, kVarIn, StepConfig<kStep>
   using Step = StepConfig<kStep>;
   using Head = HeadConfig<D, kVarIn, Step::kPersistent>;
   using Smem = SmemLayout<D, Step::kBr, Head::kBc, Head::kStages, Head::kORows>;
+  // The shipped step is what cuda/tilings.hpp describes to the traffic model (fa3_ws::forward_tiling).
+  static_assert(kStep != static_cast<int>(kShippedStep) ||
+                    (Step::kBr == fa3_ws::forward_tiling(D, 0, false).Br &&
+                     Step::kThreads == fa3_ws::forward_tiling(D, 0, false).warps * 32),
+                "cuda/tilings.hpp describes the shipped step's block");
 };
 
 // The value of x, which the compiler cannot see through (keeps loop-invariant math inside a loop).
@@ -267,11 +270,9 @@ __device__ __forceinline__ Tile make_tile(const Params& p, int t) {
     m_back = t / bh_total;
     bh = t % bh_total;
   } else {
-    const int group_tiles = p.heads_per_group * num_m;
-    const int group = t / group_tiles, in_group = t % group_tiles;
-    const int heads = min(p.heads_per_group, bh_total - group * p.heads_per_group);  // the last group may be short
-    m_back = in_group / heads;
-    bh = group * p.heads_per_group + in_group % heads;
+    const fa3_ws::TileAt at = fa3_ws::tile_at(t, num_m, bh_total, p.heads_per_group);  // cuda/tilings.hpp
+    m_back = num_m - 1 - at.query_block;
+    bh = at.bh;
   }
   Tile tile;
   tile.b = bh / p.heads_q;
@@ -989,17 +990,16 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
     check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute(SM count)");
     check_cuda(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, dev), "cudaDeviceGetAttribute(L2 size)");
     grid = grid < sms ? grid : sms;
-    // Heads per group of the tile order: as many KV heads as have K and V fit in half the L2 (the H100's
-    // L2 is two partitions), times the query heads that share each. Under a causal mask with 4096 keys or
-    // more, four times as many: measured on the H100 (fa3_harness --hpg, bench/results/h100-fa3-ws-notes.md),
-    // larger groups ran 7-23% faster there at d = 128 and 256, but 15-20% slower below 4096 keys, and even
-    // or slower without a mask. Why is not pinned down yet (no counters taken on it).
-    const long long kv_head_bytes = 2LL * p.seq_k * D * kElemBytes;
-    const bool long_causal = p.align != CausalAlign::None && p.seq_k >= 4096;
-    const long long group_bytes = (long_causal ? 4 : 1) * (l2_bytes / 2);
-    const long long kv_heads = std::max(1LL, group_bytes / std::max(1LL, kv_head_bytes));
-    const long long heads = p.heads_per_group > 0 ? p.heads_per_group : kv_heads * (p.heads_q / p.heads_kv);
-    params.heads_per_group = static_cast<int>(std::min<long long>(heads, static_cast<long long>(p.batch) * p.heads_q));
+    // Heads per group of the tile order (cuda/tilings.hpp): as many KV heads as have K and V fit in half
+    // the L2 (the H100's L2 is two partitions), times the query heads that share each. Under a causal mask
+    // over 4096 keys or more, four times as many: measured on the H100 (fa3_harness --hpg,
+    // bench/results/h100-fa3-ws-notes.md), larger groups ran 7-23% faster there at d = 128 and 256, but
+    // 15-20% slower below 4096 keys, and even or slower without a mask. Why is not pinned down yet (no
+    // counters taken on it). A positive Params::heads_per_group is taken as given (the harness sweeps it).
+    const Shape shape{.batch = p.batch, .heads_q = p.heads_q, .heads_kv = p.heads_kv, .seq_q = p.seq_q,
+                      .seq_k = p.seq_k, .head_dim = D};
+    if (p.heads_per_group <= 0)
+      params.heads_per_group = fa3_ws::heads_per_group(l2_bytes, shape, kElemBytes, p.align != CausalAlign::None);
   }
   kernel<<<grid, Cfg::kThreads, kSmem, stream>>>(params, maps, static_cast<int>(total));
   check_cuda(cudaGetLastError(), "the kernel launch");
@@ -1011,7 +1011,7 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
 // third of its speed there (H100, N >= 2k).
 template <int D, int kStep, class F>
 void with_shipped_var(const Params& p, F&& launch) {
-  if (D != 256 && kStep >= 2 && p.seq_k >= kWideBcMinKeys) launch.template operator()<kShippedVar | kVarWideBc>();
+  if (fa3_ws::takes_wide_blocks(D, p.seq_k, false, kStep)) launch.template operator()<kShippedVar | kVarWideBc>();
   else launch.template operator()<kShippedVar>();
 }
 

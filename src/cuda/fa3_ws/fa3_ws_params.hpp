@@ -71,9 +71,6 @@ using ::flashlab::cuda::fa3_ws::kHeadDims;
 // (64, 1, box_rows, 1) and 128B swizzle; throws std::runtime_error naming the failing driver call.
 CUtensorMap make_bshd_tensor_map(const void* base, DType dtype, int batch, int seq, int heads, int head_dim,
                                  int box_rows);
-// From this many keys on, d = 64 and 128 take wider K/V blocks from ladder step 2 on, without dropout
-// (fa3_ws_forward.cu, HeadConfig: measured on the H100, the wider block wins from N = 2k on, loses below).
-inline constexpr int kWideBcMinKeys = 2048;
 // Query rows per block (Br) at a ladder step.
 int block_rows(LadderStep step);
 

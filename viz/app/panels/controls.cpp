@@ -1,13 +1,19 @@
-// Controls: the scenario (algorithm, pass, N, d, SRAM size M, Br/Bc, causal alignment, dtype), the GPU
+// Controls: the scenario (algorithm, pass, N, d, SRAM size M, Br/Bc, causal alignment, dtype, the CUDA
+// kernel and GPU of the GPU level), the GPU
 // preset's measured figures, which panels are shown, and loading a scenario file. Every change goes
 // through apply_scenario, so an impossible value shows the library's one-sentence error in red and
 // the previous picture stays.
 #include <imgui.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "app/panels.hpp"
 #include "logic/format.hpp"
+#include "model/gpu.hpp"
+#include "registry/gpu_models.hpp"
 
 namespace flashlab::viz {
 
@@ -53,6 +59,20 @@ void draw_controls(AppState& st) {
   const char* dtypes[] = {"f64", "f32", "f16", "bf16"};
   int t = static_cast<int>(s.dtype);
   if (combo("dtype", t, dtypes, 4)) s.dtype = static_cast<DType>(t), changed = true;
+  // The GPU level (Plots panel, memory chart): which CUDA variant's kernels, on which GPU.
+  std::vector<std::string> modeled = gpu_modeled_variants();
+  modeled.insert(modeled.begin(), "");  // the algorithm's own kernel
+  int gv = int(std::find(modeled.begin(), modeled.end(), s.gpu_variant) - modeled.begin());
+  std::vector<const char*> modeled_names = {"(the algorithm's)"};
+  for (std::size_t k = 1; k < modeled.size(); ++k) modeled_names.push_back(modeled[k].c_str());
+  if (combo("GPU kernel", gv, modeled_names.data(), int(modeled_names.size()))) s.gpu_variant = modeled[std::size_t(gv)], changed = true;
+  std::vector<const char*> gpu_ids;
+  int gi = 0;
+  for (const GpuSpec& g : gpu_specs()) {
+    if (g.id == s.gpu) gi = int(gpu_ids.size());
+    gpu_ids.push_back(g.id.data());  // the table's ids are string literals: null-terminated
+  }
+  if (combo("GPU", gi, gpu_ids.data(), int(gpu_ids.size()))) s.gpu = gpu_ids[std::size_t(gi)], changed = true;
   const char* cmp[] = {"(none)", "standard", "fa1", "fa2"};
   int ci = s.compare ? static_cast<int>(*s.compare) + 1 : 0;
   if (combo("compare with", ci, cmp, 4)) {
@@ -83,9 +103,10 @@ void draw_controls(AppState& st) {
   ImGui::Separator();
   const GpuPreset& g = h100();
   ImGui::TextUnformatted("GPU preset (measured on the lent H100, 2026-11-22):");
-  ImGui::TextWrapped("%s: %.1f TB/s copy, %.0f-%.0f TFLOP/s bf16, %s L2, %s smem/SM, %d SMs", g.name,
+  ImGui::TextWrapped("%s: %.1f TB/s copy, %.0f-%.0f TFLOP/s bf16, %s L2, %s smem/SM, %d SMs", g.gpu.device_name.data(),
                      g.hbm_bytes_per_s / 1e12, g.bf16_flops_per_s / 1e12, g.bf16_flops_per_s_best / 1e12,
-                     axis_bytes(double(g.l2_bytes)).c_str(), format_bytes(double(g.smem_bytes_per_sm)).c_str(), g.sms);
+                     format_bytes(double(g.gpu.l2_bytes)).c_str(), format_bytes(double(g.smem_bytes_per_sm)).c_str(),
+                     g.gpu.sms);
   if (ImGui::SmallButton("M = one SM's shared memory")) {
     Scenario h = st.scenario;
     h.sram_bytes = g.smem_bytes_per_sm;

@@ -1,7 +1,9 @@
 // Plots against sequence length, log axes: HBM traffic and HBM footprint (peak memory) from the
-// count-only loop nest up to N = 128k; time (live CPU runs of the library on a worker thread,
-// measured GPU results from bench/results/*.json with their device, and the H100 roofline model);
-// and a roofline with the measured points. One plotting module draws all four (app/plot.cpp).
+// count-only loop nest up to N = 128k; the DRAM reads of a CUDA variant's kernels on a GPU at the model's
+// three levels (two-level, L2 model, compulsory) with the counters Nsight Compute recorded there as points;
+// time (live CPU runs of the library on a worker thread, measured GPU results from bench/results/*.json with
+// their device, and the H100 roofline model); and a roofline with the measured points. One plotting module
+// draws all five (app/plot.cpp).
 #include <imgui.h>
 
 #include <algorithm>
@@ -72,7 +74,7 @@ void draw_plots(AppState& st) {
     memory.push_back(m);
     model_time.push_back(tm);
     if (sweep.algorithms[a] == Algorithm::FA2) {
-      PlotSeries c{"fa2, L2 absorbs re-reads", {}, {}, series_colour(3)};
+      PlotSeries c{"fa2, compulsory", {}, {}, series_colour(3)};
       for (const SweepPoint& p : sweep.points[a]) c.x.push_back(p.n), c.y.push_back(p.compulsory_bytes);
       c.thickness = 1.f;
       traffic.push_back(c);
@@ -133,13 +135,50 @@ void draw_plots(AppState& st) {
     if (!m.x.empty()) roof.push_back(m);
   }
 
+  // DRAM reads of one forward pass of a CUDA variant on a GPU: the three levels of the model, and the counters
+  // Nsight Compute recorded there (B = 1, H = 16, as the recording script runs them).
+  ensure_gpu_sweep(st);
+  GpuSweep gs;
+  std::string gpu_error;
+  {
+    std::lock_guard lock(st.gpu_job.mutex);
+    gs = st.gpu_sweep;
+    gpu_error = st.gpu_job.error;
+  }
+  std::vector<PlotSeries> dram;
+  {
+    PlotSeries two{"paper's count", {}, {}, series_colour(0)}, l2{"L2 model", {}, {}, series_colour(3)},
+        floor{"compulsory", {}, {}, series_colour(2)};
+    two.thickness = floor.thickness = 1.5f;
+    for (const GpuLevelPoint& p : gs.points) {
+      two.x.push_back(p.n), two.y.push_back(p.two_level_read);
+      l2.x.push_back(p.n), l2.y.push_back(p.dram_read);
+      floor.x.push_back(p.n), floor.y.push_back(p.compulsory_read);
+    }
+    dram = {two, l2, floor};
+    PlotSeries measured{gs.measured_device.empty() ? std::string("no counters recorded") : gs.measured_device,
+                        {}, {}, series_colour(6)};
+    measured.line = false;
+    for (const GpuLevelPoint& p : gs.measured) measured.x.push_back(p.n), measured.y.push_back(p.dram_read);
+    dram.push_back(measured);
+  }
+
   const ImVec2 avail = ImGui::GetContentRegionAvail();
-  const ImVec2 cell(avail.x / 2 - 4, avail.y / 2 - 4);
+  const ImVec2 top(avail.x / 3 - 6, avail.y / 2 - 4), cell(avail.x / 2 - 4, avail.y / 2 - 4);
   PlotSpec a{"traffic", "HBM traffic vs N (two-level model)", "N", "bytes", true, true, axis_count, axis_bytes};
-  plot(a, traffic, cell);
+  plot(a, traffic, top);
+  ImGui::SameLine();
+  const std::string gpu_title =
+      "DRAM reads/pass: " + gs.variant + ", " + gs.gpu_id +
+      (!gpu_error.empty() ? ": " + gpu_error : !gs.measured_error.empty() ? ": " + gs.measured_error
+                                             : st.gpu_job.running() ? " (modeling...)" : "");
+  const std::string gpu_x = "N (B = " + std::to_string(gs.batch) + ", H = " + std::to_string(gs.heads) +
+                            ", d = " + std::to_string(gs.head_dim) + ", causal " + to_string(gs.causal) + ")";
+  PlotSpec g{"dram", gpu_title, gpu_x, "bytes", true, true, axis_count, axis_bytes};
+  plot(g, dram, top);
   ImGui::SameLine();
   PlotSpec b{"memory", "peak HBM memory vs N (footprint)", "N", "bytes", true, true, axis_count, axis_bytes};
-  plot(b, memory, cell);
+  plot(b, memory, top);
   PlotSpec c{"time", "time vs N: lines H100 model, rings measured per head", "N", "time", true, true, axis_count, axis_seconds};
   plot(c, times, cell);
   ImGui::SameLine();

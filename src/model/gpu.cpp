@@ -1,0 +1,192 @@
+// The GPU level of the traffic model (gpu.hpp): the GPUs described, and the lock-step replay of a
+// kernel's thread blocks through an L2Model.
+#include "model/gpu.hpp"
+
+#include <algorithm>
+#include <array>
+#include <limits>
+
+namespace flashlab {
+
+namespace {
+
+// The GPUs the project runs on, as the CUDA runtime reports them (multiprocessor count and
+// cudaDevAttrL2CacheSize); both split their L2 in two partitions.
+constexpr std::array kGpus = {
+    GpuSpec{.id = "h100", .device_name = "NVIDIA H100 80GB HBM3", .sms = 132, .l2_bytes = 50 * 1024 * 1024,
+            .l2_partitions = 2},
+    GpuSpec{.id = "h200", .device_name = "NVIDIA H200", .sms = 132, .l2_bytes = 60 * 1024 * 1024,
+            .l2_partitions = 2},
+};
+
+// One memory access of a unit: what L2Model needs of its TileEvent, in 16 bytes (a replay reads
+// hundreds of millions of them, from as many buffers as there are resident units).
+struct Access {
+  std::int32_t bh = 0, tile_row = 0, tile_col = 0;
+  std::uint32_t bytes : 27 = 0;  // a tile of at most 128 MiB
+  std::uint32_t store : 1 = 0;
+  std::uint32_t tensor : 4 = 0;
+};
+static_assert(sizeof(Access) == 16);
+static_assert(static_cast<int>(TensorId::Count) <= 16);
+
+// The accesses of one unit, taken in windows: a unit's walk is re-run for each window and only the
+// accesses that fall in it are kept, so a long unit (cuda-fa1's block is a whole head) never holds all
+// of its accesses at once. Most units fit in one window and are walked once.
+class UnitCursor : public TrafficObserver {
+ public:
+  static constexpr std::size_t kWindow = 1 << 18;
+
+  // Starts unit k of the grid; false when it has no memory access at all.
+  bool start(const KernelGrid& grid, std::int64_t k) {
+    grid_ = &grid;
+    unit_ = k;
+    taken_ = 0;
+    refill();
+    return !exhausted();
+  }
+  const Access& peek() const { return window_[pos_]; }
+  // Moves past the current access; false when the unit has none left.
+  bool advance() {
+    ++taken_;
+    if (++pos_ == window_.size() && !last_window_) refill();
+    return !exhausted();
+  }
+  bool exhausted() const { return pos_ == window_.size() && last_window_; }
+
+  void on_event(const TileEvent& e) override {
+    if (e.direction != Direction::Load && e.direction != Direction::Store) return;
+    const std::int64_t n = seen_++;
+    if (n < skip_ || n >= skip_ + std::int64_t(kWindow)) return;
+    if (e.bytes >= (std::int64_t{1} << 27))
+      throw InputError("a tile of " + std::to_string(e.bytes) + " bytes is larger than the GPU model's 128 MiB");
+    window_.push_back(Access{e.bh, e.tile_row, e.tile_col, static_cast<std::uint32_t>(e.bytes),
+                             e.direction == Direction::Store, static_cast<std::uint32_t>(e.tensor)});
+  }
+
+ private:
+  void refill() {
+    window_.clear();
+    pos_ = 0;
+    seen_ = 0;
+    skip_ = taken_;
+    grid_->walk_unit(unit_, *this);
+    last_window_ = seen_ <= skip_ + std::int64_t(kWindow);
+  }
+
+  const KernelGrid* grid_ = nullptr;
+  std::int64_t unit_ = 0;
+  std::int64_t taken_ = 0;           // accesses of the unit consumed so far
+  std::int64_t seen_ = 0, skip_ = 0;  // during a walk: accesses emitted, and how many to pass over
+  std::vector<Access> window_;
+  std::size_t pos_ = 0;
+  bool last_window_ = true;
+};
+
+void add(TrafficTotals& sum, const TrafficTotals& t) {
+  for (std::size_t n = 0; n < sum.read.size(); ++n) {
+    sum.read[n] += t.read[n];
+    sum.written[n] += t.written[n];
+  }
+  sum.events += t.events;
+}
+
+KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const KernelGrid& grid) {
+  KernelTraffic out;
+  out.name = grid.name;
+  out.units = grid.units;
+  out.resident = resident_units(gpu, grid);
+  L2Model l2(gpu.modeled_l2_bytes(), &shape);
+  L2Model unbounded(std::numeric_limits<std::int64_t>::max(), &shape);  // compulsory: nothing is evicted
+
+  std::vector<UnitCursor> slots(static_cast<std::size_t>(out.resident));
+  std::vector<std::size_t> busy, freed;  // slots holding a unit; slots that finished this round
+  std::int64_t next_unit = 0;
+  auto start_next = [&](std::size_t s) {  // the next unit that has an access, into slot s
+    while (next_unit < grid.units)
+      if (slots[s].start(grid, next_unit++)) {
+        busy.push_back(s);
+        return;
+      }
+  };
+  for (std::size_t s = 0; s < slots.size(); ++s) start_next(s);
+
+  TileEvent e;
+  while (!busy.empty()) {
+    ++out.rounds;
+    freed.clear();
+    std::size_t kept = 0;
+    for (std::size_t n = 0; n < busy.size(); ++n) {
+      constexpr std::size_t kAhead = 8;  // the buffers are many and far apart: fetch a few slots ahead
+      if (n + kAhead < busy.size()) __builtin_prefetch(&slots[busy[n + kAhead]].peek());
+      UnitCursor& c = slots[busy[n]];
+      const Access& a = c.peek();
+      e.bh = a.bh;
+      e.tensor = static_cast<TensorId>(a.tensor);
+      e.direction = a.store ? Direction::Store : Direction::Load;
+      e.tile_row = a.tile_row;
+      e.tile_col = a.tile_col;
+      e.bytes = a.bytes;
+      (a.store ? out.two_level.written : out.two_level.read)[a.tensor] += e.bytes;
+      // Whatever L2 holds, the unbounded cache holds too: it needs to see only the misses, and the first
+      // store to a clean tile (what changes its own state), so most hits cost one lookup, not two.
+      if (const L2Model::Outcome o = l2.access(e); !o.hit || (a.store && !o.was_dirty)) unbounded.on_event(e);
+      ++out.accesses;
+      if (c.advance()) busy[kept++] = busy[n];
+      else freed.push_back(busy[n]);
+    }
+    busy.resize(kept);
+    for (std::size_t s : freed) start_next(s);  // they start in the next round
+  }
+  out.two_level.events = out.accesses;
+  out.dram = l2.dram();
+  out.hit_bytes = l2.hit_bytes();
+  out.dirty_at_end = l2.dirty_bytes();
+  unbounded.flush();
+  out.compulsory = unbounded.dram();
+  return out;
+}
+
+}  // namespace
+
+std::span<const GpuSpec> gpu_specs() { return kGpus; }
+
+std::string known_gpu_ids() {
+  std::string ids;
+  for (const GpuSpec& g : kGpus) ids += (ids.empty() ? "" : ", ") + std::string(g.id);
+  return ids;
+}
+
+const GpuSpec& find_gpu(std::string_view id) {
+  for (const GpuSpec& g : kGpus)
+    if (g.id == id) return g;
+  throw InputError("unknown GPU '" + std::string(id) + "': the model describes " + known_gpu_ids());
+}
+
+const GpuSpec* gpu_for_device(std::string_view device_name) {
+  for (const GpuSpec& g : kGpus)
+    if (g.device_name == device_name) return &g;
+  return nullptr;
+}
+
+std::int64_t resident_units(const GpuSpec& gpu, const KernelGrid& grid) {
+  const std::int64_t blocks = std::int64_t{gpu.sms} * grid.blocks_per_sm;
+  const std::int64_t units = blocks / std::max<std::int64_t>(1, grid.blocks_per_unit);
+  return std::clamp<std::int64_t>(units, 1, std::max<std::int64_t>(1, grid.units));
+}
+
+GpuTraffic model_gpu_traffic(const GpuSpec& gpu, const Shape& shape, std::span<const KernelGrid> kernels) {
+  GpuTraffic out;
+  for (const KernelGrid& k : kernels) {
+    out.kernels.push_back(replay_kernel(gpu, shape, k));
+    const KernelTraffic& t = out.kernels.back();
+    add(out.two_level, t.two_level);
+    add(out.dram, t.dram);
+    add(out.compulsory, t.compulsory);
+    out.hit_bytes += t.hit_bytes;
+    out.dirty_at_end += t.dirty_at_end;
+  }
+  return out;
+}
+
+}  // namespace flashlab
