@@ -43,6 +43,14 @@ for tool in memcheck synccheck initcheck; do
     --batch 2 --heads 4 --heads-kv 2 --seq-q 200 --seq-k 333 --head-dim 128 --causal bottom-right --dropout 0.1 \
     >"$out/sanitizer-fa3.log" 2>&1
   echo "$tool cuda-fa3-ws (5 steps): exit $? ($(grep -E 'ERROR SUMMARY' "$out/sanitizer-fa3.log" | tail -1))"
+  # Long keys without dropout: the wide K/V blocks of d = 64 and 128, with a ragged last block.
+  for d in 64 128; do
+    compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/flashlab" check \
+      --variants cuda-fa3-ws-step2,cuda-fa3-ws-step4,cuda-fa3-ws --dtype bf16 \
+      --batch 1 --heads 4 --heads-kv 2 --seq-q 200 --seq-k 2100 --head-dim "$d" --causal bottom-right \
+      >"$out/sanitizer-fa3-wide.log" 2>&1
+    echo "$tool cuda-fa3-ws wide blocks d=$d (steps 2, 4, 5): exit $? ($(grep -E 'ERROR SUMMARY' "$out/sanitizer-fa3-wide.log" | tail -1))"
+  done
 done
 
 echo "== gpu_fa2_tests repeated $repeats times on fresh random inputs"

@@ -24,7 +24,7 @@
 
 #include "core/tolerance.hpp"
 #include "cpu_reference/naive.hpp"
-#include "cuda/fa3_ws/fa3_ws_params.hpp"  // kTimelineBlocks: the blocks that record
+#include "cuda/fa3_ws/fa3_ws_params.hpp"  // kTimelineBlocks: the blocks that record; kWideBcMinKeys
 #include "gpu/fresh_inputs.hpp"
 #include "gpu/fully_masked_rows.hpp"
 #include "model/timeline.hpp"
@@ -244,6 +244,18 @@ TEST_CASE("cuda-fa3-ws, every ladder step: row maxima that keep rising along the
   if (skip_unless_hopper()) return;
   check_problem(shape(1, 2, 2, 130, 1000), opts(CausalAlign::None), keys_grow_along_the_sequence);
   check_problem(shape(1, 2, 2, 300, 700), opts(CausalAlign::BottomRight, 0.1), keys_grow_along_the_sequence);
+}
+
+TEST_CASE("cuda-fa3-ws, every ladder step: long keys, where d = 64 and 128 take wider K/V blocks from step 2 on (192, 160 keys)") {
+  if (skip_unless_hopper()) return;
+  using cuda::fa3ws::kWideBcMinKeys;  // 2048. No key length below is a multiple of 160 or 192: the last block is ragged
+  check_problem(shape(1, 2, 2, 100, kWideBcMinKeys - 1), opts(CausalAlign::None));  // the narrow blocks, one key short
+  check_problem(shape(1, 2, 2, 300, kWideBcMinKeys), opts(CausalAlign::None));
+  check_problem(shape(1, 2, 2, 257, 2500), opts(CausalAlign::TopLeft));
+  check_problem(shape(1, 1, 1, 2200, kWideBcMinKeys + 1), opts(CausalAlign::BottomRight));  // seq_q > seq_k
+  check_problem(shape(1, 8, 2, 130, 3001), opts(CausalAlign::BottomRight));                   // GQA
+  check_problem(shape(1, 2, 2, 200, 2100), opts(CausalAlign::None, 0.1));  // dropout keeps the narrow blocks
+  check_problem(shape(1, 2, 2, 130, 2300), opts(CausalAlign::None), keys_grow_along_the_sequence);
 }
 
 TEST_CASE("cuda-fa3-ws, every ladder step: fully masked rows give O = 0 and LSE = -inf, never NaN") {

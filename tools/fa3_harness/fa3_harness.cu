@@ -6,6 +6,9 @@
 // gpu_fa3_ws_tests and `flashlab check --variants cuda-fa3-ws-step1,...,cuda-fa3-ws`. A candidate below
 // is promoted by making it the launcher's choice (kShippedVar), which puts it under those checks.
 //  --bench  : TFLOP/s per ladder step, bf16, B N = 16384 tokens, H d = 2048.
+//  --hpg 1,2,.. : with --bench, step 5 by heads per L2 group (Params::heads_per_group; 0 = the launcher's).
+//             --hpg-var V: the candidate build V (launch_forward_variant) instead of the shipped one.
+//  --repeat R : with --bench, the step table R times (run-to-run spread).
 //  --variants : with --bench, also the candidate builds (launch_forward_variant: var 0 = the previous
 //             pass's kernel, 1 = m-fast tile order, 3 = + K ahead of V at d = 128), steps 2-5.
 //  --timeline DIR : per step / d / N (--steps, --dims, --ns; --causal for bottom-right), one run of the
@@ -406,8 +409,10 @@ double tflops(const Params& p, double ms) {
   return ms > 0 ? flops / (ms * 1e-3) / 1e12 : -1;
 }
 
-void run_bench(const std::vector<int>& steps, const std::vector<int>& dims, const std::vector<int>& ns, bool variants) {
+void run_bench(const std::vector<int>& steps, const std::vector<int>& dims, const std::vector<int>& ns, bool variants,
+               const std::vector<int>& heads_per_group, int hpg_var, int repeats) {
   const BenchBuffers buf;
+  for (int r = 0; r < repeats; ++r) {
   SAY("bench bf16, B*N = %d tokens, H*d = %d, TFLOP/s (median of 20 after 5 warm-ups)\n", BenchBuffers::kTokens, BenchBuffers::kHidden);
   SAY("%4s %6s %6s", "d", "N", "causal");
   for (int s : steps) SAY("  step%d", s);
@@ -426,6 +431,28 @@ void run_bench(const std::vector<int>& steps, const std::vector<int>& dims, cons
         }
         SAY("\n");
       }
+  }
+  if (!heads_per_group.empty()) {
+    // Step 5's tile order with the heads of an L2 group given (0: the launcher's choice).
+    SAY("step 5, TFLOP/s by heads per L2 group (0 = launcher's choice)\n%4s %6s %6s", "d", "N", "causal");
+    for (int g : heads_per_group) SAY("  hpg%-3d", g);
+    SAY("\n");
+    for (int D : dims)
+      for (bool causal : {false, true})
+        for (int N : ns) {
+          Params p = buf.params(D, N, causal);
+          SAY("%4d %6d %6s", D, N, causal ? "yes" : "no");
+          for (int g : heads_per_group) {
+            p.heads_per_group = g;
+            SAY("  %6.0f", tflops(p, median_ms([&] {
+                  if (hpg_var >= 0) return launch_forward_variant(DType::BF16, p, nullptr, LadderStep::Persistent, hpg_var);
+                  launch_forward(DType::BF16, p, nullptr, LadderStep::Persistent);
+                  return true;
+                })));
+          }
+          SAY("\n");
+        }
+  }
   if (!variants) return;
   SAY("variants, TFLOP/s: ship = launch_forward (order m-fast + K ahead + 3 stages at d=128), v0 = previous pass,\n"
       "v1 = + m-fast tile order, v3 = + K ahead of V (built at d = 128 only; elsewhere ship = v3)\n");
@@ -443,12 +470,25 @@ void run_bench(const std::vector<int>& steps, const std::vector<int>& dims, cons
                 launch_forward(DType::BF16, p, nullptr, static_cast<LadderStep>(step));
                 return true;
               })));
+          // Each candidate's O beside the shipped kernel's (bf16 rounding of a different summation order
+          // stays near 1e-2; a layout or masking bug does not).
+          const std::size_t n_o = std::size_t(BenchBuffers::kTokens) * BenchBuffers::kHidden;
+          std::vector<std::uint16_t> o_ship(n_o), o_var(n_o);
+          cuda_ok(cudaMemcpy(o_ship.data(), p.o, n_o * 2, cudaMemcpyDeviceToHost), "copy O");
+          std::string diffs;
           for (int v : kVariants) {
             const double ms = median_ms([&] { return launch_forward_variant(DType::BF16, p, nullptr, static_cast<LadderStep>(step), v); });
-            if (ms < 0) SAY("  %5s", "-");
-            else SAY("  %5.0f", tflops(p, ms));
+            if (ms < 0) { SAY("  %5s", "-"); continue; }
+            SAY("  %5.0f", tflops(p, ms));
+            cuda_ok(cudaMemcpy(o_var.data(), p.o, n_o * 2, cudaMemcpyDeviceToHost), "copy O");
+            float worst = 0;
+            for (std::size_t i = 0; i < n_o; ++i)
+              worst = std::max(worst, std::fabs(from_bits(o_var[i], DType::BF16) - from_bits(o_ship[i], DType::BF16)));
+            char buf_s[48];
+            std::snprintf(buf_s, sizeof buf_s, " v%d:%.1e", v, worst);
+            diffs += buf_s;
           }
-          SAY("\n");
+          SAY("   max|O - O_ship|%s\n", diffs.c_str());
         }
 }
 
@@ -535,6 +575,8 @@ std::vector<int> parse_list(const char* s) {
 
 int main(int argc, char** argv) {
   bool probes = false, bench = false, variants = false, causal = false;
+  std::vector<int> heads_per_group;
+  int repeats = 1, hpg_var = -1;
   std::string timeline_dir;
   int timeline_records = 8192;
   std::vector<int> steps = {1, 2, 3, 4, 5}, dims(std::begin(kHeadDims), std::end(kHeadDims)),
@@ -552,10 +594,13 @@ int main(int argc, char** argv) {
     else if (a == "--steps" && i + 1 < argc) steps = parse_list(argv[++i]);
     else if (a == "--dims" && i + 1 < argc) dims = parse_list(argv[++i]);
     else if (a == "--ns" && i + 1 < argc) ns = parse_list(argv[++i]);
+    else if (a == "--hpg" && i + 1 < argc) heads_per_group = parse_list(argv[++i]);
+    else if (a == "--hpg-var" && i + 1 < argc) hpg_var = std::atoi(argv[++i]);
+    else if (a == "--repeat" && i + 1 < argc) repeats = std::atoi(argv[++i]);
     else if (a == "--seed" && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--log" && i + 1 < argc) log_path = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--probes] [--bench] [--variants] [--timeline DIR [--causal] [--timeline-records N]] [--steps 1,2,..] [--dims 64,..] [--ns 4096,..] [--seed N] [--log FILE]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--probes] [--bench] [--variants] [--timeline DIR [--causal] [--timeline-records N]] [--steps 1,2,..] [--dims 64,..] [--ns 4096,..] [--hpg 1,2,.. [--hpg-var V]] [--repeat R] [--seed N] [--log FILE]\n", argv[0]);
       return 2;
     }
   }
@@ -572,7 +617,7 @@ int main(int argc, char** argv) {
     fails += f;
     summary.push_back(std::string("probes: ") + (f ? std::to_string(f) + " FAIL" : "all PASS"));
   }
-  if (bench) run_bench(steps, dims, ns, variants);
+  if (bench) run_bench(steps, dims, ns, variants, heads_per_group, hpg_var, repeats);
   if (!timeline_dir.empty()) {
     const int f = run_timeline(timeline_dir, steps, dims, ns, causal, timeline_records);
     fails += f;

@@ -24,6 +24,9 @@
 //    share the L2, heaviest tiles first), and O_i has its own staging buffer, so the producer loads the
 //    next tile's Q and K/V while the consumers finish the last tile's softmax, P V and epilogue.
 //  * O_i is rescaled only when some row's running max rises by more than 2^8 (OnlineSoftmax::kMaxLag).
+//  * Long keys (seq_k >= 2048) take wider K/V blocks at d = 64 and 128 (Bc = 192, 160: steps 2-5, not
+//    with dropout), so the fixed cost of a trip around the K/V loop is spread over more keys
+//    (HeadConfig).
 // Parts, in file order: configuration, timeline hook, tile scheduler, producer (Loader), softmax
 // (OnlineSoftmax: online_softmax / rescale / finalize), consumer (mainloop), epilogue, kernel,
 // host launcher. Notation as the paper's: Q_i (Br, d), K_j and V_j (Bc, d), S_ij and P_ij (Br, Bc),
@@ -70,13 +73,21 @@ constexpr int kBarOBufferBase = 5;  // the O buffer the consumers share at d = 2
 //    and P_ij V_j are issued together), instead of waiting V_j's empty slot before the next K.
 //  * kVarStages3: three K/V stages at d = 128 (Q 32 KiB + 3 x 64 KiB = 224 KiB fits the 227 KiB), below
 //    step 5, which spends that space on O_i's own buffer (HeadConfig).
-constexpr int kVarTileOrderMFast = 1, kVarKAhead = 2, kVarStages3 = 4;
+//  * kVarWideBc: wider K/V blocks at d = 64 (192 keys) and d = 128 (160), fewer and longer trips around the
+//    K/V loop. Not a candidate but a launch-time choice: the launcher takes it when seq_k >= kWideBcMinKeys.
+constexpr int kVarTileOrderMFast = 1, kVarKAhead = 2, kVarStages3 = 4, kVarWideBc = 8;
 constexpr int kShippedVar = kVarTileOrderMFast | kVarKAhead | kVarStages3;
 
 // Per head dim: Bc, the number of K/V stages, and where O_i leaves. d = 256 takes Bc = 64 so that O_i (128
 // fp32 registers per thread), S_ij (32) and P_ij (16, twice under intra-warpgroup overlap) fit in 240
 // registers. d = 64 has shared memory for a third K/V stage; d = 128 too with kVarStages3 when O_i has no
 // buffer of its own.
+// Long keys (kVarWideBc) take wider K/V blocks at d = 64 and 128: Bc = 192 and 160. Every trip around the K/V
+// loop pays fixed costs (barrier and mbarrier waits, the row max and sum shuffles, wgmma fences and
+// waits) that a wider block spreads over more keys: on the H100, +5-8% at d = 128 and up to +12% at
+// d = 64 from N = 4k on, but a loss below N = 2k, where the last block is mostly masked padding
+// (bench/results/h100-fa3-ws-notes.md). 160 is the widest that leaves O_i's own buffer at d = 128 (Q 32 +
+// 2 x (40 + 40) + O 32 = 224 KiB); 176 was no faster at step 4, and 256 spills at d = 64.
 // Where O_i leaves: below step 5, through Q_i's space (Q_i is released after the epilogue). The persistent
 // grid (step 5) gives O_i a buffer of its own, so that Q_i is released as soon as the tile's last S GEMM
 // has read it and the producer loads the next tile's Q while the consumers finish this one: at d <= 128 a
@@ -87,11 +98,11 @@ inline constexpr int kBcFor = D == 256 ? 64 : 128;
 
 template <int D, int kVar, bool kPersistent>
 struct HeadConfig {
-  static constexpr int kBc = kBcFor<D>;
+  static constexpr int kBc = D != 256 && (kVar & kVarWideBc) != 0 ? (D == 128 ? 160 : 192) : kBcFor<D>;
   // Rows of O_i's own buffer: 0 (through Q_i's space), Br (both consumers), or 64 (shared in turn).
   static constexpr int kORows = !kPersistent ? 0 : D <= 128 ? 2 * kRowsPerConsumer : kRowsPerConsumer;
   static constexpr bool kOBufferShared = kORows == kRowsPerConsumer;
-  static constexpr int kStages = D == 64 || (D == 128 && (kVar & kVarStages3) != 0 && kORows == 0) ? 3 : 2;
+  static constexpr int kStages = D == 64 || (D == 128 && kBc == 128 && (kVar & kVarStages3) != 0 && kORows == 0) ? 3 : 2;
 };
 
 // Per ladder step: which scheduling ideas are on, and the block shape that follows.
@@ -109,9 +120,9 @@ struct StepConfig {
 // Shared memory: Q_i (Br, d), kStages x K_j (Bc, d), kStages x V_j (Bc, d), O_i's buffer (kORows, d) if any,
 // each as 128B-swizzled 64-column panels; then the mbarriers and the tile slot (the persistent producer's
 // word to the consumers: which tile Q_i belongs to).
-template <int D, int kBr, int kStagesIn, int kORowsIn>
+template <int D, int kBr, int kBcIn, int kStagesIn, int kORowsIn>
 struct SmemLayout {
-  static constexpr int kBc = kBcFor<D>, kStages = kStagesIn;
+  static constexpr int kBc = kBcIn, kStages = kStagesIn;
   static constexpr int kQBytes = kBr * D * kElemBytes;
   static constexpr int kKVBytes = kBc * D * kElemBytes;  // one K or V stage
   static constexpr int kQOffset = 0;
@@ -134,7 +145,7 @@ template <class T, int D, int kStep, int kVarIn>
 struct KernelConfig : StepConfig<kStep>, HeadConfig<D, kVarIn, StepConfig<kStep>::kPersistent> {
   using Step = StepConfig<kStep>;
   using Head = HeadConfig<D, kVarIn, Step::kPersistent>;
-  using Smem = SmemLayout<D, Step::kBr, Head::kStages, Head::kORows>;
+  using Smem = SmemLayout<D, Step::kBr, Head::kBc, Head::kStages, Head::kORows>;
 };
 
 // The value of x, which the compiler cannot see through (keeps loop-invariant math inside a loop).
@@ -229,10 +240,11 @@ struct Tile {
 //  * Persistent (step 5): tiles are handed out one at a time from a global counter (the producer fetches
 //    the next number while it loads the current tile), so a block that drew light tiles under a causal mask
 //    simply takes more of them. They are numbered in groups of p.heads_per_group heads, as many as have
-//    their K and V fit in half the L2, and within a group heaviest query block first, heads fastest: the
-//    ~132 tiles in flight read the K/V of a few heads, and the light tiles come last, where they fill the
-//    gaps of the tail (longest processing time first). A static round-robin over a query-block-fastest
-//    order gave some blocks only heavy tiles (step 5 causal fell from ~500 to ~360 TFLOP/s at N = 16k);
+//    their K and V fit in half the L2 (four times as many under a causal mask over long keys:
+//    launch_config), and within a group heaviest query block first, heads fastest: the ~132 tiles in
+//    flight read the K/V of a few heads, and the light tiles come last, where they fill the gaps of the
+//    tail (longest processing time first). A static round-robin over a query-block-fastest order gave
+//    some blocks only heavy tiles (step 5 causal fell from ~500 to ~360 TFLOP/s at N = 16k);
 //    over a heads-fastest order it spread the blocks in flight over ~132 heads, whose K/V then came from
 //    HBM each time (13-19% below step 4: bench/results/h100-fa3-ws-notes.md).
 enum class TileOrder { HeadsFastest, MFast, L2Groups };
@@ -882,9 +894,10 @@ __global__ void __launch_bounds__(StepConfig<kStep>::kThreads, 1)
 // This file is compiled as up to three objects, each with its own entry point and only the kernels that
 // entry launches:
 //  * as shipped (src/cuda/CMakeLists.txt, flashlab_cuda_fa3_ws): launch_forward, make_bshd_tensor_map,
-//    block_rows, block_cols; 60 kernels (5 ladder steps x 3 head dims x 2 dtypes x dropout or not);
+//    block_rows; 76 kernels (2 dtypes x (5 ladder steps x 3 head dims, with and without dropout, and
+//    steps 2-5 with the wide K/V blocks of d = 64 and 128));
 //  * with FLASHLAB_FA3_TIMELINE_ENTRY (flashlab_cuda_fa3_ws_timeline): launch_forward_timeline only, the
-//    recording build behind `flashlab bench --timeline`; 30 kernels (no dropout);
+//    recording build behind `flashlab bench --timeline`; 46 kernels (the same without dropout);
 //  * with FLASHLAB_FA3_VARIANT_ENTRY (tools/fa3_harness only): launch_forward_variant, the candidate builds.
 // The two extra objects link beside the shipped one and use its make_bshd_tensor_map.
 #if defined(FLASHLAB_FA3_TIMELINE_ENTRY) && defined(FLASHLAB_FA3_VARIANT_ENTRY)
@@ -977,14 +990,29 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
     check_cuda(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, dev), "cudaDeviceGetAttribute(L2 size)");
     grid = grid < sms ? grid : sms;
     // Heads per group of the tile order: as many KV heads as have K and V fit in half the L2 (the H100's
-    // L2 is two partitions), times the query heads that share each.
+    // L2 is two partitions), times the query heads that share each. Under a causal mask with 4096 keys or
+    // more, four times as many: measured on the H100 (fa3_harness --hpg, bench/results/h100-fa3-ws-notes.md),
+    // larger groups ran 7-23% faster there at d = 128 and 256, but 15-20% slower below 4096 keys, and even
+    // or slower without a mask. Why is not pinned down yet (no counters taken on it).
     const long long kv_head_bytes = 2LL * p.seq_k * D * kElemBytes;
-    const long long kv_heads = std::max(1LL, (l2_bytes / 2) / std::max(1LL, kv_head_bytes));
-    const long long heads = kv_heads * (p.heads_q / p.heads_kv);
+    const bool long_causal = p.align != CausalAlign::None && p.seq_k >= 4096;
+    const long long group_bytes = (long_causal ? 4 : 1) * (l2_bytes / 2);
+    const long long kv_heads = std::max(1LL, group_bytes / std::max(1LL, kv_head_bytes));
+    const long long heads = p.heads_per_group > 0 ? p.heads_per_group : kv_heads * (p.heads_q / p.heads_kv);
     params.heads_per_group = static_cast<int>(std::min<long long>(heads, static_cast<long long>(p.batch) * p.heads_q));
   }
   kernel<<<grid, Cfg::kThreads, kSmem, stream>>>(params, maps, static_cast<int>(total));
   check_cuda(cudaGetLastError(), "the kernel launch");
+}
+
+// The choices that ship without dropout, for this problem: kShippedVar, with wider K/V blocks for long keys
+// at d = 64 and 128 (HeadConfig says why) from step 2 on. Step 1's block is one warpgroup: with the narrow
+// blocks two fit an SM at d = 64 (104 KiB each), with the wide ones only one (152 KiB), and step 1 lost a
+// third of its speed there (H100, N >= 2k).
+template <int D, int kStep, class F>
+void with_shipped_var(const Params& p, F&& launch) {
+  if (D != 256 && kStep >= 2 && p.seq_k >= kWideBcMinKeys) launch.template operator()<kShippedVar | kVarWideBc>();
+  else launch.template operator()<kShippedVar>();
 }
 
 // What every entry checks before it touches the GPU: the dtype and the head dim; then the GPU.
@@ -1040,8 +1068,10 @@ void launch_forward_timeline(DType dtype, const Params& p, cudaStream_t stream, 
   if (p.seq_q == 0 || p.batch == 0 || p.heads_q == 0) return;
   dispatch_head_dim(p.head_dim, [&]<int D>() {
     dispatch_step(step, [&]<int kStep>() {
-      if (dtype == DType::BF16) launch_config<__nv_bfloat16, D, kStep, false, true, kShippedVar>(dtype, p, stream);
-      else launch_config<__half, D, kStep, false, true, kShippedVar>(dtype, p, stream);
+      with_shipped_var<D, kStep>(p, [&]<int kV>() {
+        if (dtype == DType::BF16) launch_config<__nv_bfloat16, D, kStep, false, true, kV>(dtype, p, stream);
+        else launch_config<__half, D, kStep, false, true, kV>(dtype, p, stream);
+      });
     });
   });
 }
@@ -1071,11 +1101,6 @@ CUtensorMap make_bshd_tensor_map(const void* base, DType dtype, int batch, int s
 }
 
 int block_rows(LadderStep step) { return static_cast<int>(step) >= 2 ? 2 * kRowsPerConsumer : kRowsPerConsumer; }
-int block_cols(int head_dim) {
-  int bc = 0;
-  dispatch_head_dim(head_dim, [&]<int D>() { bc = kBcFor<D>; });
-  return bc;
-}
 
 void launch_forward(DType dtype, const Params& p, cudaStream_t stream, LadderStep step) {
   check_launch(dtype, p);
@@ -1083,8 +1108,10 @@ void launch_forward(DType dtype, const Params& p, cudaStream_t stream, LadderSte
   dispatch_head_dim(p.head_dim, [&]<int D>() {
     dispatch_step(step, [&]<int kStep>() {
       auto go = [&]<class T>() {
+        // Dropout keeps the narrow blocks: its keep bits beside a wider S_ij spill (100-160 bytes at steps
+        // 4 and 5, ptxas -v), and dropout is checked for correctness, not raced.
         if (p.dropout) launch_config<T, D, kStep, true>(dtype, p, stream);
-        else launch_config<T, D, kStep, false>(dtype, p, stream);
+        else with_shipped_var<D, kStep>(p, [&]<int kV>() { launch_config<T, D, kStep, false, kTimelineCompiled, kV>(dtype, p, stream); });
       };
       if (dtype == DType::BF16) go.template operator()<__nv_bfloat16>();
       else go.template operator()<__half>();

@@ -36,7 +36,9 @@ struct Params {
   // The persistent grid (step 5) hands out tiles from a counter: two ints of device memory, zero before
   // the first launch (the kernel leaves them zero). Launches that may run at the same time need their own.
   int* tile_counter = nullptr;
-  int heads_per_group = 1;  // step 5's tile order: heads whose K/V share the L2 (the launcher sets it)
+  // Step 5's tile order: heads whose K/V share the L2. 0: the launcher picks (half the L2's worth of K/V);
+  // a positive value is taken as given (the harness sweeps it).
+  int heads_per_group = 0;
   // Timeline (only read by FLASHLAB_FA3_TIMELINE builds): records and an atomic record counter.
   ::flashlab::TimelineRecord* timeline = nullptr;
   unsigned* timeline_count = nullptr;
@@ -69,9 +71,11 @@ using ::flashlab::cuda::fa3_ws::kHeadDims;
 // (64, 1, box_rows, 1) and 128B swizzle; throws std::runtime_error naming the failing driver call.
 CUtensorMap make_bshd_tensor_map(const void* base, DType dtype, int batch, int seq, int heads, int head_dim,
                                  int box_rows);
-// Query rows per block (Br) and keys per K/V tile (Bc) at a ladder step and head dim.
+// From this many keys on, d = 64 and 128 take wider K/V blocks from ladder step 2 on, without dropout
+// (fa3_ws_forward.cu, HeadConfig: measured on the H100, the wider block wins from N = 2k on, loses below).
+inline constexpr int kWideBcMinKeys = 2048;
+// Query rows per block (Br) at a ladder step.
 int block_rows(LadderStep step);
-int block_cols(int head_dim);
 
 // Launch on `stream`; dtype is F16 or BF16. Checks the launch, does not synchronize. Throws
 // std::invalid_argument for an unsupported head dim or a GPU that is not compute capability 9.0.

@@ -96,8 +96,10 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], std::uint64_t desc_a
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   if constexpr (N == 64) kBf16 ? wgmma_ops::ss_m64n64k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_m64n64k16_f16(d, desc_a, desc_b, scale_d);
   else if constexpr (N == 128) kBf16 ? wgmma_ops::ss_m64n128k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_m64n128k16_f16(d, desc_a, desc_b, scale_d);
+  else if constexpr (N == 160) kBf16 ? wgmma_ops::ss_m64n160k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_m64n160k16_f16(d, desc_a, desc_b, scale_d);
+  else if constexpr (N == 192) kBf16 ? wgmma_ops::ss_m64n192k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_m64n192k16_f16(d, desc_a, desc_b, scale_d);
   else if constexpr (N == 256) kBf16 ? wgmma_ops::ss_m64n256k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_m64n256k16_f16(d, desc_a, desc_b, scale_d);
-  else static_assert(N == 64, "wgmma_ss: N must be 64, 128 or 256");
+  else static_assert(N == 64, "wgmma_ss: N must be 64, 128, 160, 192 or 256");
 }
 // d (64 x N) (+)= A (64 x 16, registers) B (16 x N, MN-major in shared memory) (RS form, B transposed).
 template <class T, int N>
