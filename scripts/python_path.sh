@@ -13,7 +13,8 @@ fi
 [ -d "$flashlab_build/python/flashlab" ] ||
   echo "python_path: $flashlab_build/python/flashlab is missing: build the flashlab_python target first" >&2
 flashlab_pythonpath="$PWD/$flashlab_build/python"
-[ -d .deps/python ] && flashlab_pythonpath="$flashlab_pythonpath:$PWD/.deps/python"
+# (only where that Python has no pytest of its own: the copy would shadow it)
+[ -d .deps/python ] && ! python3 -c "import pytest" 2>/dev/null && flashlab_pythonpath="$flashlab_pythonpath:$PWD/.deps/python"
 export PYTHONPATH="$flashlab_pythonpath${PYTHONPATH:+:$PYTHONPATH}"
 echo "PYTHONPATH=$PYTHONPATH"
 unset flashlab_build flashlab_pythonpath

@@ -33,6 +33,9 @@ def main():
         if reason:
             print(f"GPU tests skipped: {reason}")
             return SKIPPED
+    # Our suites use no third-party plugins; the ones a machine has installed may not fit the pytest found
+    # first (the GPU machine's pytest-timeout beside the pytest copy scripts/make_deps.sh carries).
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     try:
         import pytest
     except ImportError:
