@@ -1,5 +1,5 @@
 // The GPU level of the traffic model (model/gpu.hpp) and the CUDA variants' kernels as it replays them
-// (registry/gpu_models.hpp): lock-step rounds of resident thread blocks, an L2 of one partition, cold per
+// (registry/gpu_models.hpp): lock-step rounds of resident thread blocks, an LRU per L2 partition, cold per
 // kernel; the paper's count above it and the compulsory traffic below; and the H100's measured DRAM reads
 // of cuda-fa2 that it must reproduce.
 #include <doctest/doctest.h>
@@ -29,8 +29,10 @@ Problem problem(int n, int d, CausalAlign causal = CausalAlign::None, int batch 
   return p;
 }
 
-// A made-up GPU: `sms` SMs and an L2 of `l2` bytes in one partition.
-GpuSpec toy_gpu(int sms, I64 l2) { return GpuSpec{.id = "toy", .device_name = "toy", .sms = sms, .l2_bytes = l2}; }
+// A made-up GPU: `sms` SMs and an L2 of `l2` bytes in `partitions` partitions.
+GpuSpec toy_gpu(int sms, I64 l2, int partitions = 1) {
+  return GpuSpec{.id = "toy", .device_name = "toy", .sms = sms, .l2_bytes = l2, .l2_partitions = partitions};
+}
 
 // A kernel whose unit k loads the tiles `tiles[k]` of tensor K, 100 bytes each, in order.
 KernelGrid toy_kernel(std::vector<std::vector<int>> tiles, int blocks_per_sm = 1) {
@@ -72,7 +74,7 @@ TEST_CASE("the GPUs are described once: SMs, L2 and its partitions, by id or by 
   const GpuSpec& h100 = find_gpu("h100");
   CHECK(h100.sms == 132);
   CHECK(h100.l2_bytes == 50 * 1024 * 1024);
-  CHECK(h100.modeled_l2_bytes() == 25 * 1024 * 1024);
+  CHECK(h100.partition_bytes() == 25 * 1024 * 1024);
   CHECK(find_gpu("h200").l2_bytes == 60 * 1024 * 1024);
   CHECK(gpu_for_device("NVIDIA H100 80GB HBM3") == &h100);
   CHECK(gpu_for_device("NVIDIA A100-SXM4-80GB") == nullptr);
@@ -104,6 +106,20 @@ TEST_CASE("resident blocks advance in lock-step, so they share what they load; o
   CHECK(alone.kernels[0].rounds == 4);
   CHECK(alone.two_level.total_read() == 400);
   CHECK(alone.compulsory.total_read() == 200);
+}
+
+TEST_CASE("each L2 partition caches what the blocks on its side access; a miss there is served by the other") {
+  const Problem p = problem(64, 64);
+  // Blocks 0 and 1 run on partitions 0 and 1 and both load tile 7: one DRAM read, the second a fill from
+  // the other partition.
+  const GpuTraffic shared = replay(toy_gpu(2, 200, 2), p, {toy_kernel({{7}, {7}})});
+  CHECK(shared.dram.total_read() == 100);
+  CHECK(shared.hit_bytes == 100);
+  // Private working sets: each block cycles through two tiles of its own. Each partition holds its block's
+  // two (100 bytes each): every tile comes from DRAM once. One LRU of one partition's size would thrash.
+  const std::vector<KernelGrid> own = {toy_kernel({{0, 1, 0, 1, 0, 1}, {2, 3, 2, 3, 2, 3}})};
+  CHECK(replay(toy_gpu(2, 400, 2), p, own).dram.total_read() == 400);
+  CHECK(replay(toy_gpu(2, 200, 1), p, own).dram.total_read() == 1200);
 }
 
 TEST_CASE("a finished block hands its place to the next block in launch order, which starts the next round") {
@@ -232,7 +248,8 @@ TEST_CASE("cuda-naive's softmax reads each row of S three times: from the L2 whi
     const I64 s_bytes = I64{16} * n * n * 4;
     CHECK(rd(t.two_level, TensorId::S) == 3 * s_bytes);
     const double reads = double(rd(t.dram, TensorId::S)) / double(s_bytes);
-    CHECK(reads == doctest::Approx(n == 512 ? 1.0 : 3.0).epsilon(0.05));  // 10 MiB of rows in flight, then 86
+    // 5280 rows of N fp32 in flight, spread over the two partitions: 10 MiB at N = 512, 86 MiB at 4k.
+    CHECK(reads == doctest::Approx(n == 512 ? 1.0 : 3.0).epsilon(0.05));
     CHECK(t.kernels.size() == 3);
   }
   // Causal: the row loops stop at the last visible key, so about half of S is read (P is written whole).

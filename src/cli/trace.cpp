@@ -194,7 +194,7 @@ int TraceCommand::run_gpu(std::ostream& out) const {
                 {"sms", g.sms},
                 {"l2_bytes", g.l2_bytes},
                 {"l2_partitions", g.l2_partitions},
-                {"modeled_l2_bytes", g.modeled_l2_bytes()}};
+                {"partition_bytes", g.partition_bytes()}};
     j["shape"] = {{"batch", batch}, {"heads", heads}, {"seq_q", p.shape.seq_q}, {"seq_k", p.shape.seq_k}, {"head_dim", head_dim}};
     j["causal"] = flashlab::to_string(p.options.causal);
     j["dtype"] = flashlab::to_string(pass.dtype);
@@ -233,8 +233,9 @@ int TraceCommand::run_gpu(std::ostream& out) const {
   out << "trace: " << variant << " forward on the " << g.device_name << " (" << g.id << "), " << describe(p.shape)
       << ", causal " << flashlab::to_string(p.options.causal) << ", " << flashlab::to_string(pass.dtype) << "\n";
   out << "GPU: " << g.sms << " SMs, L2 " << format_bytes(double(g.l2_bytes)) << " in " << g.l2_partitions
-      << " partitions, each holding a copy of what every SM reads: the model's LRU holds "
-      << format_bytes(double(g.modeled_l2_bytes())) << "\n";
+      << " partitions of " << format_bytes(double(g.partition_bytes()))
+      << ", each an LRU of what the SMs on its side access (a miss there is served by the other when it holds "
+         "the tile)\n";
   out << "kernel tiling: " << pass.tiling_note << "\n";
   for (const KernelTraffic& k : t.kernels)
     out << "  " << k.name << ": " << k.units << " units, " << k.resident << " resident, " << k.rounds

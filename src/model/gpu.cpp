@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <memory>
 
 namespace flashlab {
 
@@ -96,7 +97,11 @@ KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const Kernel
   out.name = grid.name;
   out.units = grid.units;
   out.resident = resident_units(gpu, grid);
-  L2Model l2(gpu.modeled_l2_bytes(), &shape);
+  // One LRU per L2 partition, each caching what the SMs on its side access; resident slot s runs on
+  // partition s % partitions (the block scheduler spreads consecutive blocks over the GPCs).
+  const int partitions = std::max(1, gpu.l2_partitions);
+  std::vector<std::unique_ptr<L2Model>> l2;
+  for (int n = 0; n < partitions; ++n) l2.push_back(std::make_unique<L2Model>(gpu.partition_bytes(), &shape));
   L2Model unbounded(std::numeric_limits<std::int64_t>::max(), &shape);  // compulsory: nothing is evicted
 
   std::vector<UnitCursor> slots(static_cast<std::size_t>(out.resident));
@@ -128,9 +133,19 @@ KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const Kernel
       e.tile_col = a.tile_col;
       e.bytes = a.bytes;
       (a.store ? out.two_level.written : out.two_level.read)[a.tensor] += e.bytes;
-      // Whatever L2 holds, the unbounded cache holds too: it needs to see only the misses, and the first
+      // A load the near partition misses comes from the far one when it holds the tile, else from DRAM.
+      L2Model& near = *l2[busy[n] % std::size_t(partitions)];
+      L2Model::Fill fill = L2Model::Fill::FromDram;
+      if (!a.store && partitions > 1 && !near.holds(e))
+        for (const auto& far : l2)
+          if (far.get() != &near && far->holds(e)) {
+            far->access(e);  // a hit there
+            fill = L2Model::Fill::FromPeer;
+            break;
+          }
+      // Whatever the L2 holds, the unbounded cache holds too: it needs to see only the misses, and the first
       // store to a clean tile (what changes its own state), so most hits cost one lookup, not two.
-      if (const L2Model::Outcome o = l2.access(e); !o.hit || (a.store && !o.was_dirty)) unbounded.on_event(e);
+      if (const L2Model::Outcome o = near.access(e, fill); !o.hit || (a.store && !o.was_dirty)) unbounded.on_event(e);
       ++out.accesses;
       if (c.advance()) busy[kept++] = busy[n];
       else freed.push_back(busy[n]);
@@ -139,9 +154,11 @@ KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const Kernel
     for (std::size_t s : freed) start_next(s);  // they start in the next round
   }
   out.two_level.events = out.accesses;
-  out.dram = l2.dram();
-  out.hit_bytes = l2.hit_bytes();
-  out.dirty_at_end = l2.dirty_bytes();
+  for (const auto& part : l2) {
+    add(out.dram, part->dram());
+    out.hit_bytes += part->hit_bytes();  // a fill from the far partition is a hit there
+    out.dirty_at_end += part->dirty_bytes();
+  }
   unbounded.flush();
   out.compulsory = unbounded.dram();
   return out;

@@ -10,8 +10,8 @@
 //  * the blocks resident at once advance in lock-step, one memory event each per round, and a block
 //    that finishes hands its place to the next block in launch order (an approximation: real blocks
 //    drift apart, and a persistent kernel's tiles are handed out the same way);
-//  * every access goes through one L2Model (LRU over whole tiles, write-back, write-allocate), cold at
-//    the start of each kernel, of one L2 partition's size: see GpuSpec::l2_partitions.
+//  * every access goes through an L2Model (LRU over whole tiles, write-back, write-allocate) per L2
+//    partition, cold at the start of each kernel: see GpuSpec::l2_partitions.
 // DRAM reads are L2 misses; DRAM writes are dirty tiles evicted while the kernel runs. Tiles still
 // dirty when a kernel ends are reported apart: Nsight Compute measures one kernel at a time, with the
 // caches flushed before it (--cache-control all), and those write-backs fall outside its window.
@@ -32,19 +32,20 @@ namespace flashlab {
 
 // A GPU as the model needs it. Every GPU the project describes is in gpu_specs(): one place.
 //
-// The H100's and H200's L2 is two partitions, each wired to half the SMs. An SM reaches memory through
-// the partition near it, which keeps its own copy of what it fetched, so a line that SMs on both sides
-// read is held twice. The K/V tiles that decide where the knee falls are read by blocks on every SM, so
-// the capacity that holds them is one partition's: the model's LRU is l2_bytes / l2_partitions. (With the
-// whole 50 MB, cuda-fa2 at d = 128, N = 32k would read K and V about once; the H100's counters say it
-// reads them about twice, as a 25 MB LRU predicts.)
+// The H100's and H200's L2 is two partitions, each wired to half the SMs, and each caches what the SMs on
+// its side access. The model keeps one LRU per partition (l2_bytes / l2_partitions each) and spreads the
+// resident blocks over them alternately; a load the near partition misses is served by the far one when
+// it holds the tile, else by DRAM. So a tile that blocks on both sides read (FA2's K and V) is held twice,
+// and the capacity that decides FA2's knee is one partition's, 25 MiB on the H100: with one LRU of the
+// whole 50 MB, cuda-fa2 at d = 128, N = 32k would read K and V about once, where the H100's counters say
+// about twice. Data that only one side reads (a cuda-fa1 block's own head) has its side's partition.
 struct GpuSpec {
   std::string_view id;           // what `--gpu` takes: "h100"
   std::string_view device_name;  // what the CUDA runtime calls it: "NVIDIA H100 80GB HBM3"
   int sms = 0;                   // streaming multiprocessors
   std::int64_t l2_bytes = 0;     // the L2 as the runtime reports it (cudaDevAttrL2CacheSize)
-  int l2_partitions = 1;         // L2 partitions that each hold a copy of what every SM reads
-  std::int64_t modeled_l2_bytes() const { return l2_bytes / l2_partitions; }  // the model's LRU capacity
+  int l2_partitions = 1;         // L2 partitions, each caching what the SMs on its side access
+  std::int64_t partition_bytes() const { return l2_bytes / l2_partitions; }  // one partition's LRU
 };
 
 std::span<const GpuSpec> gpu_specs();

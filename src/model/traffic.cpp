@@ -175,16 +175,22 @@ std::int64_t L2Model::dirty_bytes() const { return cache_->dirty; }
 
 void L2Model::on_event(const TileEvent& e) { access(e); }
 
-L2Model::Outcome L2Model::access(const TileEvent& e) {
+std::uint64_t L2Model::key_of(const TileEvent& e) const {
+  int bh = e.bh;
+  if (heads_kv_ > 0 && kv_side(e.tensor))  // the K/V head this query head reads: (b, h / group)
+    bh = (e.bh / heads_q_) * heads_kv_ + (e.bh % heads_q_) / (heads_q_ / heads_kv_);
+  return tile_key(bh, e);
+}
+
+bool L2Model::holds(const TileEvent& e) const { return cache_->find(key_of(e)) != Cache::kNone; }
+
+L2Model::Outcome L2Model::access(const TileEvent& e, Fill fill) {
   ++dram_.events;
   dram_.peak_sram_bytes = std::max(dram_.peak_sram_bytes, e.sram_bytes);
   if (e.direction != Direction::Load && e.direction != Direction::Store) return {};
   Outcome outcome;
   Cache& c = *cache_;
-  int bh = e.bh;
-  if (heads_kv_ > 0 && kv_side(e.tensor))  // the K/V head this query head reads: (b, h / group)
-    bh = (e.bh / heads_q_) * heads_kv_ + (e.bh % heads_q_) / (heads_q_ / heads_kv_);
-  const std::uint64_t key = tile_key(bh, e);
+  const std::uint64_t key = key_of(e);
   const bool store = e.direction == Direction::Store;
   // Blocks running side by side load the same tile one after another: check the newest entry first.
   const std::int32_t at = c.newest != Cache::kNone && c.entries[std::size_t(c.newest)].key == key ? c.newest : c.find(key);
@@ -202,8 +208,8 @@ L2Model::Outcome L2Model::access(const TileEvent& e) {
       c.link_newest(at);
     }
   } else {
-    if (!store) dram_.read[static_cast<std::size_t>(e.tensor)] += e.bytes;  // a miss
-    c.insert(key, e.tensor, e.bytes, store);                                  // write-allocate
+    if (!store && fill == Fill::FromDram) dram_.read[static_cast<std::size_t>(e.tensor)] += e.bytes;  // a miss
+    c.insert(key, e.tensor, e.bytes, store);  // write-allocate
   }
   while (c.resident > capacity_ && c.live > 0) {  // evict the least recently used
     const Cache::Entry victim = c.evict_oldest();

@@ -93,11 +93,16 @@ class L2Model : public TrafficObserver {
   L2Model(const L2Model&) = delete;
   L2Model& operator=(const L2Model&) = delete;
   void on_event(const TileEvent& e) override;
-  // on_event, saying what the access found: the tile in L2 (hit), and it dirty then.
+  // on_event, saying what the access found: the tile in L2 (hit), and it dirty then. A load that misses
+  // is filled from DRAM (counted in dram()) or, with Fill::FromPeer, from another cache that holds the
+  // tile (another L2 partition: no DRAM traffic).
   struct Outcome {
     bool hit = false, was_dirty = false;
   };
-  Outcome access(const TileEvent& e);
+  enum class Fill { FromDram, FromPeer };
+  Outcome access(const TileEvent& e, Fill fill = Fill::FromDram);
+  // Whether the tile of a Load or Store event is in this cache (its recency unchanged).
+  bool holds(const TileEvent& e) const;
   // Writes back what is still dirty; call once after the walk. The totals are final after it.
   void flush();
   // DRAM bytes per tensor (read: L2 misses; written: write-backs), events and peak SRAM.
@@ -107,6 +112,7 @@ class L2Model : public TrafficObserver {
   std::int64_t capacity_bytes() const { return capacity_; }
 
  private:
+  std::uint64_t key_of(const TileEvent& e) const;
   struct Cache;
   std::unique_ptr<Cache> cache_;
   std::int64_t capacity_;
