@@ -1,7 +1,6 @@
 #include "dlpack_tensors.hpp"
 
 #include <iterator>
-#include <sstream>
 #include <utility>
 
 #include "core/tensor.hpp"
@@ -10,22 +9,13 @@
 namespace flashlab::python {
 namespace {
 
-constexpr std::size_t kRank = 4;
 constexpr const char* kCapsuleName = "dltensor";
 constexpr const char* kUsedCapsuleName = "used_dltensor";
-
-std::string tuple_string(const std::vector<std::int64_t>& values) {
-  std::ostringstream os;
-  os << "(";
-  for (std::size_t i = 0; i < values.size(); ++i) os << (i ? ", " : "") << values[i];
-  os << ")";
-  return os.str();
-}
 
 // Row-major strides, in elements, of the memory the kernels read for `dims` given in `layout`: (B, S, H, D)
 // for a 4-d tensor (so a bhsd tensor's are those of its (B, S, H, D) memory, reordered), as is otherwise.
 std::vector<std::int64_t> kernel_strides(const std::vector<std::int64_t>& dims, Layout layout) {
-  const bool four_d = dims.size() == kRank;
+  const bool four_d = dims.size() == kInputRank;
   const std::vector<std::int64_t> memory_dims = four_d ? to_bshd(dims, layout) : dims;
   std::vector<std::int64_t> strides(memory_dims.size(), 1);
   for (std::size_t i = memory_dims.size(); i-- > 1;) strides[i - 1] = strides[i] * memory_dims[i];
@@ -109,13 +99,13 @@ void DeviceInput::require_kernel_layout(Layout layout) const {
   const std::vector<std::int64_t> have = strides_.empty() ? kernel_strides(dims_, Layout::BSHD) : strides_;
   for (std::size_t i = 0; i < dims_.size(); ++i) {
     if (dims_[i] == 1 || have[i] == want[i]) continue;  // an axis of extent 1 has any stride
-    if (dims_.size() == kRank && layout == Layout::BHSD)
-      throw InputError(name_ + " has strides " + tuple_string(have) +
+    if (dims_.size() == kInputRank && layout == Layout::BHSD)
+      throw InputError(name_ + " has strides " + dims_string(have) +
                        " (in elements), but the kernels read (batch, seq, heads, head_dim) memory in place, so a "
                        "(batch, heads, seq, head_dim) tensor must be a transposed view of it, with strides " +
-                       tuple_string(want) + ", as x.transpose(1, 2) of a contiguous tensor is");
-    throw InputError(name_ + " is not contiguous (its strides are " + tuple_string(have) +
-                     " elements, a contiguous tensor's " + tuple_string(want) +
+                       dims_string(want) + ", as x.transpose(1, 2) of a contiguous tensor is");
+    throw InputError(name_ + " is not contiguous (its strides are " + dims_string(have) +
+                     " elements, a contiguous tensor's " + dims_string(want) +
                      "): the kernels read it in place, so pass a contiguous copy");
   }
 }
@@ -129,8 +119,8 @@ std::size_t DeviceInput::bytes() const {
 void DeviceInput::require_fits_result(const std::vector<std::int64_t>& dims, DType dtype, int device,
                                       Layout layout) const {
   if (dims_ != dims)
-    throw InputError(name_ + " has shape " + tuple_string(dims_) + " but the result it is to hold has shape " +
-                     tuple_string(dims));
+    throw InputError(name_ + " has shape " + dims_string(dims_) + " but the result it is to hold has shape " +
+                     dims_string(dims));
   if (dtype_ != dtype)
     throw InputError(name_ + " is " + to_string(dtype_) + " but the result it is to hold is " + to_string(dtype));
   if (device_ != device)

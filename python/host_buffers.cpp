@@ -9,7 +9,6 @@
 namespace flashlab::python {
 namespace {
 
-constexpr std::size_t kRank = 4;
 
 // The buffer protocol's format character of each host dtype (native byte order).
 const char* format_of(DType t) {
@@ -52,7 +51,7 @@ std::string describe_format(const std::string& format, py::ssize_t itemsize) {
 std::vector<std::size_t> read_order(std::size_t rank, Layout layout) {
   std::vector<std::size_t> order(rank);
   for (std::size_t i = 0; i < rank; ++i) order[i] = i;
-  if (rank == kRank && layout == Layout::BHSD) std::swap(order[1], order[2]);
+  if (rank == kInputRank && layout == Layout::BHSD) std::swap(order[1], order[2]);
   return order;
 }
 

@@ -7,25 +7,16 @@
 namespace flashlab {
 namespace {
 
-constexpr std::size_t kRank = 4;
 constexpr std::int64_t kMaxExtent = std::int64_t(1) << 30;
 
 // (B, H, S, D) and (B, S, H, D) differ by swapping axes 1 and 2, so one swap serves both directions.
 std::vector<std::int64_t> swap_seq_and_heads(std::vector<std::int64_t> dims, Layout layout) {
-  if (layout == Layout::BHSD && dims.size() == kRank) std::swap(dims[1], dims[2]);
+  if (layout == Layout::BHSD && dims.size() == kInputRank) std::swap(dims[1], dims[2]);
   return dims;
 }
 
-std::string dims_string(const std::vector<std::int64_t>& dims) {
-  std::ostringstream os;
-  os << "(";
-  for (std::size_t i = 0; i < dims.size(); ++i) os << (i ? ", " : "") << dims[i];
-  os << ")";
-  return os.str();
-}
-
 void check_rank_and_extents(const InputDims& t, Layout layout) {
-  if (t.dims.size() != kRank)
+  if (t.dims.size() != kInputRank)
     throw InputError(t.name + " has shape " + dims_string(t.dims) + " but inputs must be 4-d, in layout " +
                      axis_names(layout));
   for (std::int64_t d : t.dims)
@@ -41,6 +32,14 @@ void check_matches(const InputDims& t, const std::vector<std::int64_t>& want_bsh
 }
 
 }  // namespace
+
+std::string dims_string(const std::vector<std::int64_t>& dims) {
+  std::ostringstream os;
+  os << "(";
+  for (std::size_t i = 0; i < dims.size(); ++i) os << (i ? ", " : "") << dims[i];
+  os << ")";
+  return os.str();
+}
 
 const char* to_string(Layout layout) { return layout == Layout::BSHD ? "bshd" : "bhsd"; }
 

@@ -2,6 +2,7 @@
 // How a caller lays out its 4-d tensors, and the problem's shape read from them. FlashLab computes in
 // (B, S, H, D) (core/tensor.hpp): the layout of `flashlab run`'s .npy files. PyTorch's
 // scaled_dot_product_attention takes (B, H, S, D); the Python module accepts both.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 namespace flashlab {
 
 enum class Layout { BSHD, BHSD };
+inline constexpr std::size_t kInputRank = 4;  // q, k, v, o and dO are 4-d in either layout
 const char* to_string(Layout);            // "bshd", "bhsd"
 const char* axis_names(Layout);           // "(batch, seq, heads, head_dim)", "(batch, heads, seq, head_dim)"
 Layout parse_layout(const std::string&);  // "bshd" | "bhsd"; throws InputError
@@ -18,6 +20,9 @@ Layout parse_layout(const std::string&);  // "bshd" | "bhsd"; throws InputError
 // Extents (or strides) of a 4-d tensor given in `layout`, reordered to (B, S, H, D), and back.
 std::vector<std::int64_t> to_bshd(const std::vector<std::int64_t>& dims, Layout);
 std::vector<std::int64_t> from_bshd(const std::vector<std::int64_t>& bshd, Layout);
+
+// "(2, 256, 8, 64)": extents or strides as a sentence shows them.
+std::string dims_string(const std::vector<std::int64_t>& dims);
 
 // One input tensor as its caller named it ("q", or "q ('q.npy')") and its dims in the caller's layout.
 struct InputDims {
