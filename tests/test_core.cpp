@@ -383,6 +383,14 @@ TEST_CASE("causal mask in both alignments, element- and tile-wise") {
           }
         }
       }
+      // first_row_seeing_key is the smallest unmasked row of each key's column (seq_q or more: none).
+      for (int c = 0; c < sk; ++c) {
+        int first = sq;
+        for (int r = sq - 1; r >= 0; --r)
+          if (!is_masked(align, r, c, sq, sk)) first = r;
+        const int got = first_row_seeing_key(align, c, sq, sk);
+        CHECK((first < sq ? got == first : got >= sq));
+      }
     }
   }
 }

@@ -26,9 +26,13 @@ void print_variant_list(std::ostream& out) {
   for (const Variant& v : variants()) {
     std::vector<std::string> dtypes;
     for (DType d : v.dtypes) dtypes.push_back(to_string(d));
+    // "yes": a backward with one summation order run to run; "yes, atomic dQ": no --deterministic; "(d = ...)":
+    // its head dims where fewer than the forward's.
+    std::string backward = yes(v.has_backward());
+    if (v.has_backward() && !v.supports.deterministic) backward += ", atomic dQ";
+    if (v.has_backward() && v.backward_head_dims) backward += " (d = " + v.backward_head_dims->describe() + ")";
     t.add({v.name, to_string(v.device), join(dtypes, ","), yes(v.supports.causal), yes(v.supports.dropout),
-           yes(v.supports.gqa), yes(v.has_backward()), v.head_dims.describe(), yes(v.available()),
-           v.summary});
+           yes(v.supports.gqa), backward, v.head_dims.describe(), yes(v.available()), v.summary});
   }
   t.print(out);
 }

@@ -35,6 +35,8 @@ void OptionFlags::add_to(CLI::App& app, const std::string& seed_help) {
   app.add_option("--scale", scale, "softmax scale (default: 1/sqrt(head_dim))");
   app.add_option("--dropout", dropout, "dropout probability p in [0, 1)")->capture_default_str();
   seed_option = app.add_option("--seed", seed, seed_help);
+  app.add_flag("--deterministic", deterministic,
+               "backward: sum dQ's partial sums in a fixed order, so that repeated runs give bit-identical gradients");
 }
 
 Options OptionFlags::options(std::uint64_t fallback_seed) const {
@@ -43,6 +45,7 @@ Options OptionFlags::options(std::uint64_t fallback_seed) const {
   o.scale = scale;
   o.dropout_p = dropout;
   o.seed = seed_given() ? seed : fallback_seed;
+  o.deterministic = deterministic;
   return o;
 }
 

@@ -32,6 +32,7 @@ struct OptionFlags {
   double scale = 0.0;
   double dropout = 0.0;
   std::uint64_t seed = 0;
+  bool deterministic = false;
   CLI::Option* seed_option = nullptr;
   void add_to(CLI::App& app, const std::string& seed_help);
   bool seed_given() const { return seed_option && seed_option->count() > 0; }

@@ -17,6 +17,19 @@ FLASHLAB_HD int last_visible_key(CausalAlign align, int row, int seq_q, int seq_
   }
 }
 
+// Smallest query row that sees key `col` (0 <= col < seq_k); seq_q or more when no row does. The backward
+// walks the query rows of a key block from there.
+FLASHLAB_HD int first_row_seeing_key(CausalAlign align, int col, int seq_q, int seq_k) {
+  switch (align) {
+    case CausalAlign::TopLeft: return col;
+    case CausalAlign::BottomRight: {
+      const int first = col - (seq_k - seq_q);
+      return first > 0 ? first : 0;
+    }
+    default: return 0;
+  }
+}
+
 FLASHLAB_HD bool is_masked(CausalAlign align, int row, int col, int seq_q, int seq_k) {
   return col > last_visible_key(align, row, seq_q, seq_k);
 }

@@ -28,6 +28,10 @@ struct Options {
   double scale = 0.0;      // softmax scale; 0 means the default 1/sqrt(head_dim)
   double dropout_p = 0.0;  // probability of dropping an element of P, in [0, 1)
   std::uint64_t seed = 0;  // Philox key for the dropout mask
+  // The backward sums dQ's partial sums in a fixed order, so that two runs give bit-identical gradients
+  // (variants whose backward adds them with atomics in arrival order need a mode for it; the forward
+  // ignores it).
+  bool deterministic = false;
 };
 
 struct Problem {

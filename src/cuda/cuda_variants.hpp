@@ -54,7 +54,8 @@ Grads cuda_fa2_backward(const Problem&, DType, const Qkv&, const ForwardOut&, co
 BenchResult cuda_fa2_bench(const Problem&, DType, const BenchSettings&);
 
 // cuda-fa3-ws: the warp-specialized Hopper forward (TMA, wgmma, producer / consumer warpgroups),
-// fp16/bf16, compute capability 9.0 only; forward only. `step` is the ablation ladder's step, 1..5: each
+// fp16/bf16, compute capability 9.0 only, and the shipped step's backward (head dims 64 and 128; with
+// Options::deterministic, dQ summed in a fixed order). `step` is the ablation ladder's step, 1..5: each
 // adds one idea to the one before (1 one warpgroup, TMA + wgmma; 2 producer / consumer specialization
 // with setmaxnreg; 3 ping-pong; 4 intra-warpgroup overlap; 5 persistent scheduling, the shipped kernel).
 // The bench times the shipped kernel of the step; with settings.timeline_path it then records one run's
@@ -63,6 +64,8 @@ BenchResult cuda_fa2_bench(const Problem&, DType, const BenchSettings&);
 void cuda_fa3_ws_forward_on_device_at(int step, const Problem&, DType, const DeviceForwardIo&);
 ForwardOut cuda_fa3_ws_forward_at(int step, const Problem&, DType, const Qkv&);
 BenchResult cuda_fa3_ws_bench_at(int step, const Problem&, DType, const BenchSettings&);
+void cuda_fa3_ws_backward_on_device(const Problem&, DType, const DeviceBackwardIo&);
+Grads cuda_fa3_ws_backward(const Problem&, DType, const Qkv&, const ForwardOut&, const HostTensor& dO);
 // The same behind the common signatures, one instantiation per registry row.
 template <int kStep = 5>
 ForwardOut cuda_fa3_ws_forward(const Problem& p, DType dtype, const Qkv& in, TrafficObserver*) {

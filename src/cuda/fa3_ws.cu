@@ -3,8 +3,8 @@
 // of the ablation ladder (cuda-fa3-ws-step1 .. step4, and cuda-fa3-ws, the shipped step 5). The kernel,
 // and what each ladder step adds, is in fa3_ws/fa3_ws_forward.cu (compiled for sm_90a only); this file
 // is compiled like every other host file, so the shared helper kernels it instantiates (poison,
-// fill_random of host_passes.cuh) keep their code for every architecture. Forward only: there is no
-// backward yet, and the registry says so before anything reaches this file.
+// fill_random of host_passes.cuh) keep their code for every architecture. The shipped step also has the
+// backward (fa3_ws/fa3_ws_backward.cu); its scratch is allocated here, per call, like cuda-fa2's.
 //
 // A bench with BenchSettings::timeline_path (`flashlab bench --timeline FILE`) times the shipped kernel as
 // always, then runs the timeline build (launch_forward_timeline: the same step with the timeline hook
@@ -92,6 +92,49 @@ fa3::Params params_for(const Problem& p, const DeviceForwardIo& io) {
   return params;
 }
 
+// The backward's kernel view: params_for's fields, the backward's tensors, the deterministic switch.
+fa3::Params backward_params_for(const Problem& p, const DeviceBackwardIo& io) {
+  fa3::Params params = make_params(p);
+  params.q = io.q;
+  params.k = io.k;
+  params.v = io.v;
+  params.o = const_cast<void*>(io.o);  // Params holds o and lse writable (the forward writes them); read here
+  params.lse = const_cast<float*>(io.lse);
+  params.d_o = io.d_o;
+  params.dq = io.dq;
+  params.dk = io.dk;
+  params.dv = io.dv;
+  params.deterministic = p.options.deterministic;
+  return params;
+}
+
+// The backward's scratch (fa3::backward_scratch): L_i log2(e) and D_i padded to whole query blocks, dQ's fp32
+// sums, and the deterministic mode's counters (only allocated for that mode).
+struct BackwardScratch {
+  cuda::DeviceBuffer<float> lse_log2, D_i, dq_accum;
+  cuda::DeviceBuffer<int> dq_semaphore;
+  BackwardScratch(const Shape& s, bool backward, bool deterministic)
+      : BackwardScratch(fa3::backward_scratch(s.batch, s.heads_q, s.seq_q, s.head_dim), backward, deterministic) {}
+  BackwardScratch(const fa3::BackwardScratchSizes& n, bool backward, bool deterministic)
+      : lse_log2(backward ? n.row_stats : 0), D_i(backward ? n.row_stats : 0), dq_accum(backward ? n.dq_accum : 0),
+        dq_semaphore(backward && deterministic ? n.semaphores : 0) {}
+  void attach(fa3::Params& params) {
+    params.lse_log2 = lse_log2.data();
+    params.D_i = D_i.data();
+    params.dq_accum = dq_accum.data();
+    params.dq_semaphore = dq_semaphore.data();
+  }
+};
+
+// The backward's own launch limit: one row of thread blocks per (batch, K/V head), the grid's y dimension.
+void check_backward_grid(const Problem& p) {
+  constexpr std::int64_t kMaxGridY = 65535;
+  const std::int64_t rows = std::int64_t(p.shape.batch) * p.shape.heads_kv;
+  if (rows > kMaxGridY)
+    throw InputError("cuda-fa3-ws's backward runs one row of thread blocks per (batch, K/V head), and batch x heads_kv = " +
+                     std::to_string(rows) + " exceeds the GPU's limit of " + std::to_string(kMaxGridY) + " rows");
+}
+
 // Record slots of a timeline run: 24 bytes each (192 KiB); about what four blocks of steps 2-4 write over
 // one tile at N = 8k, d = 128 (a longer run fills it, and the bench says so).
 constexpr int kTimelineCapacity = 8192;
@@ -174,10 +217,14 @@ BenchTimeline record_timeline(fa3::LadderStep step, const Problem& p, DType dtyp
 template <class T>
 BenchResult bench_as(fa3::LadderStep step, const Problem& p, DType dtype, const BenchSettings& settings) {
   const cuda::PeakScope scope;
-  auto t = cuda::DeviceAttention<T>::random(p.shape, false);
+  auto t = cuda::DeviceAttention<T>::random(p.shape, settings.backward);
+  BackwardScratch scratch(p.shape, settings.backward, p.options.deterministic);
   const fa3::Params params = params_for(p, t.forward_io());
+  fa3::Params backward_params = backward_params_for(p, t.backward_io());
+  scratch.attach(backward_params);
   const auto forward = [&] { fa3::launch_forward(dtype, params, /*stream=*/0, step); };
-  const auto backward = [] { throw std::logic_error("cuda-fa3-ws has no backward (the registry should have refused)"); };
+  // The launcher zeroes dQ's sums (and the deterministic counters) first: timed with the pass.
+  const auto backward = [&] { fa3::launch_backward(dtype, backward_params, /*stream=*/0); };
   // The timed runs are the shipped kernel's, with or without a timeline asked for.
   BenchResult result = cuda::bench_passes(settings, scope, t, forward, backward);
   if (!settings.timeline_path.empty()) result.timeline = record_timeline(step, p, dtype, settings, params);
@@ -200,10 +247,27 @@ ForwardOut cuda_fa3_ws_forward_at(int step, const Problem& p, DType dtype, const
   return cuda::forward_from_host(run_on_device, p, dtype, in);
 }
 
+void cuda_fa3_ws_backward_on_device(const Problem& p, DType dtype, const DeviceBackwardIo& io) {
+  check_backward_grid(p);
+  BackwardScratch scratch(p.shape, true, p.options.deterministic);
+  fa3::Params params = backward_params_for(p, io);
+  scratch.attach(params);
+  fa3::launch_backward(dtype, params, /*stream=*/0);
+  cuda::finish_on_device();
+}
+
+Grads cuda_fa3_ws_backward(const Problem& p, DType dtype, const Qkv& in, const ForwardOut& fwd, const HostTensor& dO) {
+  return cuda::backward_from_host(cuda_fa3_ws_backward_on_device, cuda::BackwardReads::o_and_lse, p, dtype, in, fwd, dO);
+}
+
 BenchResult cuda_fa3_ws_bench_at(int step, const Problem& p, DType dtype, const BenchSettings& settings) {
   const fa3::LadderStep s = ladder_step(step);
   check_grid(p, s);
-  if (settings.backward) throw std::logic_error("cuda-fa3-ws has no backward (the registry should have refused)");
+  if (settings.backward) {
+    if (s != fa3::kShippedStep)
+      throw std::logic_error("cuda-fa3-ws ladder steps 1-4 have no backward (the registry should have refused)");
+    check_backward_grid(p);
+  }
   return dtype == DType::F16 ? bench_as<__half>(s, p, dtype, settings) : bench_as<__nv_bfloat16>(s, p, dtype, settings);
 }
 

@@ -21,8 +21,11 @@ std::vector<DType> dtypes_of(const DType (&list)[N]) {
   return {list, list + N};
 }
 
-constexpr Supports kEverything{.causal = true, .dropout = true, .gqa = true, .backward = true};
+// kEverything: a backward with one summation order. kAtomicDq: the fused CUDA kernels whose backward adds
+// dQ's partial sums with atomics in arrival order (no deterministic mode).
+constexpr Supports kEverything{.causal = true, .dropout = true, .gqa = true, .backward = true, .deterministic = true};
 #ifdef FLASHLAB_HAVE_CUDA
+constexpr Supports kAtomicDq{.causal = true, .dropout = true, .gqa = true, .backward = true, .deterministic = false};
 constexpr Supports kForwardOnly{.causal = true, .dropout = true, .gqa = true, .backward = false};
 #endif
 
@@ -43,13 +46,24 @@ std::string describe_capability(int cc) { return std::to_string(cc / 10) + "." +
 std::string backward_alternatives(const Variant& v, const Problem& p, DType dtype) {
   std::vector<std::string> names;
   for (const Variant& w : variants())
-    if (w.device == v.device && w.has_backward() && w.supports_dtype(dtype) && w.head_dims.contains(p.shape.head_dim))
+    if (w.device == v.device && w.has_backward() && w.supports_dtype(dtype) && w.head_dims.contains(p.shape.head_dim) &&
+        (!w.backward_head_dims || w.backward_head_dims->contains(p.shape.head_dim)))
       names.push_back(w.name);
   if (names.empty()) return "";
   std::string list;
   for (std::size_t n = 0; n < names.size(); ++n)
     list += (n == 0 ? "" : n + 1 == names.size() ? " and " : ", ") + names[n];
   return "; " + list + (names.size() == 1 ? " has one" : " have one");
+}
+
+// "cpu-naive, ... and cuda-fa3-ws": the variants whose backward has a deterministic mode.
+std::string deterministic_variants() {
+  std::vector<std::string> names;
+  for (const Variant& w : variants())
+    if (w.has_backward() && w.supports.deterministic) names.push_back(w.name);
+  std::string list;
+  for (std::size_t n = 0; n < names.size(); ++n) list += (n == 0 ? "" : n + 1 == names.size() ? " and " : ", ") + names[n];
+  return list;
 }
 
 }  // namespace
@@ -81,26 +95,26 @@ const std::vector<Variant>& variants() {
        .summary = "standard attention with cuBLAS SGEMMs: the fair unfused baseline", .algorithm = Algorithm::Standard,
        .forward_fn = cuda_cublas_forward, .backward_fn = cuda_cublas_backward, .bench_fn = cuda_cublas_bench,
        .device_forward_fn = cuda_cublas_forward_on_device, .device_backward_fn = cuda_cublas_backward_on_device},
-      {.name = "cuda-fa1", .device = Device::Cuda, .dtypes = dtypes_of(cuda::simt::kDTypes), .supports = kEverything,
+      {.name = "cuda-fa1", .device = Device::Cuda, .dtypes = dtypes_of(cuda::simt::kDTypes), .supports = kAtomicDq,
        .head_dims = HeadDims::range(1, cuda::simt::kMaxHeadDim),
        .summary = "FlashAttention-1 (Algorithms 2/4), fp32 CUDA cores, one block per (batch, head)",
        .algorithm = Algorithm::FA1,
        .forward_fn = cuda_fa1_forward, .backward_fn = cuda_fa1_backward, .bench_fn = cuda_fa1_bench,
        .device_forward_fn = cuda_fa1_forward_on_device, .device_backward_fn = cuda_fa1_backward_on_device},
       {.name = "cuda-fa2-simt", .device = Device::Cuda, .dtypes = dtypes_of(cuda::simt::kDTypes),
-       .supports = kEverything, .head_dims = HeadDims::range(1, cuda::simt::kMaxHeadDim),
+       .supports = kAtomicDq, .head_dims = HeadDims::range(1, cuda::simt::kMaxHeadDim),
        .summary = "FlashAttention-2 loop order, fp32 CUDA cores, one block per (batch, head, Q block)",
        .algorithm = Algorithm::FA2,
        .forward_fn = cuda_fa2_simt_forward, .backward_fn = cuda_fa2_simt_backward, .bench_fn = cuda_fa2_simt_bench,
        .device_forward_fn = cuda_fa2_simt_forward_on_device, .device_backward_fn = cuda_fa2_simt_backward_on_device},
-      {.name = "cuda-fa2", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa2::kDTypes), .supports = kEverything,
+      {.name = "cuda-fa2", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa2::kDTypes), .supports = kAtomicDq,
        .head_dims = HeadDims::listed(cuda::fa2::kHeadDims),
        .summary = "FlashAttention-2 on tensor cores (mma.sync, ldmatrix, cp.async), fp32 accumulation",
        .algorithm = Algorithm::FA2,
        .forward_fn = cuda_fa2_forward, .backward_fn = cuda_fa2_backward, .bench_fn = cuda_fa2_bench,
        .device_forward_fn = cuda_fa2_forward_on_device, .device_backward_fn = cuda_fa2_backward_on_device},
       // cuda-fa3-ws and its ablation ladder: each step adds one scheduling idea to the one before, so
-      // `flashlab bench --variants cuda-fa3-ws-step1,...,cuda-fa3-ws` shows what each buys. Forward only.
+      // `flashlab bench --variants cuda-fa3-ws-step1,...,cuda-fa3-ws` shows what each buys (steps 1-4: forward only).
       // Each step has a timeline build: `flashlab bench --timeline FILE` records its pipeline.
       {.name = "cuda-fa3-ws-step1", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
        .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
@@ -129,13 +143,15 @@ const std::vector<Variant>& variants() {
        .forward_fn = cuda_fa3_ws_forward<4>, .bench_fn = cuda_fa3_ws_bench<4>,
        .device_forward_fn = cuda_fa3_ws_forward_on_device<4>,
        .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .records_timeline = true},
+      // The shipped step also has the backward (a deterministic mode included), at fewer head dims.
       {.name = "cuda-fa3-ws", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
-       .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
+       .supports = kEverything, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
+       .backward_head_dims = HeadDims::listed(cuda::fa3_ws::kBackwardHeadDims),
        .summary = "FlashAttention-3 design on Hopper: warp-specialized TMA + wgmma, ping-pong, overlap, persistent "
-                  "grid (ladder step 5); forward only",
+                  "grid (ladder step 5); backward warp-specialized too",
        .algorithm = Algorithm::FA2,
-       .forward_fn = cuda_fa3_ws_forward<5>, .bench_fn = cuda_fa3_ws_bench<5>,
-       .device_forward_fn = cuda_fa3_ws_forward_on_device<5>,
+       .forward_fn = cuda_fa3_ws_forward<5>, .backward_fn = cuda_fa3_ws_backward, .bench_fn = cuda_fa3_ws_bench<5>,
+       .device_forward_fn = cuda_fa3_ws_forward_on_device<5>, .device_backward_fn = cuda_fa3_ws_backward_on_device,
        .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .records_timeline = true},
 #endif
   };
@@ -272,6 +288,13 @@ void check_supported(const Variant& v, const Problem& p, DType dtype, bool backw
     throw InputError(who + " needs heads_q == heads_kv (no grouped-query attention)");
   if (backward && !v.has_backward())
     throw InputError(who + " has no backward pass yet (it is forward only)" + backward_alternatives(v, p, dtype));
+  if (backward && v.backward_head_dims && !v.backward_head_dims->contains(p.shape.head_dim))
+    throw InputError(who + "'s backward does not support head_dim " + std::to_string(p.shape.head_dim) +
+                     ": it supports head dims " + v.backward_head_dims->describe() + " (the forward " +
+                     v.head_dims.describe() + ")");
+  if (backward && p.options.deterministic && !v.supports.deterministic)
+    throw InputError(who + "'s backward adds dQ's partial sums with atomics in arrival order and has no deterministic "
+                     "mode; drop --deterministic, or use a variant with one (" + deterministic_variants() + ")");
   if (v.device == Device::Cuda && !cuda_device_present())
     throw InputError(who + " needs a CUDA GPU and none is available on this machine");
   if (!v.available()) {  // a GPU, but not the one the kernel is compiled for

@@ -8,6 +8,7 @@
 // implementations below never look themselves up here.
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -26,6 +27,9 @@ const char* to_string(Device);
 
 struct Supports {
   bool causal = false, dropout = false, gqa = false, backward = false;
+  // Its backward gives bit-identical gradients run to run under Options::deterministic: always (one
+  // summation order), or by a mode it switches on for it. False: it adds dQ with atomics in arrival order.
+  bool deterministic = false;
 };
 
 // Head dims a variant accepts: every d in [min, max], or only the listed ones when `only` is set.
@@ -53,6 +57,8 @@ struct Variant {
   std::vector<DType> dtypes;
   Supports supports;
   HeadDims head_dims;
+  // Head dims of its backward where they are fewer than head_dims (nullopt: the same).
+  std::optional<HeadDims> backward_head_dims;
   std::string summary;  // one line
   Algorithm algorithm = Algorithm::FA2;  // its loop nest, hence its modeled HBM traffic
   ForwardFn forward_fn = nullptr;

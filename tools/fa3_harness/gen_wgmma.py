@@ -4,6 +4,7 @@ cuda-fa3-ws uses. Each wrapper lists all N/2 accumulator registers, which is why
 rather than typed. Run from the repository root: python3 tools/fa3_harness/gen_wgmma.py"""
 SS_SHAPES = (64, 128, 160, 192, 256)  # S = Q K^T: N = Bc (160, 192: the wide K/V blocks of d = 128, 64)
 RS_SHAPES = (64, 128, 256)             # O += P V: N = d
+SS_TT_SHAPES = (64,)                   # the backward's dQ = dS K: N = 64 columns of dQ per consumer
 TYPES = (("bf16", "bf16"), ("f16", "f16"))
 
 def regs(first, count):
@@ -19,6 +20,8 @@ out.append("// wgmma.mma_async m64nNk16, fp32 accumulate, bf16 / fp16 inputs:")
 out.append("//  * _ss, N in {64, 128, 160, 192, 256}: A and B both from shared-memory descriptors, both K-major (S = Q K^T).")
 out.append("//  * _rs, N in {64, 128, 256}: A from four .b32 registers per thread, B from a descriptor, B transposed (MN-major),")
 out.append("//    as O += P V needs with V stored (keys, d) row-major.")
+out.append("//  * _ss_tt, N in {64}: A and B from descriptors, both transposed (MN-major), as the backward's dQ = dS K")
+out.append("//    needs with dS stored transposed (keys, queries) and K stored (keys, d) row-major.")
 out.append("// scale_d = 0 overwrites the accumulator (D = A B), 1 accumulates (D += A B).")
 out.append("#include <cstdint>")
 out.append("")
@@ -54,6 +57,22 @@ for n in RS_SHAPES:
         out.append(f'      "{{%{na}, %{na + 1}, %{na + 2}, %{na + 3}}}, %{na + 4}, p, 1, 1, 1;\\n}}\\n"')
         out.append(f'      : {acc_constraints(na)}')
         out.append('      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));')
+        out.append("}")
+        out.append("")
+for n in SS_TT_SHAPES:
+    na = n // 2
+    for name, ptype in TYPES:
+        # SS form, A and B transposed
+        out.append(f"// D (64 x {n}, fp32) (+)= A (64 x 16, smem, MN-major) * B (16 x {n}, smem, MN-major), {name}.")
+        out.append(f"__device__ __forceinline__ void ss_tt_m64n{n}k16_{name}(float (&d)[{na}], std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {{")
+        out.append('  asm volatile(')
+        out.append('      "{\\n.reg .pred p;\\n"')
+        out.append(f'      "setp.ne.b32 p, %{na + 2}, 0;\\n"')
+        out.append(f'      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptype}.{ptype} "')
+        out.append(f'      "{{{regs(0, na)}}}, "')
+        out.append(f'      "%{na}, %{na + 1}, p, 1, 1, 1, 1;\\n}}\\n"')
+        out.append(f'      : {acc_constraints(na)}')
+        out.append('      : "l"(desc_a), "l"(desc_b), "r"(scale_d));')
         out.append("}")
         out.append("")
 out.append("}  // namespace flashlab::cuda::fa3ws::wgmma_ops")

@@ -45,6 +45,7 @@
 #include "core/philox.hpp"
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
 #include "cuda/fa3_ws/hopper.cuh"
+#include "cuda/fa3_ws/host_checks.hpp"
 #include "cuda/tilings.hpp"
 #include "model/timeline.hpp"
 
@@ -150,29 +151,6 @@ struct KernelConfig : StepConfig<kStep>, HeadConfig<D, kVarIn, StepConfig<kStep>
                      Step::kThreads == fa3_ws::forward_tiling(D, 0, false).warps * 32),
                 "cuda/tilings.hpp describes the shipped step's block");
 };
-
-// The value of x, which the compiler cannot see through (keeps loop-invariant math inside a loop).
-template <class X>
-__device__ __forceinline__ X opaque(X x) {
-  if constexpr (sizeof(X) == 8) {
-    std::uint64_t u;
-    memcpy(&u, &x, 8);
-    asm volatile("mov.b64 %0, %0;\n" : "+l"(u));
-    memcpy(&x, &u, 8);
-  } else {
-    std::uint32_t u;
-    memcpy(&u, &x, 4);
-    asm volatile("mov.b32 %0, %0;\n" : "+r"(u));
-    memcpy(&x, &u, 4);
-  }
-  return x;
-}
-
-__device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx: exp2(-inf) = +0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // ---- timeline hook (compiled in with FLASHLAB_FA3_TIMELINE) ---------------------------------------------
 
@@ -905,9 +883,6 @@ __global__ void __launch_bounds__(StepConfig<kStep>::kThreads, 1)
 #error "FLASHLAB_FA3_TIMELINE_ENTRY and FLASHLAB_FA3_VARIANT_ENTRY build two different objects: define one of them"
 #endif
 
-void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("cuda-fa3-ws: ") + what + " failed: " + cudaGetErrorString(e));
-}
 
 #if !defined(FLASHLAB_FA3_VARIANT_ENTRY) && !defined(FLASHLAB_FA3_TIMELINE_ENTRY)
 using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
@@ -955,18 +930,6 @@ void dispatch_step(LadderStep step, F&& f) {
     throw std::invalid_argument("cuda-fa3-ws ladder steps are 1 to 5, not " + std::to_string(static_cast<int>(step)) + ".");
 }
 
-void require_hopper() {
-  int dev = 0, major = 0, minor = 0;
-  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "cudaDeviceGetAttribute");
-  check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), "cudaDeviceGetAttribute");
-  if (major != 9 || minor != 0) {
-    cudaDeviceProp prop{};
-    check_cuda(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
-    throw std::invalid_argument(std::string("cuda-fa3-ws needs a Hopper GPU (compute capability 9.0); this GPU is ") +
-                                prop.name + " (sm_" + std::to_string(major) + std::to_string(minor) + ")");
-  }
-}
 
 template <class T, int D, int kStep, bool kDropout, bool kTimeline = kTimelineCompiled, int kVar = kShippedVar>
 void launch_config(DType dtype, const Params& p, cudaStream_t stream) {

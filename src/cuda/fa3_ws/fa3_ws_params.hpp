@@ -43,7 +43,30 @@ struct Params {
   ::flashlab::TimelineRecord* timeline = nullptr;
   unsigned* timeline_count = nullptr;
   int timeline_capacity = 0;
+
+  // ---- the backward only (launch_backward, fa3_ws_backward.cu); o and lse are then read, not written ----
+  const void* d_o = nullptr;  // (B, S_q, H_q, D)
+  void* dq = nullptr;         // (B, S_q, H_q, D)
+  void* dk = nullptr;         // (B, S_k, H_kv, D)
+  void* dv = nullptr;         // (B, S_k, H_kv, D)
+  // Scratch the caller allocates with the sizes backward_scratch gives:
+  float* lse_log2 = nullptr;  // (B, H_q, padded S_q): L_i log2(e); +inf past the end and for rows that saw no key
+  float* D_i = nullptr;       // (B, H_q, padded S_q): rowsum(dO_i o O_i); 0 past the end
+  float* dq_accum = nullptr;  // fp32 sums of dQ's partials, one chunk per (batch, head, query block, consumer)
+  int* dq_semaphore = nullptr;  // per chunk: how many K/V blocks have added theirs (deterministic mode)
+  // Add the dQ partials of the K/V blocks in a fixed order (block 0 first), so that two runs give
+  // bit-identical dQ; otherwise in whatever order they arrive.
+  bool deterministic = false;
 };
+
+// Element counts of the backward's scratch for a problem: lse_log2 and D_i (row_stats each), dq_accum,
+// dq_semaphore. Query rows are padded to whole query blocks of the backward kernel.
+struct BackwardScratchSizes {
+  std::int64_t row_stats = 0, dq_accum = 0, semaphores = 0;
+};
+BackwardScratchSizes backward_scratch(int batch, int heads_q, int seq_q, int head_dim);
+// Head dims the backward is compiled for (a subset of kHeadDims; cuda/constraints.hpp).
+using ::flashlab::cuda::fa3_ws::kBackwardHeadDims;
 
 // The TMA descriptors of Q, K and V: 4-D (D, H, S, B) views with 128B swizzle, boxes of
 // (64 columns, 1 head, rows, 1 batch). Passed to the kernel as a __grid_constant__ parameter.
@@ -89,5 +112,12 @@ void launch_forward(DType dtype, const Params&, cudaStream_t stream, LadderStep 
 // as launch_forward (std::invalid_argument for a dropout run, an unsupported head dim or a GPU that is
 // not compute capability 9.0). Checks the launch, does not synchronize.
 void launch_forward_timeline(DType dtype, const Params&, cudaStream_t stream, LadderStep step);
+
+// The backward: the pre-pass (L_i log2 e and D_i into their padded scratch, dQ's sums and semaphores
+// zeroed), the main kernel (one block per K/V block) and dQ's conversion to the input dtype, on `stream`.
+// Reads q, k, v, o, lse, d_o; writes dq, dk, dv and the scratch. Checks the launches, does not
+// synchronize. std::invalid_argument for a head dim without a backward, a GPU that is not compute
+// capability 9.0, or missing scratch.
+void launch_backward(DType dtype, const Params&, cudaStream_t stream);
 
 }  // namespace flashlab::cuda::fa3ws

@@ -15,6 +15,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "cuda/fa3_ws/wgmma_ops.cuh"
@@ -56,8 +57,8 @@ __device__ __forceinline__ std::uint64_t desc_k_major(std::uint32_t tile_addr, i
   const std::uint32_t addr = tile_addr + (kk / kKPerPanel) * tile_rows * kPanelRowBytes + (kk % kKPerPanel) * 32;
   return make_smem_desc_sw128(addr, 16, kSwizzleAtomBytes);
 }
-// MN-major (transposed) B operand: K runs down the rows (keys of V), N along the 128-byte row (columns
-// of V). PTX ISA canonical layout for 128B swizzle, MN-major: ((T,8,m),(8,k)) : ((1,T,LBO),(8T,SBO)):
+// MN-major (transposed) operand: K runs down the rows (keys of V), M or N along the 128-byte row (columns
+// of V; for the backward's dS^T, queries). PTX ISA canonical layout for 128B swizzle, MN-major: ((T,8,m),(8,k)) : ((1,T,LBO),(8T,SBO)):
 // LBO = bytes from one 64-column panel to the next (tile_rows * 128), SBO = bytes from one group of 8
 // K-rows to the next (1024). k-step s (16 rows) starts 16 * 128 bytes further down the panel.
 __device__ __forceinline__ std::uint64_t desc_mn_major(std::uint32_t tile_addr, int tile_rows, int s) {
@@ -111,6 +112,15 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const std::uint32_t 
   else static_assert(N == 64, "wgmma_rs: N must be 64, 128 or 256");
 }
 
+// d (64 x N) (+)= A (64 x 16) B (16 x N); A and B both MN-major in shared memory (desc_mn_major): the
+// backward's dQ = dS K, with dS stored transposed as (keys, queries) and K as (keys, d).
+template <class T, int N>
+__device__ __forceinline__ void wgmma_ss_tt(float (&d)[N / 2], std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  if constexpr (N == 64) kBf16 ? wgmma_ops::ss_tt_m64n64k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_tt_m64n64k16_f16(d, desc_a, desc_b, scale_d);
+  else static_assert(N == 64, "wgmma_ss_tt: N must be 64");
+}
+
 // Two fp32 values rounded to one packed pair of T (the low half is `lo`).
 template <class T>
 __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
@@ -161,6 +171,31 @@ __device__ __forceinline__ std::uint64_t global_timer_ns() {
   std::uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
   return t;
+}
+
+// ---- small numeric helpers ---------------------------------------------------------------------------
+
+// The value of x, which the compiler cannot see through (keeps loop-invariant math inside a loop).
+template <class X>
+__device__ __forceinline__ X opaque(X x) {
+  if constexpr (sizeof(X) == 8) {
+    std::uint64_t u;
+    memcpy(&u, &x, 8);
+    asm volatile("mov.b64 %0, %0;\n" : "+l"(u));
+    memcpy(&x, &u, 8);
+  } else {
+    std::uint32_t u;
+    memcpy(&u, &x, 4);
+    asm volatile("mov.b32 %0, %0;\n" : "+r"(u));
+    memcpy(&x, &u, 4);
+  }
+  return x;
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx: exp2(-inf) = +0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 // ---- mbarriers and TMA (cuda::ptx) ---------------------------------------------------------------------

@@ -1,0 +1,624 @@
+// cuda-fa3-ws backward: FlashAttention's gradients (Algorithm 2 of FlashAttention-2) on Hopper (sm_90a),
+// with the forward's tools: TMA into 128B-swizzled shared memory, wgmma, producer / consumer warpgroups.
+// fp16/bf16 in, fp32 accumulation, dQ, dK, dV in the input dtype.
+//
+// What changed from cuda-fa2's backward (fa2_backward.cu: 8 warps on mma.sync, cp.async copies, P and dS
+// through shared memory for their transposes, dQ added with fp32 atomics from the registers), and why:
+//  * One thread block per K/V block j, as before: K_j and V_j stay in shared memory, dK_j and dV_j in the
+//    registers, while the block walks the query blocks i that see them (and, under GQA, the query heads
+//    of its group, so dK and dV sum over the group without atomics).
+//  * The products are computed transposed. Each consumer warpgroup owns 64 keys (wgmma's M), so it
+//    computes S_ij^T = K_j Q_i^T and dP_ij^T = V_j dO_i^T (both operands K-major in shared memory, the
+//    forward's S GEMM with Q and K swapped). Their accumulators then hold P_ij^T and dS_ij^T with keys
+//    as rows, which is exactly the A operand dV_j += P_ij^T dO_i and dK_j += dS_ij^T Q_i take from the
+//    registers (as the forward's P V): P and dS need no trip through shared memory for these two.
+//  * dQ_i += dS_ij K_j needs dS with queries as rows: each consumer writes its dS_ij^T to shared memory
+//    (keys, queries), and wgmma reads it back as a transposed (MN-major) A operand, with K_j as a
+//    transposed B. At d = 128 each consumer computes 64 of dQ_i's columns over all 128 keys (after a
+//    barrier of both consumers); at d = 64 all 64 columns over its own 64 keys (DqSplit).
+//  * dQ leaves through the copy engine: each consumer stages its piece in shared memory and one thread
+//    adds it to dQ_accum in global memory with one bulk reduction (cp.reduce.async.bulk .add.f32, 16 KiB),
+//    instead of 64 x 64 / 128 fp32 atomics per thread. dQ_accum holds the pieces in the consumers'
+//    register order (a 16-byte vector per thread per four registers, conflict-free to stage);
+//    convert_dq_kernel reads that order back and writes dQ = scale dQ_accum in the input dtype.
+//  * Deterministic mode (Params::deterministic): before adding its piece of dQ_i, a block waits on a
+//    per-piece counter until the K/V blocks before it (j' < j, all of which see Q_i when block j does)
+//    have added theirs, adds, waits for its reduction to complete and counts itself. The sum is then
+//    taken in one order, j = 0, 1, ..., and two runs give bit-identical dQ.
+//  * A producer warpgroup (24 registers) issues every copy: K_j and V_j once, then per step Q_i, dO_i
+//    (TMA tiles) and L_i, D_i (bulk copies from padded scratch) into one of two stages, released by the
+//    consumers (240 registers: dK_j and dV_j of 64 keys, S^T, dP^T and the dQ piece) when the step's
+//    GEMMs are done.
+//  * The pre-pass (row_stats_kernel) writes D_i = rowsum(dO_i o O_i) and L_i log2(e) into scratch padded
+//    to whole query blocks, with +inf for padding rows and rows that saw no key, so exp2(S - L) = 0 there
+//    and no mask is needed for them; keys past the end of the sequence are zero-filled by TMA, so their
+//    dS_ij contributes K = 0 to dQ_i, and their dK, dV rows are never written.
+// Parts, in file order: configuration, pre-pass, producer, consumer (per step: the five products; then
+// the dQ piece out; the dK, dV epilogue), kernel, dQ conversion, host launcher. Notation as the paper's:
+// Q_i, dO_i (Br, d), K_j, V_j (Bc, d), S_ij, P_ij, dP_ij, dS_ij (Br, Bc), L_i, D_i (Br).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <iterator>
+#include <stdexcept>
+#include <string>
+
+#include "core/mask.hpp"
+#include "core/philox.hpp"
+#include "cuda/fa3_ws/fa3_ws_params.hpp"
+#include "cuda/fa3_ws/hopper.cuh"
+#include "cuda/fa3_ws/host_checks.hpp"
+
+namespace flashlab::cuda::fa3ws {
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kKeysPerConsumer = 64;  // wgmma's M: each consumer warpgroup owns 64 keys of the block
+constexpr int kConsumers = 2;
+constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
+constexpr int kProducerRegs = 24;
+constexpr int kConsumerRegs = 240;  // 128 * 24 + 256 * 240 = 64,512 <= 65,536 registers per SM
+constexpr int kMaxSmemBytes = 227 * 1024;
+constexpr int kElemBytes = 2;
+constexpr int kStages = 2;  // Q_i, dO_i, L_i, D_i stages
+// Named hardware barriers (0 is __syncthreads): "both consumers have written dS_ij^T" (256 threads), and
+// each consumer's own (128).
+constexpr int kBarDsWritten = 1;
+constexpr int kBarConsumerBase = 2;
+
+// Query rows per step (Br). 64: at d = 128, dK_j and dV_j take 128 registers of a consumer's 240 beside S^T and
+// dP^T (32 each); at d = 64, Br = 128 would make S^T and dP^T 64 registers each, and ptxas spilled 272 bytes.
+// The one definition the host's scratch sizes use.
+__host__ __device__ constexpr int backward_block_rows(int head_dim) { return head_dim > 0 ? 64 : 0; }
+
+// How the two consumers share dQ_i += dS_ij K_j (Br = 64 rows, d columns, Bc = 128 keys to sum over):
+//  * Columns (d = 128): consumer c computes columns 64 c .. 64 c + 63 over all 128 keys, so it reads the other
+//    consumer's half of dS_ij^T: both write theirs, then meet at a barrier.
+//  * Keys (d = 64): each consumer computes all 64 columns over its own 64 keys, from its own rows of dS_ij^T
+//    (only its own warpgroup's barrier), and both add their partial sums into the same piece of dQ_accum.
+enum class DqSplit { Columns, Keys };
+
+template <int D>
+struct BwdConfig {
+  static constexpr int kBc = kConsumers * kKeysPerConsumer;  // 128 keys per block
+  static constexpr int kBr = backward_block_rows(D);
+  static constexpr DqSplit kDqSplit = D == 64 ? DqSplit::Keys : DqSplit::Columns;
+  // dQ_accum's pieces per query block: a consumer's 64 x 64 of dQ_i (Columns: two; Keys: one, both add to it).
+  static constexpr int kDqPieces = kDqSplit == DqSplit::Columns ? kConsumers : 1;
+  static constexpr int kDqCols = D / kDqPieces;
+  static_assert(kBr == 64 && kDqCols == 64 && kPanelCols == 64, "a dQ piece is 64 x 64: one panel of K_j, wgmma_ss_tt's N");
+  static constexpr int kDqPieceFloats = kBr * kDqCols;
+  static constexpr int kNS = kBr / 2;       // S^T, dP^T accumulator floats per thread: (64 keys, Br)
+  static constexpr int kNKV = D / 2;        // dK, dV accumulator floats per thread: (64 keys, d)
+  static constexpr int kNQ = kDqCols / 2;   // dQ piece accumulator floats per thread: (64, 64)
+  static constexpr int kKSteps = kBr / 16;  // k-steps of dV += P^T dO and dK += dS^T Q
+
+  // Shared memory: K_j, V_j (Bc, d); kStages x Q_i, dO_i (Br, d); two dS^T buffers (Bc, Br); each consumer's
+  // dQ staging (64 x 64 fp32); kStages x L_i, D_i (Br fp32); then the mbarriers.
+  static constexpr int kKVBytes = kBc * D * kElemBytes;
+  static constexpr int kQBytes = kBr * D * kElemBytes;
+  static constexpr int kDsBytes = kBc * kBr * kElemBytes;
+  static constexpr int kDqBytes = kDqPieceFloats * 4;
+  static constexpr int kRowStatBytes = kBr * 4;
+  static constexpr int kKOffset = 0;
+  static constexpr int kVOffset = kKOffset + kKVBytes;
+  static constexpr int kQOffset = kVOffset + kKVBytes;
+  static constexpr int kDOOffset = kQOffset + kStages * kQBytes;
+  static constexpr int kDsOffset = kDOOffset + kStages * kQBytes;
+  static constexpr int kDqOffset = kDsOffset + 2 * kDsBytes;
+  static constexpr int kLOffset = kDqOffset + kConsumers * kDqBytes;
+  static constexpr int kDiOffset = kLOffset + kStages * kRowStatBytes;
+  static constexpr int kBarOffset = kDiOffset + kStages * kRowStatBytes;
+  // Barriers: K_j and V_j full (once); per stage full and empty.
+  static constexpr int kKVFull = 0, kFull = 1, kEmpty = kFull + kStages, kNumBarriers = kEmpty + kStages;
+  static constexpr int kBytes = kBarOffset + kNumBarriers * 8 + kSwizzleAtomBytes;  // + the alignment slack
+  static constexpr std::uint32_t kStepTxBytes = 2 * kQBytes + 2 * kRowStatBytes;
+  static_assert(kQBytes % kSwizzleAtomBytes == 0 && kDsBytes % kSwizzleAtomBytes == 0, "tiles stay 1024-aligned");
+  static_assert(kBytes <= kMaxSmemBytes, "the tiles, stages and barriers must fit 227 KiB");
+};
+
+// What a block works on: K/V block j of (batch b, K/V head h_kv), and its steps: every (query head of the
+// group, query block i >= i_first), heads outer.
+struct KeyBlock {
+  int b, h_kv, j, key0, group, n_q, i_first, n_i, n_steps;
+  __device__ int head(int step) const { return h_kv * group + step / n_i; }
+  __device__ int q_block(int step) const { return i_first + step % n_i; }
+};
+
+template <int kBr, int kBc>
+__device__ KeyBlock key_block(const Params& p) {
+  KeyBlock kb;
+  kb.j = static_cast<int>(blockIdx.x);
+  kb.b = static_cast<int>(blockIdx.y) / p.heads_kv;
+  kb.h_kv = static_cast<int>(blockIdx.y) % p.heads_kv;
+  kb.key0 = kb.j * kBc;
+  kb.group = p.heads_q / p.heads_kv;
+  kb.n_q = (p.seq_q + kBr - 1) / kBr;
+  const int first_row = first_row_seeing_key(p.align, kb.key0, p.seq_q, p.seq_k);
+  kb.i_first = first_row < p.seq_q ? first_row / kBr : kb.n_q;
+  kb.n_i = kb.n_q - kb.i_first;
+  kb.n_steps = kb.group * kb.n_i;
+  return kb;
+}
+
+// ---- pre-pass ---------------------------------------------------------------------------------------------
+
+// One warp per (batch, query head, padded row): D_i = sum_d dO[i, d] O[i, d] and L_i log2(e), or 0 and +inf
+// for a padding row or a row that saw no key (L = -inf).
+template <class T, int D>
+__global__ void row_stats_kernel(const Params p, int padded_rows) {
+  const std::int64_t warp = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  if (warp >= std::int64_t(p.batch) * p.heads_q * padded_rows) return;
+  const int row = static_cast<int>(warp % padded_rows);
+  const std::int64_t bh = warp / padded_rows;
+  const int b = static_cast<int>(bh / p.heads_q), h = static_cast<int>(bh % p.heads_q);
+  float sum = 0.f, lse2 = INFINITY;
+  if (row < p.seq_q) {
+    const std::int64_t at = ((std::int64_t(b) * p.seq_q + row) * p.heads_q + h) * D;
+    const T* o = static_cast<const T*>(p.o) + at;
+    const T* d_o = static_cast<const T*>(p.d_o) + at;
+#pragma unroll
+    for (int d = lane; d < D; d += 32) sum += static_cast<float>(o[d]) * static_cast<float>(d_o[d]);
+    const float lse = p.lse[bh * p.seq_q + row];
+    if (lse != -INFINITY) lse2 = lse * kLog2e;
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (lane == 0) {
+    p.D_i[warp] = sum;
+    p.lse_log2[warp] = lse2;
+  }
+}
+
+// ---- producer ---------------------------------------------------------------------------------------------
+
+struct BwdMaps {
+  CUtensorMap q, k, v, d_o;
+};
+
+// One elected thread: K_j and V_j once, then each step's Q_i, dO_i, L_i and D_i into stage step % kStages,
+// once the consumers have released it.
+template <int D>
+__device__ void produce(const Params& p, const BwdMaps& maps, const KeyBlock& kb, unsigned char* smem, std::uint64_t* bars) {
+  using Cfg = BwdConfig<D>;
+  constexpr int kPanels = D / kPanelCols;
+  if (kb.n_steps == 0) return;  // no query sees the block: dK_j = dV_j = 0, nothing to load
+  mbar_arrive_expect_tx(&bars[Cfg::kKVFull], 2 * Cfg::kKVBytes);
+#pragma unroll
+  for (int pnl = 0; pnl < kPanels; ++pnl) {
+    tma_load_4d(smem + Cfg::kKOffset + pnl * Cfg::kBc * kPanelRowBytes, &maps.k, pnl * kPanelCols, kb.h_kv, kb.key0, kb.b,
+                &bars[Cfg::kKVFull]);
+    tma_load_4d(smem + Cfg::kVOffset + pnl * Cfg::kBc * kPanelRowBytes, &maps.v, pnl * kPanelCols, kb.h_kv, kb.key0, kb.b,
+                &bars[Cfg::kKVFull]);
+  }
+  const int padded_rows = kb.n_q * Cfg::kBr;
+  for (int step = 0; step < kb.n_steps; ++step) {
+    const int stage = step % kStages;
+    mbar_wait(&bars[Cfg::kEmpty + stage], ((step / kStages) & 1) ^ 1);
+    const int h = kb.head(step), row0 = kb.q_block(step) * Cfg::kBr;
+    std::uint64_t* full = &bars[Cfg::kFull + stage];
+    mbar_arrive_expect_tx(full, Cfg::kStepTxBytes);
+#pragma unroll
+    for (int pnl = 0; pnl < kPanels; ++pnl) {
+      tma_load_4d(smem + Cfg::kQOffset + stage * Cfg::kQBytes + pnl * Cfg::kBr * kPanelRowBytes, &maps.q, pnl * kPanelCols, h,
+                  row0, kb.b, full);
+      tma_load_4d(smem + Cfg::kDOOffset + stage * Cfg::kQBytes + pnl * Cfg::kBr * kPanelRowBytes, &maps.d_o, pnl * kPanelCols,
+                  h, row0, kb.b, full);
+    }
+    const std::int64_t stats = (std::int64_t(kb.b) * p.heads_q + h) * padded_rows + row0;
+    ptx::cp_async_bulk(ptx::space_cluster, ptx::space_global, smem + Cfg::kLOffset + stage * Cfg::kRowStatBytes,
+                       p.lse_log2 + stats, Cfg::kRowStatBytes, full);
+    ptx::cp_async_bulk(ptx::space_cluster, ptx::space_global, smem + Cfg::kDiOffset + stage * Cfg::kRowStatBytes,
+                       p.D_i + stats, Cfg::kRowStatBytes, full);
+  }
+}
+
+// ---- consumer ---------------------------------------------------------------------------------------------
+
+// Spins until *counter == value (acquire: the K/V blocks counted there have finished their additions).
+__device__ __forceinline__ void wait_counter(const int* counter, int value) {
+  int seen;
+  do {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+  } while (seen != value);
+}
+// Orders this thread's async-proxy (bulk copy) global accesses with its generic ones.
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+
+template <class T, int D, bool kDropout>
+struct Consumer {
+  using Cfg = BwdConfig<D>;
+  static constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kNS = Cfg::kNS, kNKV = Cfg::kNKV, kNQ = Cfg::kNQ,
+                       kKSteps = Cfg::kKSteps;
+  const Params& p;
+  const KeyBlock& kb;
+  unsigned char* smem;
+  std::uint64_t* bars;
+  int c;           // consumer index: keys 64 c .. 64 c + 63 of the block
+  int tid;         // thread index within the warpgroup
+  int warp, g, t;  // warp in the warpgroup, lane / 4, lane % 4
+
+  __device__ std::uint32_t k_addr() const { return smem_u32(smem + Cfg::kKOffset); }
+  __device__ std::uint32_t q_addr(int stage) const { return smem_u32(smem + Cfg::kQOffset + stage * Cfg::kQBytes); }
+  __device__ std::uint32_t do_addr(int stage) const { return smem_u32(smem + Cfg::kDOOffset + stage * Cfg::kQBytes); }
+  __device__ unsigned char* ds_tile(int buffer) const { return smem + Cfg::kDsOffset + buffer * Cfg::kDsBytes; }
+  // This consumer's 64 rows of a (Bc, d) tile: 64 c rows into each of its panels.
+  __device__ std::uint32_t my_rows(std::uint32_t tile) const { return tile + c * kKeysPerConsumer * kPanelRowBytes; }
+  // Key of this thread's accumulator rows (half hf): 16 warp + g + 8 hf of the consumer's 64.
+  __device__ int key_of(int hf) const { return kb.key0 + c * kKeysPerConsumer + 16 * warp + g + 8 * hf; }
+
+  // One arrival per consumer warp (the empty barriers count 4 per consumer).
+  __device__ void release(int bar) const {
+    __syncwarp();
+    if (tid % 32 == 0) mbar_arrive(&bars[bar]);
+  }
+
+  // A^T-form products of this consumer's 64 keys: acc = X_c Y^T with X_c its rows of K_j or V_j and Y = Q_i
+  // or dO_i (both K-major): S_ij^T or dP_ij^T, (64, Br).
+  __device__ void issue_transposed(float (&acc)[kNS], std::uint32_t x_tile, std::uint32_t y_tile) const {
+    const std::uint32_t xa = opaque(my_rows(x_tile)), ya = opaque(y_tile);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      wgmma_ss<T, kBr>(acc, desc_k_major(xa, kBc, kk), desc_k_major(ya, kBr, kk), kk > 0 ? 1 : 0);
+  }
+  // acc (64, d) += A (64, Br) Y (Br, d): A from the registers (P^T or dS^T), Y = dO_i or Q_i MN-major.
+  __device__ void issue_accumulate(float (&acc)[kNKV], const std::uint32_t (&a)[kKSteps][4], std::uint32_t y_tile) const {
+    const std::uint32_t ya = opaque(y_tile);
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) wgmma_rs<T, D>(acc, a[ks], desc_mn_major(ya, kBr, ks), 1);
+  }
+  // This consumer's 64 x 64 of dQ_i = dS_ij K_j (DqSplit): dS from the dS^T tile (keys, queries), K_j from
+  // its (keys, d) tile, both MN-major. Columns: K_j's panel c, summed over all Bc keys; Keys: this
+  // consumer's 64 rows of both tiles.
+  __device__ void issue_dq(float (&dq)[kNQ], int buffer) const {
+    constexpr bool kByKeys = Cfg::kDqSplit == DqSplit::Keys;
+    constexpr int kKeys = kByKeys ? kKeysPerConsumer : kBc;
+    const std::uint32_t ds = smem_u32(ds_tile(buffer)) + (kByKeys ? c * kKeysPerConsumer * kPanelRowBytes : 0);
+    const std::uint32_t k = k_addr() + (kByKeys ? c * kKeysPerConsumer * kPanelRowBytes : c * kBc * kPanelRowBytes);
+    const std::uint32_t dsa = opaque(ds), ka = opaque(k);
+#pragma unroll
+    for (int s = 0; s < kKeys / 16; ++s) wgmma_ss_tt<T, 64>(dq, desc_mn_major(dsa, kBc, s), desc_mn_major(ka, kBc, s), s > 0 ? 1 : 0);
+  }
+  // Where dS_ij^T is complete enough for this consumer's dQ GEMM: both consumers' halves (Columns), or its own.
+  __device__ void sync_ds_written() const {
+    if constexpr (Cfg::kDqSplit == DqSplit::Columns) named_barrier_sync(kBarDsWritten, kConsumers * kWarpgroupThreads);
+    else named_barrier_sync(kBarConsumerBase + c, kWarpgroupThreads);
+  }
+
+  // Keep bits of this thread's elements of P_ij^T (bit 2 i + e of word hf: query column 8 i + 2 t + e, key
+  // key_of(hf)): one Philox draw per element, as the forward's mask (core/philox.hpp) has it. Transposed,
+  // a thread's keys are not four in a row, so each draw serves one element (slower, and exact).
+  __device__ void keep_bits(int h, int row0, std::uint32_t (&keep)[2][(kNS / 2 + 31) / 32]) const {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int key = key_of(hf);
+#pragma unroll
+      for (int w = 0; w < (kNS / 2 + 31) / 32; ++w) keep[hf][w] = 0u;
+#pragma unroll 1
+      for (int i = 0; i < kNS / 4; ++i)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int bit = 2 * i + e;
+          if (dropout_keep(p.seed, p.drop_threshold, kb.b, h, row0 + 8 * i + 2 * t + e, key))
+            keep[hf][bit / 32] |= 1u << (bit % 32);
+        }
+    }
+  }
+
+  // Adds this consumer's dQ piece to dQ_accum: staged in shared memory in register order (thread tid's
+  // registers 4 q .. 4 q + 3 at float4 q * 128 + tid), then one bulk reduction by thread 0; in
+  // deterministic mode in K/V block order.
+  __device__ void add_dq_piece(const float (&dq)[kNQ], int h, int i) const {
+    float* staging = reinterpret_cast<float*>(smem + Cfg::kDqOffset + c * Cfg::kDqBytes);
+    if (tid == 0) ptx::cp_async_bulk_wait_group_read(ptx::n32_t<0>{});  // the last reduction has read the staging
+    named_barrier_sync(kBarConsumerBase + c, kWarpgroupThreads);
+#pragma unroll
+    for (int q = 0; q < kNQ / 4; ++q)
+      reinterpret_cast<float4*>(staging)[q * kWarpgroupThreads + tid] = make_float4(dq[4 * q], dq[4 * q + 1], dq[4 * q + 2], dq[4 * q + 3]);
+    fence_proxy_async_smem();
+    named_barrier_sync(kBarConsumerBase + c, kWarpgroupThreads);
+    if (tid == 0) {
+      const std::int64_t piece = ((std::int64_t(kb.b) * p.heads_q + h) * kb.n_q + i) * Cfg::kDqPieces + (Cfg::kDqPieces > 1 ? c : 0);
+      if (p.deterministic) {
+        // Every K/V block j' < j adds to this piece before block j does (it sees Q_i if block j does); under
+        // DqSplit::Keys both consumers of each block add, consumer 0 first.
+        wait_counter(p.dq_semaphore + piece, Cfg::kDqPieces > 1 ? kb.j : kConsumers * kb.j + c);
+        fence_proxy_async_global();
+      }
+      ptx::cp_reduce_async_bulk(ptx::space_global, ptx::space_shared, ptx::op_add, p.dq_accum + piece * Cfg::kDqPieceFloats,
+                                staging, Cfg::kDqBytes);
+      ptx::cp_async_bulk_commit_group();
+      if (p.deterministic) {
+        ptx::cp_async_bulk_wait_group(ptx::n32_t<0>{});  // the addition is done in global memory
+        fence_proxy_async_global();
+        asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(p.dq_semaphore + piece) : "memory");
+      }
+    }
+  }
+
+  // One step: query block i of query head h, stage `stage` of the pipeline.
+  __device__ void step(int n, float (&dk)[kNKV], float (&dv)[kNKV]) const {
+    const int stage = n % kStages;
+    const int h = kb.head(n), i = kb.q_block(n), row0 = i * kBr;
+    mbar_wait(&bars[Cfg::kFull + stage], (n / kStages) & 1);
+
+    // S_ij^T = K_j Q_i^T and dP_ij^T = V_j dO_i^T, one group each.
+    float st[kNS], dpt[kNS];
+    wgmma_fence();
+    issue_transposed(st, smem_u32(smem + Cfg::kKOffset), q_addr(stage));
+    wgmma_commit_group();
+    issue_transposed(dpt, smem_u32(smem + Cfg::kVOffset), do_addr(stage));
+    wgmma_commit_group();
+    wgmma_wait_group<1>();
+    reg_fence(st);
+
+    // P_ij^T = exp2(scale log2(e) S^T - L_i log2(e)), L_i per column; the causal mask only on blocks that cross
+    // the diagonal. Columns of this thread: 8 i + 2 t + e.
+    const float* L = reinterpret_cast<const float*>(smem + Cfg::kLOffset + stage * Cfg::kRowStatBytes);
+#pragma unroll
+    for (int ii = 0; ii < kNS / 4; ++ii) {
+      const float2 l = *reinterpret_cast<const float2*>(L + 8 * ii + 2 * t);
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        st[4 * ii + 2 * hf] = fast_exp2(fmaf(st[4 * ii + 2 * hf], p.scale_log2, -l.x));
+        st[4 * ii + 2 * hf + 1] = fast_exp2(fmaf(st[4 * ii + 2 * hf + 1], p.scale_log2, -l.y));
+      }
+    }
+    if (p.align != CausalAlign::None &&
+        tile_needs_mask(p.align, row0, kb.key0 + (c + 1) * kKeysPerConsumer, p.seq_q, p.seq_k)) {
+#pragma unroll
+      for (int ii = 0; ii < kNS / 4; ++ii)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int last = last_visible_key(p.align, row0 + 8 * ii + 2 * t + e, p.seq_q, p.seq_k);
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf)
+            if (key_of(hf) > last) st[4 * ii + 2 * hf + e] = 0.f;
+        }
+    }
+
+    // dS_ij^T = P_ij^T o (dP_ij^T o Z - D_i), D_i per column, Z the dropout mask scaled by 1 / (1 - p). Then
+    // dV_j += (P_ij o Z)^T dO_i and dK_j += dS_ij^T Q_i, issued together, with P^T o Z and dS^T packed as A
+    // fragments (k-step ks is query columns 16 ks .. 16 ks + 15: registers 8 ks .. 8 ks + 7). Both are
+    // packed before either GEMM is issued, so that S^T and dP^T (fp32) are dead when the packed fragments
+    // and the GEMMs' accumulators are live: dK_j and dV_j alone take 128 registers at d = 128.
+    std::uint32_t keep[2][(kNS / 2 + 31) / 32] = {};
+    if constexpr (kDropout) keep_bits(h, row0, keep);
+    else (void)keep;
+    auto z = [&](int hf, int ii, int e) {
+      if constexpr (kDropout) {
+        const int bit = 2 * ii + e;
+        return (keep[hf][bit / 32] >> (bit % 32)) & 1u ? p.drop_rescale : 0.f;
+      } else {
+        (void)hf, (void)ii, (void)e;
+        return 1.f;
+      }
+    };
+    wgmma_wait_group<0>();
+    reg_fence(dpt);
+    const float* Di = reinterpret_cast<const float*>(smem + Cfg::kDiOffset + stage * Cfg::kRowStatBytes);
+    std::uint32_t pf[kKSteps][4], dsf[kKSteps][4];
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int r = 8 * ks + 2 * q, ii = r / 4, hf = (r / 2) % 2;
+        const float2 d = *reinterpret_cast<const float2*>(Di + 8 * ii + 2 * t);
+        const float z0 = z(hf, ii, 0), z1 = z(hf, ii, 1);
+        dsf[ks][q] = pack2<T>(st[r] * (dpt[r] * z0 - d.x), st[r + 1] * (dpt[r + 1] * z1 - d.y));
+        pf[ks][q] = pack2<T>(st[r] * z0, st[r + 1] * z1);
+      }
+    wgmma_fence();
+    issue_accumulate(dv, pf, do_addr(stage));
+    issue_accumulate(dk, dsf, q_addr(stage));
+    wgmma_commit_group();
+
+    // dS_ij^T into shared memory for dQ: register pair dsf[ks][q] is key row 16 warp + g + 8 (q % 2), query
+    // columns 16 ks + 8 (q / 2) + 2 t, 2 t + 1. Two buffers, one barrier per step: a consumer writes buffer
+    // n % 2 only after both passed step n - 1's barrier, i.e. after the other's dQ GEMM of step n - 2 was done.
+    unsigned char* ds = ds_tile(n % 2);
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int row = c * kKeysPerConsumer + 16 * warp + g + 8 * (q % 2), col = 16 * ks + 8 * (q / 2) + 2 * t;
+        *reinterpret_cast<std::uint32_t*>(ds + swizzle128_offset(row, col, kBc)) = dsf[ks][q];
+      }
+    fence_proxy_async_smem();
+    sync_ds_written();
+
+    float dq[kNQ];
+    wgmma_fence();
+    issue_dq(dq, n % 2);
+    wgmma_commit_group();
+    wgmma_wait_group<0>();
+    reg_fence(dq);
+    reg_fence(dk);
+    reg_fence(dv);
+    release(Cfg::kEmpty + stage);  // Q_i, dO_i, L_i, D_i are read
+    add_dq_piece(dq, h, i);
+  }
+
+  // dK_j = scale dK_j and dV_j in the input dtype, rows past the end of the keys dropped.
+  __device__ void epilogue(float (&dk)[kNKV], float (&dv)[kNKV]) const {
+    T* dk_out = static_cast<T*>(p.dk);
+    T* dv_out = static_cast<T*>(p.dv);
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int key = key_of(hf);
+      if (key >= p.seq_k) continue;
+      const std::int64_t at = ((std::int64_t(kb.b) * p.seq_k + key) * p.heads_kv + kb.h_kv) * D + 2 * t;
+#pragma unroll
+      for (int ii = 0; ii < kNKV / 4; ++ii) {
+        *reinterpret_cast<std::uint32_t*>(dk_out + at + 8 * ii) = pack2<T>(dk[4 * ii + 2 * hf] * p.scale, dk[4 * ii + 2 * hf + 1] * p.scale);
+        *reinterpret_cast<std::uint32_t*>(dv_out + at + 8 * ii) = pack2<T>(dv[4 * ii + 2 * hf], dv[4 * ii + 2 * hf + 1]);
+      }
+    }
+  }
+
+  __device__ void run() const {
+    float dk[kNKV], dv[kNKV];  // dK_j, dV_j  // (64 keys, d) per consumer
+#pragma unroll
+    for (int r = 0; r < kNKV; ++r) dk[r] = dv[r] = 0.f;
+    if (kb.n_steps > 0) {
+      mbar_wait(&bars[Cfg::kKVFull], 0);
+#pragma unroll 1
+      for (int n = 0; n < kb.n_steps; ++n) {
+        // Opaque copies of the thread's indices and bases: what is derived from them (swizzled offsets,
+        // descriptors) is recomputed in the step rather than held live across the loop beside dK_j and dV_j
+        // (d = 128: 16 bytes spilled without).
+        Consumer self = *this;
+        self.smem = opaque(smem);
+        self.bars = opaque(bars);
+        self.c = opaque(c);
+        self.tid = opaque(tid);
+        self.warp = opaque(warp);
+        self.g = opaque(g);
+        self.t = opaque(t);
+        self.step(n, dk, dv);
+      }
+      if (tid == 0) ptx::cp_async_bulk_wait_group_read(ptx::n32_t<0>{});  // staging read before the block exits
+    }
+    epilogue(dk, dv);
+  }
+};
+
+// ---- kernel -----------------------------------------------------------------------------------------------
+
+template <class T, int D, bool kDropout>
+__global__ void __launch_bounds__(kThreads, 1)
+    fa3_ws_backward_kernel(const __grid_constant__ Params p, const __grid_constant__ BwdMaps maps) {
+  using Cfg = BwdConfig<D>;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - smem_u32(smem_raw) % kSwizzleAtomBytes) % kSwizzleAtomBytes);
+  auto* bars = reinterpret_cast<std::uint64_t*>(smem + Cfg::kBarOffset);
+  if (threadIdx.x == 0) {
+    mbar_init(&bars[Cfg::kKVFull], 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&bars[Cfg::kFull + s], 1);
+      mbar_init(&bars[Cfg::kEmpty + s], kConsumers * 4);  // one arrival per consumer warp
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+  const KeyBlock kb = key_block<Cfg::kBr, Cfg::kBc>(p);
+  const int wg = static_cast<int>(threadIdx.x) / kWarpgroupThreads;
+  const int tid = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
+  if (wg == 0) {
+    setmaxnreg_dec<kProducerRegs>();
+    if (tid / 32 == 0 && elect_one()) produce<D>(p, maps, kb, smem, bars);
+  } else {
+    setmaxnreg_inc<kConsumerRegs>();
+    const int lane = tid % 32;
+    const Consumer<T, D, kDropout> consumer{p, kb, smem, bars, wg - 1, tid, tid / 32, lane / 4, lane % 4};
+    consumer.run();
+  }
+}
+
+// ---- dQ conversion ----------------------------------------------------------------------------------------
+
+// dQ = scale dQ_accum in the input dtype, two columns per thread: element (r, col) of query block i is in
+// piece c = col / 64 at (r, cc = col % 64), and there register 4 (cc / 8) + 2 hf + cc % 2 of thread 32 w + 4 g +
+// (cc % 8) / 2, for r = 16 w + 8 hf + g (the wgmma accumulator layout); add_dq_piece staged that as float
+// ((cc / 8) * 128 + thread) * 4 + 2 hf + cc % 2.
+template <class T, int D>
+__global__ void convert_dq_kernel(const Params p, int n_q) {
+  using Cfg = BwdConfig<D>;
+  const std::int64_t idx = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // over (B, S_q, H_q, D / 2)
+  if (idx >= std::int64_t(p.batch) * p.seq_q * p.heads_q * (D / 2)) return;
+  const int col = static_cast<int>(idx % (D / 2)) * 2;
+  const std::int64_t bsh = idx / (D / 2);
+  const int h = static_cast<int>(bsh % p.heads_q);
+  const std::int64_t bs = bsh / p.heads_q;
+  const int s = static_cast<int>(bs % p.seq_q), b = static_cast<int>(bs / p.seq_q);
+  const int i = s / Cfg::kBr, r = s % Cfg::kBr;
+  const int c = col / Cfg::kDqCols, cc = col % Cfg::kDqCols;  // c = 0 under DqSplit::Keys
+  const int thread = 32 * (r / 16) + 4 * (r % 8) + (cc % 8) / 2, hf = (r % 16) / 8;
+  const std::int64_t piece = ((std::int64_t(b) * p.heads_q + h) * n_q + i) * Cfg::kDqPieces + c;
+  const float2 v = *reinterpret_cast<const float2*>(p.dq_accum + piece * Cfg::kDqPieceFloats +
+                                                    ((cc / 8) * kWarpgroupThreads + thread) * 4 + 2 * hf);
+  *reinterpret_cast<std::uint32_t*>(static_cast<T*>(p.dq) + bsh * D + col) = pack2<T>(v.x * p.scale, v.y * p.scale);
+}
+
+// ---- host launcher ----------------------------------------------------------------------------------------
+
+template <class T, int D, bool kDropout>
+void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
+  using Cfg = BwdConfig<D>;
+  const int n_q = (p.seq_q + Cfg::kBr - 1) / Cfg::kBr;
+  const BackwardScratchSizes sizes = backward_scratch(p.batch, p.heads_q, p.seq_q, D);
+  check_cuda(cudaMemsetAsync(p.dq_accum, 0, sizes.dq_accum * sizeof(float), stream), "cudaMemsetAsync(dQ_accum)");
+  if (p.deterministic)
+    check_cuda(cudaMemsetAsync(p.dq_semaphore, 0, sizes.semaphores * sizeof(int), stream), "cudaMemsetAsync(dQ semaphores)");
+
+  constexpr int kStatsThreads = 256;
+  const std::int64_t stat_warps = sizes.row_stats;
+  row_stats_kernel<T, D><<<static_cast<unsigned>((stat_warps * 32 + kStatsThreads - 1) / kStatsThreads), kStatsThreads, 0, stream>>>(
+      p, n_q * Cfg::kBr);
+  check_cuda(cudaGetLastError(), "the row statistics launch");
+
+  BwdMaps maps;
+  maps.q = make_bshd_tensor_map(p.q, dtype, p.batch, p.seq_q, p.heads_q, D, Cfg::kBr);
+  maps.d_o = make_bshd_tensor_map(p.d_o, dtype, p.batch, p.seq_q, p.heads_q, D, Cfg::kBr);
+  maps.k = make_bshd_tensor_map(p.k, dtype, p.batch, p.seq_k, p.heads_kv, D, Cfg::kBc);
+  maps.v = make_bshd_tensor_map(p.v, dtype, p.batch, p.seq_k, p.heads_kv, D, Cfg::kBc);
+  auto kernel = fa3_ws_backward_kernel<T, D, kDropout>;
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kBytes),
+             "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+  const dim3 grid((p.seq_k + Cfg::kBc - 1) / Cfg::kBc, p.batch * p.heads_kv);
+  kernel<<<grid, kThreads, Cfg::kBytes, stream>>>(p, maps);
+  check_cuda(cudaGetLastError(), "the backward kernel launch");
+
+  constexpr int kConvertThreads = 256;
+  const std::int64_t pairs = std::int64_t(p.batch) * p.seq_q * p.heads_q * (D / 2);
+  convert_dq_kernel<T, D><<<static_cast<unsigned>((pairs + kConvertThreads - 1) / kConvertThreads), kConvertThreads, 0, stream>>>(p, n_q);
+  check_cuda(cudaGetLastError(), "the dQ conversion launch");
+}
+
+std::string backward_head_dims() {
+  std::string dims;
+  for (std::size_t i = 0; i < std::size(kBackwardHeadDims); ++i)
+    dims += (i == 0 ? "" : i + 1 == std::size(kBackwardHeadDims) ? " and " : ", ") + std::to_string(kBackwardHeadDims[i]);
+  return dims;
+}
+
+}  // namespace
+
+BackwardScratchSizes backward_scratch(int batch, int heads_q, int seq_q, int head_dim) {
+  const std::int64_t br = backward_block_rows(head_dim);
+  const std::int64_t n_q = (seq_q + br - 1) / br;
+  BackwardScratchSizes sizes;
+  sizes.row_stats = std::int64_t(batch) * heads_q * n_q * br;
+  sizes.dq_accum = sizes.row_stats * head_dim;
+  sizes.semaphores = std::int64_t(batch) * heads_q * n_q * kConsumers;
+  return sizes;
+}
+
+void launch_backward(DType dtype, const Params& p, cudaStream_t stream) {
+  if (dtype != DType::F16 && dtype != DType::BF16) throw std::invalid_argument("cuda-fa3-ws takes f16 or bf16 inputs.");
+  if (std::find(std::begin(kBackwardHeadDims), std::end(kBackwardHeadDims), p.head_dim) == std::end(kBackwardHeadDims))
+    throw std::invalid_argument("cuda-fa3-ws's backward supports head dims " + backward_head_dims() + ", not " +
+                                std::to_string(p.head_dim) + ".");
+  require_hopper();
+  if (p.lse_log2 == nullptr || p.D_i == nullptr || p.dq_accum == nullptr || (p.deterministic && p.dq_semaphore == nullptr))
+    throw std::invalid_argument("cuda-fa3-ws's backward needs its scratch (lse_log2, D_i, dq_accum and, deterministic, "
+                                "dq_semaphore; sizes from backward_scratch).");
+  if (p.seq_q == 0 || p.seq_k == 0 || p.batch == 0 || p.heads_q == 0) return;
+  auto go = [&]<class T>() {
+    if (p.head_dim == 64) {
+      if (p.dropout) launch_config<T, 64, true>(dtype, p, stream);
+      else launch_config<T, 64, false>(dtype, p, stream);
+    } else {
+      if (p.dropout) launch_config<T, 128, true>(dtype, p, stream);
+      else launch_config<T, 128, false>(dtype, p, stream);
+    }
+  };
+  if (dtype == DType::BF16) go.template operator()<__nv_bfloat16>();
+  else go.template operator()<__half>();
+}
+
+}  // namespace flashlab::cuda::fa3ws

@@ -1,0 +1,201 @@
+// cuda-fa3-ws's backward (the warp-specialized Hopper kernel of fa3_ws/fa3_ws_backward.cu) against naive
+// attention in double, by the FlashAttention rule of core/tolerance.hpp: dQ, dK and dV may be at most 3x
+// the error of naive attention run in the same low precision, plus a small slack. Inputs are fresh random
+// numbers each run (the seed is printed on failure); the variant poisons dQ, dK and dV with NaN before
+// launching, so an element it never writes fails. The forward it differentiates is its own (cuda-fa3-ws).
+// Every case runs in both dtypes, at both head dims the backward has, in the default mode and the
+// deterministic one; a separate case checks that the deterministic mode gives the same bits run after run.
+//
+// The kernel runs on compute capability 9.0 only: elsewhere the cases say so and return (the refusal
+// there is checked by gpu_fa3_ws_tests).
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "core/tolerance.hpp"
+#include "cpu_reference/naive.hpp"
+#include "gpu/fresh_inputs.hpp"
+#include "registry/variants.hpp"
+
+namespace {
+
+using namespace flashlab;
+
+constexpr DType kDtypes[] = {DType::F16, DType::BF16};
+constexpr int kBackwardHeadDims[] = {64, 128};
+
+bool skip_unless_hopper() {
+  if (cuda_compute_capability() == 90) return false;
+  MESSAGE("skipped: cuda-fa3-ws runs on compute capability 9.0 (Hopper) only, and this GPU is " << cuda_device_name());
+  return true;
+}
+
+void check_output(const char* name, DType dtype, Quantity quantity, const HostTensor& out, const HostTensor& ref,
+                  const HostTensor& lowp) {
+  const ErrorStats err = compare(out, ref);
+  const ErrorStats baseline = compare(lowp, ref);
+  const Bound bound = tolerance(dtype, quantity, err, &baseline);
+  INFO(std::string(name) << ": max abs error " << err.max_abs << " (rel " << err.rel << "), bound " << bound.rule
+                         << (err.has_nan ? ", has NaN (an unwritten or non-finite element)" : ""));
+  CHECK(bound.passes(err));
+}
+
+// The forward and backward of cuda-fa3-ws on fresh random inputs, at both head dims and dtypes, the backward in
+// the default and the deterministic mode, against one reference per (head dim, dtype).
+void check_problem(Shape shape, Options options) {
+  const Variant& fa3 = find_variant("cuda-fa3-ws");
+  for (DType dtype : kDtypes)
+    for (int d : kBackwardHeadDims) {
+      shape.head_dim = d;
+      const std::uint64_t seed = fresh_seed();
+      Problem p{.shape = shape, .options = options};
+      INFO(describe(p, dtype, seed));
+      const Qkv in = random_qkv(shape, dtype, seed);
+      const HostTensor dO = random_like_o(shape, dtype, seed);
+      const ForwardOut ref = naive_forward<double>(p, in);
+      const ForwardOut lowp = naive_forward_lowp(p, dtype, in);
+      const Grads gref = naive_backward<double>(p, in, ref, dO);
+      const Grads glowp = naive_backward_lowp(p, dtype, in, lowp, dO);
+      const ForwardOut out = fa3.forward(p, dtype, in, nullptr);
+      check_output("O", dtype, Quantity::Forward, out.o, ref.o, lowp.o);
+      for (bool deterministic : {false, true}) {
+        INFO((deterministic ? "deterministic mode" : "default mode"));
+        p.options.deterministic = deterministic;
+        const Grads g = fa3.backward(p, dtype, in, out, dO);
+        check_output("dQ", dtype, Quantity::Gradient, g.dq, gref.dq, glowp.dq);
+        check_output("dK", dtype, Quantity::Gradient, g.dk, gref.dk, glowp.dk);
+        check_output("dV", dtype, Quantity::Gradient, g.dv, gref.dv, glowp.dv);
+      }
+    }
+}
+
+Options opts(CausalAlign align, double dropout_p = 0.0, double scale = 0.0) {
+  Options o;
+  o.causal = align;
+  o.dropout_p = dropout_p;
+  o.scale = scale;
+  o.seed = fresh_seed();
+  return o;
+}
+
+Shape shape(int batch, int heads_q, int heads_kv, int seq_q, int seq_k) {
+  return Shape{.batch = batch, .heads_q = heads_q, .heads_kv = heads_kv, .seq_q = seq_q, .seq_k = seq_k, .head_dim = 64};
+}
+
+template <class F>
+std::string refusal(F&& call) {
+  try {
+    call();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool same_bits(const HostTensor& a, const HostTensor& b) {
+  return a.data.size() == b.data.size() && std::memcmp(a.data.data(), b.data.data(), a.data.size() * sizeof(a.data[0])) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("cuda-fa3-ws's backward: the table row says backward, its head dims, and a deterministic mode") {
+  const Variant& v = find_variant("cuda-fa3-ws");
+  CHECK(v.has_backward());
+  CHECK(v.supports.deterministic);
+  REQUIRE(v.backward_head_dims.has_value());
+  CHECK(v.backward_head_dims->describe() == "64, 128");
+  CHECK(v.device_backward_fn != nullptr);
+}
+
+TEST_CASE("cuda-fa3-ws's backward: length 1, odd lengths, seq_q != seq_k both ways, no multiple of a block") {
+  if (skip_unless_hopper()) return;
+  const int lengths[][2] = {{1, 1}, {1, 17}, {17, 1}, {17, 113}, {257, 17}, {113, 257}, {200, 200}};
+  for (const auto& len : lengths) check_problem(shape(1, 2, 2, len[0], len[1]), opts(CausalAlign::None));
+}
+
+TEST_CASE("cuda-fa3-ws's backward: many query blocks per K/V block (the Q / dO pipeline wraps many times)") {
+  if (skip_unless_hopper()) return;
+  check_problem(shape(1, 2, 2, 1500, 130), opts(CausalAlign::None));
+  check_problem(shape(1, 1, 1, 1024, 1024), opts(CausalAlign::None));
+}
+
+TEST_CASE("cuda-fa3-ws's backward: causal, top-left and bottom-right, seq_q < seq_k and seq_q > seq_k") {
+  if (skip_unless_hopper()) return;
+  for (CausalAlign align : {CausalAlign::TopLeft, CausalAlign::BottomRight}) {
+    check_problem(shape(1, 2, 2, 515, 515), opts(align));
+    check_problem(shape(1, 1, 1, 300, 700), opts(align));
+    check_problem(shape(1, 1, 1, 700, 300), opts(align));  // bottom-right: the first 400 rows see no key
+  }
+}
+
+TEST_CASE("cuda-fa3-ws's backward: GQA and MQA (dK, dV summed over the query heads of a group)") {
+  if (skip_unless_hopper()) return;
+  check_problem(shape(2, 4, 2, 97, 131), opts(CausalAlign::None));
+  check_problem(shape(1, 6, 1, 131, 97), opts(CausalAlign::BottomRight));
+  check_problem(shape(1, 4, 2, 200, 200), opts(CausalAlign::TopLeft));
+}
+
+TEST_CASE("cuda-fa3-ws's backward: dropout with the forward's mask (same Philox seed as the CPU reference)") {
+  if (skip_unless_hopper()) return;
+  check_problem(shape(2, 2, 2, 129, 141), opts(CausalAlign::None, 0.17));
+  check_problem(shape(1, 4, 2, 150, 90), opts(CausalAlign::BottomRight, 0.3));
+  check_problem(shape(1, 2, 2, 77, 77), opts(CausalAlign::TopLeft, 0.5));
+}
+
+TEST_CASE("cuda-fa3-ws's backward: a given softmax scale, a negative one, and batch > 1") {
+  if (skip_unless_hopper()) return;
+  for (double scale : {0.35, -0.2})
+    for (CausalAlign align : {CausalAlign::None, CausalAlign::BottomRight})
+      check_problem(shape(1, 2, 2, 150, 203), opts(align, 0.0, scale));
+  check_problem(shape(3, 2, 2, 190, 250), opts(CausalAlign::TopLeft));
+}
+
+TEST_CASE("cuda-fa3-ws's backward, deterministic mode: repeated runs give bit-identical gradients") {
+  if (skip_unless_hopper()) return;
+  // 16 K/V blocks add to every query block, over 64 (batch, head) rows of blocks: the default mode's adds
+  // race there; the deterministic mode's must not.
+  for (DType dtype : kDtypes)
+    for (int d : kBackwardHeadDims)
+      for (CausalAlign align : {CausalAlign::None, CausalAlign::TopLeft}) {
+        Shape s = shape(4, 16, 8, 2048, 2048);
+        s.head_dim = d;
+        Problem p{.shape = s, .options = opts(align)};
+        p.options.deterministic = true;
+        const std::uint64_t seed = fresh_seed();
+        INFO(describe(p, dtype, seed));
+        const Variant& fa3 = find_variant("cuda-fa3-ws");
+        const Qkv in = random_qkv(s, dtype, seed);
+        const HostTensor dO = random_like_o(s, dtype, seed);
+        const ForwardOut out = fa3.forward(p, dtype, in, nullptr);
+        const Grads first = fa3.backward(p, dtype, in, out, dO);
+        for (int run = 1; run < 4; ++run) {
+          const Grads again = fa3.backward(p, dtype, in, out, dO);
+          CHECK_MESSAGE(same_bits(again.dq, first.dq), "run " << run << ": dQ differs");
+          CHECK_MESSAGE(same_bits(again.dk, first.dk), "run " << run << ": dK differs");
+          CHECK_MESSAGE(same_bits(again.dv, first.dv), "run " << run << ": dV differs");
+        }
+      }
+}
+
+TEST_CASE("cuda-fa3-ws's backward refuses head dim 256 and cuda-fa2 refuses --deterministic, one sentence each") {
+  Problem p{.shape = Shape{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 16, .seq_k = 16, .head_dim = 256},
+            .options = Options{}};
+  const Qkv in = random_qkv(p.shape, DType::BF16, 1);
+  const ForwardOut fwd{HostTensor(q_dims(p.shape)), HostTensor(lse_dims(p.shape))};
+  const HostTensor dO = random_like_o(p.shape, DType::BF16, 2);
+  const std::string d256 = refusal([&] { (void)find_variant("cuda-fa3-ws").backward(p, DType::BF16, in, fwd, dO); });
+  CHECK_MESSAGE(d256 == "variant cuda-fa3-ws's backward does not support head_dim 256: it supports head dims 64, 128 "
+                        "(the forward 64, 128, 256)",
+                d256);
+
+  p.shape.head_dim = 64;
+  p.options.deterministic = true;
+  const Qkv in64 = random_qkv(p.shape, DType::BF16, 3);
+  const ForwardOut fwd64{HostTensor(q_dims(p.shape)), HostTensor(lse_dims(p.shape))};
+  const std::string det =
+      refusal([&] { (void)find_variant("cuda-fa2").backward(p, DType::BF16, in64, fwd64, random_like_o(p.shape, DType::BF16, 4)); });
+  CHECK_MESSAGE(det.find("variant cuda-fa2's backward adds dQ's partial sums with atomics") == 0, det);
+  CHECK_MESSAGE(det.find("cuda-fa3-ws") != std::string::npos, det);
+}
