@@ -271,6 +271,8 @@ void BenchCommand::add_to(CLI::App& app) {
   app.add_option("--heads", heads, "heads H (default: 1 on cpu, 16 on cuda)");
   app.add_option("--dtype", dtype, "f64, f32, f16 or bf16 (default: f32 where supported, else the variant's first)");
   app.add_flag("--backward", backward, "also time the backward pass");
+  app.add_flag("--deterministic", deterministic,
+               "with --backward: time the backward that sums dQ in a fixed order (bit-identical run to run)");
   warmup_option = app.add_option("--warmup", warmup, "untimed runs first")->capture_default_str();
   iters_option = app.add_option("--iters", iters, "timed runs (the median is reported)")->capture_default_str();
   app.add_flag("--one-pass", one_pass,
@@ -325,6 +327,9 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
   base.shape.heads_kv = base.shape.heads_q;
   base.options.causal = parse_causal(causal);
   base.options.seed = 1;
+  if (deterministic && !backward)
+    throw InputError("--deterministic chooses how the backward sums dQ: give --backward too");
+  base.options.deterministic = deterministic;
   validate(base);
 
   const bool named = !variants.empty();
@@ -492,6 +497,7 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
                      {"head_dim", head_dim},
                      {"causal", to_string(base.options.causal)},
                      {"backward", backward},
+                     {"deterministic", deterministic},
                      {"warmup", one_pass ? 0 : warmup},
                      {"iters", one_pass ? 1 : iters},
                      {"one_pass", one_pass}};

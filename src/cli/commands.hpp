@@ -62,6 +62,7 @@ struct BenchCommand {
   int batch = 1, heads = 0;  // heads 0: 1 on the CPU, 16 on a GPU
   std::string dtype;         // empty: f32 where the variant supports it, else its first dtype
   bool backward = false;
+  bool deterministic = false;  // the backward sums dQ in a fixed order (Options::deterministic)
   int warmup = 1, iters = 5;
   std::string json_path, csv_path;
   std::string timeline_path;  // empty: no timeline; else one forward run's pipeline, written here (cuda-fa3-ws)

@@ -106,7 +106,7 @@ TEST_CASE("cuda-fa3-ws's backward: the table row says backward, its head dims, a
   CHECK(v.supports.deterministic);
   REQUIRE(v.backward_head_dims.has_value());
   CHECK(v.backward_head_dims->describe() == "64, 128");
-  CHECK(v.device_backward_fn != nullptr);
+  CHECK((v.device_backward_fn != nullptr));
 }
 
 TEST_CASE("cuda-fa3-ws's backward: length 1, odd lengths, seq_q != seq_k both ways, no multiple of a block") {
