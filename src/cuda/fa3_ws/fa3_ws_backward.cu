@@ -70,7 +70,8 @@ constexpr int kBarDsWritten = 1;
 constexpr int kBarConsumerBase = 2;
 
 // Query rows per step (Br). 64: at d = 128, dK_j and dV_j take 128 registers of a consumer's 240 beside S^T and
-// dP^T (32 each); at d = 64, Br = 128 would make S^T and dP^T 64 registers each, and ptxas spilled 272 bytes.
+// dP^T (32 each); at d = 64, Br = 128 would make S^T and dP^T 64 registers each, and ptxas spilled 28 bytes
+// (with dQ split by rows between the consumers; 272 before S^T and dP^T were packed before the dV and dK GEMMs).
 // The one definition the host's scratch sizes use.
 __host__ __device__ constexpr int backward_block_rows(int head_dim) { return head_dim > 0 ? 64 : 0; }
 
@@ -283,6 +284,21 @@ struct Consumer {
 #pragma unroll
     for (int s = 0; s < kKeys / 16; ++s) wgmma_ss_tt<T, 64>(dq, desc_mn_major(dsa, kBc, s), desc_mn_major(ka, kBc, s), s > 0 ? 1 : 0);
   }
+  // How many additions to this consumer's dQ piece of Q_i come before its own in deterministic mode (DqSplit::Keys:
+  // both consumers of a block add to the same piece, consumer 0 first). Without a causal mask K/V block 0 adds
+  // first, then 1, 2, ...: every block walks the query blocks from the first. Under a causal mask block j
+  // starts at query block i_first(j), later than block j - 1 does, so in that order it would reach every query
+  // block before its predecessor and wait there, and the blocks would run one after another: the order is
+  // reversed instead (the last K/V block that sees Q_i adds first), so that each block's predecessor in the
+  // order is ahead of it in its walk.
+  __device__ int dq_turn(int i) const {
+    int turn = kb.j;
+    if (p.align != CausalAlign::None) {
+      const int last_row = min((i + 1) * kBr, p.seq_q) - 1;
+      turn = last_visible_key(p.align, last_row, p.seq_q, p.seq_k) / kBc - kb.j;
+    }
+    return Cfg::kDqPieces > 1 ? turn : kConsumers * turn + c;
+  }
   // Where dS_ij^T is complete enough for this consumer's dQ GEMM: both consumers' halves (Columns), or its own.
   __device__ void sync_ds_written() const {
     if constexpr (Cfg::kDqSplit == DqSplit::Columns) named_barrier_sync(kBarDsWritten, kConsumers * kWarpgroupThreads);
@@ -324,9 +340,7 @@ struct Consumer {
     if (tid == 0) {
       const std::int64_t piece = ((std::int64_t(kb.b) * p.heads_q + h) * kb.n_q + i) * Cfg::kDqPieces + (Cfg::kDqPieces > 1 ? c : 0);
       if (p.deterministic) {
-        // Every K/V block j' < j adds to this piece before block j does (it sees Q_i if block j does); under
-        // DqSplit::Keys both consumers of each block add, consumer 0 first.
-        wait_counter(p.dq_semaphore + piece, Cfg::kDqPieces > 1 ? kb.j : kConsumers * kb.j + c);
+        wait_counter(p.dq_semaphore + piece, dq_turn(i));
         fence_proxy_async_global();
       }
       ptx::cp_reduce_async_bulk(ptx::space_global, ptx::space_shared, ptx::op_add, p.dq_accum + piece * Cfg::kDqPieceFloats,
