@@ -9,6 +9,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <iostream>  // with a statically linked libstdc++, pulls in the standard streams' initialization
 #include <optional>
 #include <string>
 #include <vector>
