@@ -261,6 +261,21 @@ TEST_CASE("cuda-naive's softmax reads each row of S three times: from the L2 whi
   CHECK(visible < 0.55);
 }
 
+TEST_CASE("cuda-fa1: line 2's stores leave O, l and m in the L2, so the first K/V block reads them from there") {
+  // d = 64, N = 1k: a head's Q and O are 256 KiB each, and the 16 heads fit the L2 many times over. fa1.cu
+  // stores O = 0, l = 0, m = -inf before its loops, so its loads of O_i, l_i, m_i at j = 0 hit: DRAM reads
+  // are Q, K and V once. After its loops it reads l and m again to write L.
+  const Problem p = problem(1024, 64);
+  const GpuTraffic t = model("cuda-fa1", p);
+  CHECK(t.dram.total_read() == qkv_bytes(p, 4));
+  const I64 o_bytes = I64{16} * 1024 * 64 * 4, row_bytes = I64{16} * 1024 * 4;
+  const I64 Tc = 1024 / cuda::fa1::forward_tiling(64).Bc;
+  CHECK(rd(t.two_level, TensorId::O) == Tc * o_bytes);  // the nest's loads, as the paper counts them
+  CHECK(t.two_level.written[static_cast<int>(TensorId::O)] == (Tc + 1) * o_bytes);  // and line 2's store
+  CHECK(rd(t.two_level, TensorId::m) == (Tc + 1) * row_bytes);
+  CHECK(t.two_level.written[static_cast<int>(TensorId::LSE)] == row_bytes);
+}
+
 TEST_CASE("the kernels' grids come from the data they export") {
   const Problem p = problem(1000, 128, CausalAlign::None, 2, 4);
   const GpuForwardPass fa2 = gpu_forward_pass("cuda-fa2", p, find_gpu("h100"));

@@ -10,6 +10,7 @@
 #include "cpu_reference/tiled.hpp"
 #include "cuda/constraints.hpp"
 #include "cuda/tilings.hpp"
+#include "model/pseudocode.hpp"
 
 namespace flashlab {
 
@@ -114,7 +115,59 @@ GpuForwardPass naive_pass(const Problem& p, const GpuSpec&) {
   return pass;
 }
 
-// cuda-fa1: grid (H_q, B), one block per (batch, head) walking the whole FA1 nest.
+// What fa1.cu's block does around the paper's nest, at the tiles the nest uses. The nest marks line 2
+// ("initialize O, l, m in HBM") as a step, not a transfer, as the paper's count does; the kernel carries it
+// out as stores of O = 0, l = 0, m = -inf, through the L2, so the first K/V block's loads of O_i, l_i and m_i
+// find them there, not in DRAM. After the loops it reads l and m back to write L = m + log l, which the
+// backward pass and the other variants take.
+class Fa1InitAndLse : public TrafficObserver {
+ public:
+  Fa1InitAndLse(const Problem& p, Tiling t, int bytes_per_element, int bh, TrafficObserver& out)
+      : p_(p), t_(t), bpe_(bytes_per_element), bh_(bh), out_(out) {}
+  void on_event(const TileEvent& e) override {
+    out_.on_event(e);
+    if (e.direction == Direction::Compute && e.line == lines::fa1_fwd::kInitHbm)
+      for (int i = 0; i < query_blocks(); ++i) {
+        emit(TensorId::O, Direction::Store, i, p_.shape.head_dim);
+        emit(TensorId::l, Direction::Store, i, 1);
+        emit(TensorId::m, Direction::Store, i, 1);
+      }
+  }
+  // Call after the nest: L = m + log l, row block by row block.
+  void write_lse() {
+    for (int i = 0; i < query_blocks(); ++i) {
+      emit(TensorId::l, Direction::Load, i, 1);
+      emit(TensorId::m, Direction::Load, i, 1);
+      emit(TensorId::LSE, Direction::Store, i, 1);
+    }
+  }
+
+ private:
+  int query_blocks() const { return static_cast<int>(ceil_div(p_.shape.seq_q, t_.Br)); }
+  void emit(TensorId tensor, Direction direction, int i, int cols) {
+    TileEvent e;
+    e.algorithm = Algorithm::FA1;
+    e.pass = Pass::Forward;
+    e.bh = bh_;
+    e.tensor = tensor;
+    e.direction = direction;
+    e.tile_row = i;
+    e.rows = std::min(t_.Br, p_.shape.seq_q - i * t_.Br);
+    e.cols = cols;
+    e.bytes = std::int64_t{e.rows} * cols * bpe_;
+    const bool initializing = direction == Direction::Store && tensor != TensorId::LSE;
+    e.line = initializing ? lines::fa1_fwd::kInitHbm : lines::fa1_fwd::kReturn;
+    out_.on_event(e);
+  }
+
+  const Problem& p_;
+  Tiling t_;
+  int bpe_, bh_;
+  TrafficObserver& out_;
+};
+
+// cuda-fa1: grid (H_q, B), one block per (batch, head) walking the whole FA1 nest, with the kernel's
+// stores of line 2 before it and its pass over l and m for L after it (Fa1InitAndLse).
 GpuForwardPass fa1_pass(const Problem& p, const GpuSpec&) {
   const Shape& s = p.shape;
   require_head_dim("cuda-fa1", s.head_dim, s.head_dim <= cuda::simt::kMaxHeadDim,
@@ -131,7 +184,10 @@ GpuForwardPass fa1_pass(const Problem& p, const GpuSpec&) {
   k.units = k.grid_blocks = std::int64_t{s.batch} * s.heads_q;
   k.blocks_per_sm = kt.blocks_per_sm;
   k.walk_unit = [p, t, bpe](std::int64_t unit, TrafficObserver& o) {
-    count_part_traffic(Algorithm::FA1, p, t, bpe, NestPart{static_cast<int>(unit)}, o);
+    const int bh = static_cast<int>(unit);
+    Fa1InitAndLse kernel(p, t, bpe, bh, o);
+    count_part_traffic(Algorithm::FA1, p, t, bpe, NestPart{bh}, kernel);
+    kernel.write_lse();
   };
   pass.kernels.push_back(k);
   pass.tiling_note = tiles(kt) + "; one block per (batch, head)";
