@@ -58,7 +58,7 @@ struct Variant {
   Supports supports;
   HeadDims head_dims;
   // Head dims of its backward where they are fewer than head_dims (nullopt: the same).
-  std::optional<HeadDims> backward_head_dims;
+  std::optional<HeadDims> backward_head_dims = std::nullopt;
   std::string summary;  // one line
   Algorithm algorithm = Algorithm::FA2;  // its loop nest, hence its modeled HBM traffic
   ForwardFn forward_fn = nullptr;
