@@ -184,14 +184,19 @@ py::tuple backward_device(const py::capsule& q, const py::capsule& k, const py::
   return py::make_tuple(dq.release(), dk.release(), dv.release());
 }
 
+// Every head dim in [1, 256] that dims accepts.
+std::vector<int> head_dim_values(const HeadDims& dims) {
+  std::vector<int> values;
+  for (int d = 1; d <= 256; ++d)
+    if (dims.contains(d)) values.push_back(d);
+  return values;
+}
+
 py::list variant_table() {
   py::list rows;
   for (const Variant& v : variants()) {
     std::vector<std::string> dtypes;
     for (DType t : v.dtypes) dtypes.push_back(to_string(t));
-    std::vector<int> head_dims;
-    for (int d = 1; d <= 256; ++d)
-      if (v.head_dims.contains(d)) head_dims.push_back(d);
     py::dict row;
     row["name"] = v.name;
     row["device"] = to_string(v.device);
@@ -200,8 +205,12 @@ py::list variant_table() {
     row["dropout"] = v.supports.dropout;
     row["gqa"] = v.supports.gqa;
     row["backward"] = v.has_backward();
+    row["deterministic"] = v.supports.deterministic;
     row["head_dims"] = v.head_dims.describe();
-    row["head_dim_values"] = head_dims;
+    row["head_dim_values"] = head_dim_values(v.head_dims);
+    const HeadDims& backward_head_dims = v.backward_head_dims.value_or(v.head_dims);
+    row["backward_head_dims"] = backward_head_dims.describe();
+    row["backward_head_dim_values"] = head_dim_values(backward_head_dims);
     row["available"] = v.available();
     row["needs_compute_capability"] = v.needs_compute_capability;
     row["summary"] = v.summary;

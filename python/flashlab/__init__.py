@@ -43,7 +43,12 @@ def variants():
     """The variant table, one dict per row, as `flashlab check --list` prints it: name, device,
     dtypes, whether it supports causal masks, dropout, GQA and a backward pass, its head dims (as text,
     and every accepted value in head_dim_values), whether it can run here (available), the compute
-    capability it needs (0: any GPU) and a one-line summary."""
+    capability it needs (0: any GPU) and a one-line summary.
+
+    deterministic: whether its backward gives bit-identical gradients run to run under
+    attention_backward(..., deterministic=True) (False for the variants that add dQ with atomics, and for
+    those with no backward). backward_head_dims and backward_head_dim_values: the head dims its backward
+    accepts, the same as head_dims where the backward takes all of them."""
     return _native.variants()
 
 

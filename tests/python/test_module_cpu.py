@@ -227,6 +227,25 @@ def test_host_and_device_tensors_are_not_mixed():
         flashlab.attention(q, FakeDeviceTensor(q.shape), q)
 
 
+def head_dim_values(text):
+    """The head dims that HeadDims::describe's text names: "1..256" or "64, 128"."""
+    if ".." in text:
+        low, high = map(int, text.split(".."))
+        return list(range(low, high + 1))
+    return [int(d) for d in text.split(",")]
+
+
+def backward_cell(v):
+    """The backward cell of `flashlab check --list` for a row of variants(): "yes, atomic dQ" for a backward
+    without a deterministic mode, "(d = ...)" after it where the backward takes fewer head dims."""
+    if not v["backward"]:
+        return "no"
+    cell = "yes" if v["deterministic"] else "yes, atomic dQ"
+    if v["backward_head_dims"] != v["head_dims"]:
+        cell += f" (d = {v['backward_head_dims']})"
+    return cell
+
+
 def test_variants_is_the_cli_table():
     r = cli("check", "--list")
     assert r.returncode == 0
@@ -236,15 +255,29 @@ def test_variants_is_the_cli_table():
     yes = lambda b: "yes" if b else "no"
     for line, v in zip(lines, table):
         cells = [v["name"], v["device"], ",".join(v["dtypes"]), yes(v["causal"]), yes(v["dropout"]), yes(v["gqa"]),
-                 yes(v["backward"]), v["head_dims"], yes(v["available"])]
+                 backward_cell(v), v["head_dims"], yes(v["available"])]
         words = " ".join(cells).split()
         assert line.split()[:len(words)] == words
         assert line.endswith(v["summary"])
-        if ".." in v["head_dims"]:
-            low, high = map(int, v["head_dims"].split(".."))
-            assert v["head_dim_values"] == list(range(low, high + 1))
-        else:
-            assert v["head_dim_values"] == [int(d) for d in v["head_dims"].split(",")]
+        assert v["head_dim_values"] == head_dim_values(v["head_dims"])
+        assert v["backward_head_dim_values"] == head_dim_values(v["backward_head_dims"])
+
+
+def test_variants_say_which_backward_is_deterministic_and_at_which_head_dims():
+    rows = {v["name"]: v for v in flashlab.variants()}
+    for name in CPU_VARIANTS:  # one summation order, every head dim of the forward
+        assert rows[name]["deterministic"] is True
+        assert rows[name]["backward_head_dims"] == rows[name]["head_dims"] == "1..256"
+        assert rows[name]["backward_head_dim_values"] == rows[name]["head_dim_values"]
+    # The CUDA rows are in the table only where the build has CUDA (a CPU-only build lists the CPU rows alone).
+    assert ("cuda-fa2" in rows) == ("cuda-fa3-ws" in rows) == flashlab.built_with_cuda
+    if flashlab.built_with_cuda:
+        assert rows["cuda-fa2"]["deterministic"] is False  # dQ by atomics, no deterministic mode
+        assert rows["cuda-fa2"]["backward_head_dims"] == rows["cuda-fa2"]["head_dims"]
+        assert rows["cuda-fa3-ws"]["deterministic"] is True
+        assert rows["cuda-fa3-ws"]["head_dims"] == "64, 128, 256"
+        assert rows["cuda-fa3-ws"]["backward_head_dims"] == "64, 128"
+        assert rows["cuda-fa3-ws"]["backward_head_dim_values"] == [64, 128]
 
 
 def test_check_returns_the_cli_table_as_rows():
