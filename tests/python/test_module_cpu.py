@@ -280,6 +280,40 @@ def test_variants_say_which_backward_is_deterministic_and_at_which_head_dims():
         assert rows["cuda-fa3-ws"]["backward_head_dim_values"] == [64, 128]
 
 
+@pytest.mark.parametrize("variant", CPU_VARIANTS)
+def test_deterministic_backward_on_the_cpu_is_the_one_order_it_always_has(variant):
+    q, k, v, d_o = random_inputs((2, 13, 4, 16), (2, 21, 2, 16), np.float32, seed=9)
+    options = dict(variant=variant, is_causal=True, causal_align="bottom-right", dropout_p=0.2, seed=3)
+    o, lse = flashlab.attention(q, k, v, return_lse=True, **options)
+    grads = flashlab.attention_backward(q, k, v, o, lse, d_o, **options)
+    for deterministic in (True, False):
+        again = flashlab.attention_backward(q, k, v, o, lse, d_o, deterministic=deterministic, **options)
+        for name, got, want in zip(("dq", "dk", "dv"), again, grads):
+            assert np.array_equal(got, want), (name, deterministic)
+
+
+def test_deterministic_is_refused_where_the_backward_adds_dq_with_atomics():
+    q, k, v, d_o = random_inputs((1, 8, 2, 64), (1, 8, 2, 64), np.float16, seed=4)  # a problem cuda-fa2 takes
+    o, lse = np.zeros_like(q), np.zeros((1, 2, 8), np.float32)
+    with pytest.raises(ValueError) as error:
+        flashlab.attention_backward(q, k, v, o, lse, d_o, variant="cuda-fa2", deterministic=True)
+    if flashlab.built_with_cuda:
+        # check_supported refuses deterministic before it asks for a GPU: this sentence with or without one.
+        names = [v["name"] for v in flashlab.variants() if v["backward"] and v["deterministic"]]
+        assert str(error.value) == (
+            "variant cuda-fa2's backward adds dQ's partial sums with atomics in arrival order and has no "
+            f"deterministic mode; drop --deterministic, or use a variant with one ({', '.join(names[:-1])} and "
+            f"{names[-1]})")
+    else:
+        # A build without CUDA has no cuda-fa2 row: the name is refused before the options are looked at.
+        assert str(error.value) == "unknown variant 'cuda-fa2': known variants are " + ", ".join(CPU_VARIANTS)
+    # The device path takes the keyword too: these tensors reach the library's checks (and cpu-fa2 refuses
+    # tensors in GPU memory).
+    tensors = [fake(), fake(), fake(), fake(), FakeDeviceTensor((1, 2, 8)), fake()]
+    with pytest.raises(ValueError, match="variant cpu-fa2 runs on the CPU"):
+        flashlab.attention_backward(*tensors, variant="cpu-fa2", deterministic=True)
+
+
 def test_check_returns_the_cli_table_as_rows():
     args = dict(batch=1, heads=4, heads_kv=2, seq_q=24, seq_k=40, head_dim=16, causal="bottom-right", dropout_p=0.2,
                 seed=5, backward=True)
@@ -299,6 +333,17 @@ def test_check_returns_the_cli_table_as_rows():
         flashlab.check(variants="cpu-fa2", dtype="f16")
     skipped = flashlab.check(seq_q=8, head_dim=8, dtype="f16", variants=None)
     assert all(row["result"].startswith("SKIP: ") for row in skipped if row["device"] == "cpu")
+
+
+def test_check_takes_deterministic():
+    args = dict(seq_q=16, head_dim=8, variants=CPU_VARIANTS, backward=True)
+    rows = flashlab.check(deterministic=True, **args)
+    assert len(rows) == len(CPU_VARIANTS) * 2 * 5 and all(row["result"] == "PASS" for row in rows)
+    assert rows == flashlab.check(**args)  # the CPU variants' one order: the same errors to the last bit
+    if flashlab.built_with_cuda:  # cuda-fa2's gradients are skipped (or, without a GPU, the whole row)
+        skipped = [row for row in flashlab.check(deterministic=True, seq_q=16, head_dim=64, dtype="f16",
+                                                 backward=True) if row["variant"] == "cuda-fa2"]
+        assert skipped and all(row["result"].startswith("SKIP: ") for row in skipped)
 
 
 def test_within_tolerance_is_the_library_rule():
