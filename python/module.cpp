@@ -32,9 +32,10 @@ double scale_option(std::optional<double> scale) {
 }
 
 // The options of a call as the Python API names them. is_causal turns the mask on; causal_align says
-// which diagonal (top-left as PyTorch's is_causal, bottom-right as FlashAttention >= 2.1).
+// which diagonal (top-left as PyTorch's is_causal, bottom-right as FlashAttention >= 2.1). deterministic
+// is the backward's (dQ summed in a fixed order); forward calls pass false, since the forward ignores it.
 Options options_of(bool is_causal, const std::string& causal_align, std::optional<double> scale, double dropout_p,
-                   std::uint64_t seed) {
+                   std::uint64_t seed, bool deterministic) {
   const CausalAlign align = parse_causal(causal_align);
   if (align == CausalAlign::None)
     throw InputError("causal_align is top-left or bottom-right (is_causal=False turns the mask off), not '" +
@@ -44,6 +45,7 @@ Options options_of(bool is_causal, const std::string& causal_align, std::optiona
   o.scale = scale_option(scale);
   o.dropout_p = dropout_p;
   o.seed = seed;
+  o.deterministic = deterministic;
   return o;
 }
 
@@ -185,14 +187,19 @@ py::tuple backward_device(const py::capsule& q, const py::capsule& k, const py::
   return py::make_tuple(dq.release(), dk.release(), dv.release());
 }
 
+// Every head dim in [1, 256] that dims accepts.
+std::vector<int> head_dim_values(const HeadDims& dims) {
+  std::vector<int> values;
+  for (int d = 1; d <= 256; ++d)
+    if (dims.contains(d)) values.push_back(d);
+  return values;
+}
+
 py::list variant_table() {
   py::list rows;
   for (const Variant& v : variants()) {
     std::vector<std::string> dtypes;
     for (DType t : v.dtypes) dtypes.push_back(to_string(t));
-    std::vector<int> head_dims;
-    for (int d = 1; d <= 256; ++d)
-      if (v.head_dims.contains(d)) head_dims.push_back(d);
     py::dict row;
     row["name"] = v.name;
     row["device"] = to_string(v.device);
@@ -201,8 +208,12 @@ py::list variant_table() {
     row["dropout"] = v.supports.dropout;
     row["gqa"] = v.supports.gqa;
     row["backward"] = v.has_backward();
+    row["deterministic"] = v.supports.deterministic;
     row["head_dims"] = v.head_dims.describe();
-    row["head_dim_values"] = head_dims;
+    row["head_dim_values"] = head_dim_values(v.head_dims);
+    const HeadDims& backward_head_dims = v.backward_head_dims.value_or(v.head_dims);
+    row["backward_head_dims"] = backward_head_dims.describe();
+    row["backward_head_dim_values"] = head_dim_values(backward_head_dims);
     row["available"] = v.available();
     row["needs_compute_capability"] = v.needs_compute_capability;
     row["summary"] = v.summary;
@@ -213,7 +224,8 @@ py::list variant_table() {
 
 py::list check(int batch, int heads, std::optional<int> heads_kv, int seq_q, std::optional<int> seq_k, int head_dim,
                const std::string& causal, std::optional<double> scale, double dropout_p, std::uint64_t seed,
-               std::optional<std::string> dtype, const std::vector<std::string>& variant_names, bool backward) {
+               std::optional<std::string> dtype, const std::vector<std::string>& variant_names, bool backward,
+               bool deterministic) {
   CheckRequest request;
   request.problem.shape = Shape{.batch = batch,
                                 .heads_q = heads,
@@ -224,7 +236,8 @@ py::list check(int batch, int heads, std::optional<int> heads_kv, int seq_q, std
   request.problem.options = Options{.causal = parse_causal(causal),
                                     .scale = scale_option(scale),
                                     .dropout_p = dropout_p,
-                                    .seed = seed};
+                                    .seed = seed,
+                                    .deterministic = deterministic};
   if (dtype) request.dtype = parse_dtype(*dtype);
   for (const std::string& name : variant_names) request.variants.push_back(&find_variant(name));
   request.backward = backward;
@@ -303,39 +316,44 @@ PYBIND11_MODULE(_flashlab, m) {
     }
   });
 
-  const auto options = [](bool is_causal, const std::string& causal_align, std::optional<double> scale,
-                          double dropout_p, std::uint64_t seed) {
-    return options_of(is_causal, causal_align, scale, dropout_p, seed);
+  // The forward's options: it ignores deterministic, so its calls do not take it.
+  const auto forward_options = [](bool is_causal, const std::string& causal_align, std::optional<double> scale,
+                                  double dropout_p, std::uint64_t seed) {
+    return options_of(is_causal, causal_align, scale, dropout_p, seed, false);
   };
   m.def(
       "forward_host",
-      [options](const py::buffer& q, const py::buffer& k, const py::buffer& v, const std::string& variant,
-                const std::string& layout, bool is_causal, const std::string& causal_align,
-                std::optional<double> scale, double dropout_p, std::uint64_t seed) {
-        return forward_host(q, k, v, variant, layout, options(is_causal, causal_align, scale, dropout_p, seed));
+      [forward_options](const py::buffer& q, const py::buffer& k, const py::buffer& v, const std::string& variant,
+                        const std::string& layout, bool is_causal, const std::string& causal_align,
+                        std::optional<double> scale, double dropout_p, std::uint64_t seed) {
+        return forward_host(q, k, v, variant, layout,
+                            forward_options(is_causal, causal_align, scale, dropout_p, seed));
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("variant"), py::arg("layout"), py::arg("is_causal"),
       py::arg("causal_align"), py::arg("scale"), py::arg("dropout_p"), py::arg("seed"),
       "(o, lse) as HostArrays, from arrays q, k, v (buffer protocol): copied in, any variant.");
   m.def(
       "backward_host",
-      [options](const py::buffer& q, const py::buffer& k, const py::buffer& v, const py::buffer& o,
-                const py::buffer& lse, const py::buffer& d_o, const std::string& variant, const std::string& layout, bool is_causal,
-                const std::string& causal_align, std::optional<double> scale, double dropout_p, std::uint64_t seed) {
+      [](const py::buffer& q, const py::buffer& k, const py::buffer& v, const py::buffer& o, const py::buffer& lse,
+         const py::buffer& d_o, const std::string& variant, const std::string& layout, bool is_causal,
+         const std::string& causal_align, std::optional<double> scale, double dropout_p, std::uint64_t seed,
+         bool deterministic) {
         return backward_host(q, k, v, o, lse, d_o, variant, layout,
-                             options(is_causal, causal_align, scale, dropout_p, seed));
+                             options_of(is_causal, causal_align, scale, dropout_p, seed, deterministic));
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("grad_out"),
       py::arg("variant"), py::arg("layout"), py::arg("is_causal"), py::arg("causal_align"), py::arg("scale"),
-      py::arg("dropout_p"), py::arg("seed"), "(dq, dk, dv) as HostArrays, from arrays: copied in, any variant with a backward.");
+      py::arg("dropout_p"), py::arg("seed"), py::arg("deterministic"),
+      "(dq, dk, dv) as HostArrays, from arrays: copied in, any variant with a backward.");
   m.def(
       "forward_device",
-      [options](const py::capsule& q, const py::capsule& k, const py::capsule& v, const std::optional<py::capsule>& o,
-                const std::optional<py::capsule>& lse, const std::string& variant, const std::string& layout,
-                bool is_causal, const std::string& causal_align, std::optional<double> scale, double dropout_p,
-                std::uint64_t seed) {
+      [forward_options](const py::capsule& q, const py::capsule& k, const py::capsule& v,
+                        const std::optional<py::capsule>& o, const std::optional<py::capsule>& lse,
+                        const std::string& variant, const std::string& layout, bool is_causal,
+                        const std::string& causal_align, std::optional<double> scale, double dropout_p,
+                        std::uint64_t seed) {
         return forward_device(q, k, v, o, lse, variant, layout,
-                              options(is_causal, causal_align, scale, dropout_p, seed));
+                              forward_options(is_causal, causal_align, scale, dropout_p, seed));
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o_out"), py::arg("lse_out"), py::arg("variant"),
       py::arg("layout"), py::arg("is_causal"), py::arg("causal_align"), py::arg("scale"), py::arg("dropout_p"),
@@ -344,24 +362,26 @@ PYBIND11_MODULE(_flashlab, m) {
       "written into the buffer given for it.");
   m.def(
       "backward_device",
-      [options](const py::capsule& q, const py::capsule& k, const py::capsule& v, const py::capsule& o,
-                const py::capsule& lse, const py::capsule& d_o, const std::optional<py::capsule>& dq,
-                const std::optional<py::capsule>& dk, const std::optional<py::capsule>& dv, const std::string& variant,
-                const std::string& layout, bool is_causal, const std::string& causal_align,
-                std::optional<double> scale, double dropout_p, std::uint64_t seed) {
+      [](const py::capsule& q, const py::capsule& k, const py::capsule& v, const py::capsule& o,
+         const py::capsule& lse, const py::capsule& d_o, const std::optional<py::capsule>& dq,
+         const std::optional<py::capsule>& dk, const std::optional<py::capsule>& dv, const std::string& variant,
+         const std::string& layout, bool is_causal, const std::string& causal_align, std::optional<double> scale,
+         double dropout_p, std::uint64_t seed, bool deterministic) {
         return backward_device(q, k, v, o, lse, d_o, dq, dk, dv, variant, layout,
-                               options(is_causal, causal_align, scale, dropout_p, seed));
+                               options_of(is_causal, causal_align, scale, dropout_p, seed, deterministic));
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("grad_out"),
       py::arg("dq_out"), py::arg("dk_out"), py::arg("dv_out"), py::arg("variant"), py::arg("layout"),
       py::arg("is_causal"), py::arg("causal_align"), py::arg("scale"), py::arg("dropout_p"), py::arg("seed"),
+      py::arg("deterministic"),
       "(dq, dk, dv) from DLPack capsules read in place: new DeviceArrays, or None where a buffer was given.");
   m.def("last_device_call", [] { return last_device_call().attr("copy")(); },
         "The device pointers the last device call handed to the kernels (for tests).");
   m.def("variants", &variant_table, "The variant table, one dict per row.");
   m.def("check", &check, py::arg("batch"), py::arg("heads"), py::arg("heads_kv"), py::arg("seq_q"), py::arg("seq_k"),
         py::arg("head_dim"), py::arg("causal"), py::arg("scale"), py::arg("dropout_p"), py::arg("seed"),
-        py::arg("dtype"), py::arg("variants"), py::arg("backward"), "flashlab check's rows, one dict each.");
+        py::arg("dtype"), py::arg("variants"), py::arg("backward"), py::arg("deterministic"),
+        "flashlab check's rows, one dict each.");
   m.def("within_tolerance", &within_tolerance, py::arg("out"), py::arg("ref"), py::arg("dtype"), py::arg("quantity"),
         py::arg("lowp"), "The tolerance rule of core/tolerance.hpp applied to out against ref.");
   m.def("cuda_device_count", &cuda_device_count);

@@ -43,7 +43,12 @@ def variants():
     """The variant table, one dict per row, as `flashlab check --list` prints it: name, device,
     dtypes, whether it supports causal masks, dropout, GQA and a backward pass, its head dims (as text,
     and every accepted value in head_dim_values), whether it can run here (available), the compute
-    capability it needs (0: any GPU) and a one-line summary."""
+    capability it needs (0: any GPU) and a one-line summary.
+
+    deterministic: whether its backward gives bit-identical gradients run to run under
+    attention_backward(..., deterministic=True) (False for the variants that add dQ with atomics, and for
+    those with no backward). backward_head_dims and backward_head_dim_values: the head dims its backward
+    accepts, the same as head_dims where the backward takes all of them."""
     return _native.variants()
 
 
@@ -89,7 +94,8 @@ def attention(q, k, v, *, variant="cpu-fa2", is_causal=False, causal_align="top-
 
 
 def attention_backward(q, k, v, out, lse, grad_out, *, variant="cpu-fa2", is_causal=False,
-                       causal_align="top-left", scale=None, dropout_p=0.0, seed=0, layout="bshd", grads_out=None):
+                       causal_align="top-left", scale=None, dropout_p=0.0, seed=0, layout="bshd", grads_out=None,
+                       deterministic=False):
     """The gradients (dq, dk, dv) of attention(q, k, v, ...) for the upstream gradient grad_out (dL/dO).
 
     out and lse are what attention(..., return_lse=True) returned for the same inputs and options
@@ -98,8 +104,12 @@ def attention_backward(q, k, v, out, lse, grad_out, *, variant="cpu-fa2", is_cau
 
     grads_out: for tensors in GPU memory, (dq, dk, dv) tensors to write the gradients into (shaped, typed
     and laid out like q, k, v), which are then what is returned.
+
+    deterministic: sum dQ's partial sums in a fixed order, so that repeated calls give bit-identical
+    gradients. Variants whose backward adds them with atomics (variants()'s "deterministic" is False)
+    refuse it with ValueError; the CPU variants have one order, so it changes nothing there.
     """
-    options = _options(is_causal, causal_align, scale, dropout_p, seed)
+    options = (*_options(is_causal, causal_align, scale, dropout_p, seed), bool(deterministic))
     variant, layout = _text("variant", variant), _text("layout", layout)
     place, tensors = _inputs_in_one_place(q=q, k=k, v=v, out=out, lse=lse, grad_out=grad_out)
     if place == "host":
@@ -111,7 +121,7 @@ def attention_backward(q, k, v, out, lse, grad_out, *, variant="cpu-fa2", is_cau
 
 
 def check(*, batch=1, heads=2, heads_kv=None, seq_q=128, seq_k=None, head_dim=64, causal="none", scale=None,
-          dropout_p=0.0, seed=0, dtype=None, variants=None, backward=False):
+          dropout_p=0.0, seed=0, dtype=None, variants=None, backward=False, deterministic=False):
     """`flashlab check` from Python: the variants (every row of the table, or the names given) on the same
     random inputs (drawn from `seed`) against naive attention in double, under the tolerance rule.
 
@@ -121,11 +131,12 @@ def check(*, batch=1, heads=2, heads_kv=None, seq_q=128, seq_k=None, head_dim=64
     bound (the rule applied), result ("PASS", "FAIL ...", or "SKIP: <why it cannot run>"). A variant named
     in `variants` that cannot run the problem raises ValueError instead of being skipped.
     causal: "none", "top-left" or "bottom-right". dtype: "f64", "f32", "f16" or "bf16" (None: every dtype
-    each variant supports).
+    each variant supports). deterministic: run the backward as attention_backward(..., deterministic=True)
+    does (a variant without that mode has its gradients skipped, or is refused where named).
     """
     names = [variants] if isinstance(variants, str) else list(variants or [])
     return _native.check(batch, heads, heads_kv, seq_q, seq_k, head_dim, causal, _scale(scale), float(dropout_p),
-                         _seed(seed), dtype, names, bool(backward))
+                         _seed(seed), dtype, names, bool(backward), bool(deterministic))
 
 
 def within_tolerance(out, ref, *, dtype, quantity="forward", lowp=None):

@@ -5,9 +5,10 @@
 
 scaled_dot_product_attention has the signature and the (batch, heads, seq, head_dim) layout of
 torch.nn.functional.scaled_dot_product_attention, plus `variant` (default "cuda-fa2", which computes in
-float16 and bfloat16; the fp32 CUDA variants take float32). CUDA tensors are read in place and the
-results are written into tensors from PyTorch's own allocator, with no host copy; CPU tensors go to the
-CPU variants through NumPy. An attn_mask is refused: no FlashLab variant takes an arbitrary mask
+float16 and bfloat16; the fp32 CUDA variants take float32) and `deterministic` (the backward sums dQ in
+a fixed order, bit-identical run to run, where the variant has that mode). CUDA tensors are read in place
+and the results are written into tensors from PyTorch's own allocator, with no host copy; CPU tensors go
+to the CPU variants through NumPy. An attn_mask is refused: no FlashLab variant takes an arbitrary mask
 (is_causal=True gives the causal one).
 
 Dropout draws its mask from a seed taken from PyTorch's default generator on every call, so
@@ -71,16 +72,18 @@ def _backward(q, k, v, o, lse, grad_out, options):
 class FlashLabAttention(torch.autograd.Function):
     """Attention through a FlashLab variant, with its backward pass, for autograd.
 
-    FlashLabAttention.apply(q, k, v, variant, is_causal, causal_align, scale, dropout_p, seed) with q, k,
-    v (batch, heads, seq, head_dim) returns O like q. The forward saves q, k, v, O and the LSE; the
-    backward runs the variant's backward pass (the same dropout mask, from the same seed).
+    FlashLabAttention.apply(q, k, v, variant, is_causal, causal_align, scale, dropout_p, seed, deterministic)
+    with q, k, v (batch, heads, seq, head_dim) returns O like q. The forward saves q, k, v, O and the LSE;
+    the backward runs the variant's backward pass (the same dropout mask, from the same seed), with dQ
+    summed in a fixed order when deterministic is True (flashlab.attention_backward's deterministic).
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, variant, is_causal, causal_align, scale, dropout_p, seed):
+    def forward(ctx, q, k, v, variant, is_causal, causal_align, scale, dropout_p, seed, deterministic):
         q, k, v = (_kernel_layout(x) for x in (q, k, v))
         ctx.options = dict(variant=variant, is_causal=is_causal, causal_align=causal_align, scale=scale,
                            dropout_p=dropout_p, seed=seed, layout="bhsd")
+        ctx.deterministic = deterministic  # the backward's alone: the forward takes no such option
         o, lse = _forward(q, k, v, ctx.options)
         ctx.save_for_backward(q, k, v, o, lse)
         return o
@@ -88,17 +91,20 @@ class FlashLabAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = _backward(q, k, v, o, lse, _kernel_layout(grad_out), ctx.options)
-        return dq, dk, dv, None, None, None, None, None, None
+        options = dict(ctx.options, deterministic=ctx.deterministic)
+        dq, dk, dv = _backward(q, k, v, o, lse, _kernel_layout(grad_out), options)
+        return dq, dk, dv, None, None, None, None, None, None, None
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                                 enable_gqa=False, *, variant="cuda-fa2"):
+                                 enable_gqa=False, *, variant="cuda-fa2", deterministic=False):
     """torch.nn.functional.scaled_dot_product_attention computed by a FlashLab variant (default cuda-fa2).
 
     query (B, H_q, S_q, D), key and value (B, H_kv, S_k, D); returns (B, H_q, S_q, D). is_causal masks
     with the top-left diagonal, as PyTorch does. H_q != H_kv needs enable_gqa=True, as in PyTorch.
-    attn_mask must be None.
+    attn_mask must be None. deterministic=True makes the backward sum dQ in a fixed order, so gradients
+    are bit-identical run to run; a variant whose backward adds dQ with atomics (cuda-fa2 among them:
+    flashlab.variants()'s "deterministic" says which) refuses it with ValueError when the backward runs.
     """
     if attn_mask is not None:
         raise ValueError("attn_mask is not supported: no FlashLab variant takes an arbitrary mask; pass "
@@ -108,4 +114,4 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                          "grouped-query attention, as PyTorch's scaled_dot_product_attention asks")
     seed = int(torch.randint(_SEED_BOUND, (1,)).item()) if dropout_p > 0 else 0
     return FlashLabAttention.apply(query, key, value, variant, bool(is_causal), "top-left", scale, float(dropout_p),
-                                   seed)
+                                   seed, bool(deterministic))

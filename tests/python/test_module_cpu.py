@@ -227,6 +227,25 @@ def test_host_and_device_tensors_are_not_mixed():
         flashlab.attention(q, FakeDeviceTensor(q.shape), q)
 
 
+def head_dim_values(text):
+    """The head dims that HeadDims::describe's text names: "1..256" or "64, 128"."""
+    if ".." in text:
+        low, high = map(int, text.split(".."))
+        return list(range(low, high + 1))
+    return [int(d) for d in text.split(",")]
+
+
+def backward_cell(v):
+    """The backward cell of `flashlab check --list` for a row of variants(): "yes, atomic dQ" for a backward
+    without a deterministic mode, "(d = ...)" after it where the backward takes fewer head dims."""
+    if not v["backward"]:
+        return "no"
+    cell = "yes" if v["deterministic"] else "yes, atomic dQ"
+    if v["backward_head_dims"] != v["head_dims"]:
+        cell += f" (d = {v['backward_head_dims']})"
+    return cell
+
+
 def test_variants_is_the_cli_table():
     r = cli("check", "--list")
     assert r.returncode == 0
@@ -236,15 +255,63 @@ def test_variants_is_the_cli_table():
     yes = lambda b: "yes" if b else "no"
     for line, v in zip(lines, table):
         cells = [v["name"], v["device"], ",".join(v["dtypes"]), yes(v["causal"]), yes(v["dropout"]), yes(v["gqa"]),
-                 yes(v["backward"]), v["head_dims"], yes(v["available"])]
+                 backward_cell(v), v["head_dims"], yes(v["available"])]
         words = " ".join(cells).split()
         assert line.split()[:len(words)] == words
         assert line.endswith(v["summary"])
-        if ".." in v["head_dims"]:
-            low, high = map(int, v["head_dims"].split(".."))
-            assert v["head_dim_values"] == list(range(low, high + 1))
-        else:
-            assert v["head_dim_values"] == [int(d) for d in v["head_dims"].split(",")]
+        assert v["head_dim_values"] == head_dim_values(v["head_dims"])
+        assert v["backward_head_dim_values"] == head_dim_values(v["backward_head_dims"])
+
+
+def test_variants_say_which_backward_is_deterministic_and_at_which_head_dims():
+    rows = {v["name"]: v for v in flashlab.variants()}
+    for name in CPU_VARIANTS:  # one summation order, every head dim of the forward
+        assert rows[name]["deterministic"] is True
+        assert rows[name]["backward_head_dims"] == rows[name]["head_dims"] == "1..256"
+        assert rows[name]["backward_head_dim_values"] == rows[name]["head_dim_values"]
+    # The CUDA rows are in the table only where the build has CUDA (a CPU-only build lists the CPU rows alone).
+    assert ("cuda-fa2" in rows) == ("cuda-fa3-ws" in rows) == flashlab.built_with_cuda
+    if flashlab.built_with_cuda:
+        assert rows["cuda-fa2"]["deterministic"] is False  # dQ by atomics, no deterministic mode
+        assert rows["cuda-fa2"]["backward_head_dims"] == rows["cuda-fa2"]["head_dims"]
+        assert rows["cuda-fa3-ws"]["deterministic"] is True
+        assert rows["cuda-fa3-ws"]["head_dims"] == "64, 128, 256"
+        assert rows["cuda-fa3-ws"]["backward_head_dims"] == "64, 128"
+        assert rows["cuda-fa3-ws"]["backward_head_dim_values"] == [64, 128]
+
+
+@pytest.mark.parametrize("variant", CPU_VARIANTS)
+def test_deterministic_backward_on_the_cpu_is_the_one_order_it_always_has(variant):
+    q, k, v, d_o = random_inputs((2, 13, 4, 16), (2, 21, 2, 16), np.float32, seed=9)
+    options = dict(variant=variant, is_causal=True, causal_align="bottom-right", dropout_p=0.2, seed=3)
+    o, lse = flashlab.attention(q, k, v, return_lse=True, **options)
+    grads = flashlab.attention_backward(q, k, v, o, lse, d_o, **options)
+    for deterministic in (True, False):
+        again = flashlab.attention_backward(q, k, v, o, lse, d_o, deterministic=deterministic, **options)
+        for name, got, want in zip(("dq", "dk", "dv"), again, grads):
+            assert np.array_equal(got, want), (name, deterministic)
+
+
+def test_deterministic_is_refused_where_the_backward_adds_dq_with_atomics():
+    q, k, v, d_o = random_inputs((1, 8, 2, 64), (1, 8, 2, 64), np.float16, seed=4)  # a problem cuda-fa2 takes
+    o, lse = np.zeros_like(q), np.zeros((1, 2, 8), np.float32)
+    with pytest.raises(ValueError) as error:
+        flashlab.attention_backward(q, k, v, o, lse, d_o, variant="cuda-fa2", deterministic=True)
+    if flashlab.built_with_cuda:
+        # check_supported refuses deterministic before it asks for a GPU: this sentence with or without one.
+        names = [v["name"] for v in flashlab.variants() if v["backward"] and v["deterministic"]]
+        assert str(error.value) == (
+            "variant cuda-fa2's backward adds dQ's partial sums with atomics in arrival order and has no "
+            f"deterministic mode; drop --deterministic, or use a variant with one ({', '.join(names[:-1])} and "
+            f"{names[-1]})")
+    else:
+        # A build without CUDA has no cuda-fa2 row: the name is refused before the options are looked at.
+        assert str(error.value) == "unknown variant 'cuda-fa2': known variants are " + ", ".join(CPU_VARIANTS)
+    # The device path takes the keyword too: these tensors reach the library's checks (and cpu-fa2 refuses
+    # tensors in GPU memory).
+    tensors = [fake(), fake(), fake(), fake(), FakeDeviceTensor((1, 2, 8)), fake()]
+    with pytest.raises(ValueError, match="variant cpu-fa2 runs on the CPU"):
+        flashlab.attention_backward(*tensors, variant="cpu-fa2", deterministic=True)
 
 
 def test_check_returns_the_cli_table_as_rows():
@@ -266,6 +333,19 @@ def test_check_returns_the_cli_table_as_rows():
         flashlab.check(variants="cpu-fa2", dtype="f16")
     skipped = flashlab.check(seq_q=8, head_dim=8, dtype="f16", variants=None)
     assert all(row["result"].startswith("SKIP: ") for row in skipped if row["device"] == "cpu")
+
+
+def test_check_takes_deterministic():
+    args = dict(seq_q=16, head_dim=8, variants=CPU_VARIANTS, backward=True)
+    rows = flashlab.check(deterministic=True, **args)
+    assert len(rows) == len(CPU_VARIANTS) * 2 * 5 and all(row["result"] == "PASS" for row in rows)
+    assert rows == flashlab.check(**args)  # the CPU variants' one order: the same errors to the last bit
+    if flashlab.built_with_cuda:
+        # Named, cuda-fa2 is refused: on a GPU for its backward's atomics, without one for the missing GPU
+        # (check asks whether the forward can run before it asks about the backward).
+        available = next(v for v in flashlab.variants() if v["name"] == "cuda-fa2")["available"]
+        with pytest.raises(ValueError, match="has no deterministic mode" if available else "needs a CUDA GPU"):
+            flashlab.check(deterministic=True, seq_q=16, head_dim=64, dtype="f16", backward=True, variants="cuda-fa2")
 
 
 def test_within_tolerance_is_the_library_rule():

@@ -237,6 +237,22 @@ def test_cpu_tensors_go_through_the_cpu_variants_with_autograd():
         assert flashlab.within_tolerance(host(mine), host(ref), dtype="f64")["passes"]
 
 
+def test_sdpa_hands_deterministic_to_the_backward():
+    # cpu-fa2 has one summation order: the same gradients bit for bit. cuda-fa2 adds dQ with atomics, so its
+    # forward runs and its backward refuses deterministic with the registry's sentence.
+    torch.manual_seed(4)
+    q, k, v, grad_out = (torch.randn(1, 2, 9, 8, dtype=torch.float64) for _ in range(4))
+    plain = attention_and_grads(ft.scaled_dot_product_attention, q, k, v, grad_out, variant="cpu-fa2")
+    fixed = attention_and_grads(ft.scaled_dot_product_attention, q, k, v, grad_out, variant="cpu-fa2",
+                                deterministic=True)
+    for mine, want in zip(fixed, plain):
+        assert torch.equal(mine, want)
+    q, k, v = (torch.randn(1, 2, 16, 64, device=CUDA, dtype=torch.bfloat16) for _ in range(3))
+    out = ft.scaled_dot_product_attention(q.requires_grad_(), k, v, variant="cuda-fa2", deterministic=True)
+    with pytest.raises(ValueError, match="variant cuda-fa2's backward adds dQ's partial sums with atomics"):
+        out.sum().backward()
+
+
 # --- Training: the same loss curve with every attention backend ---------------------------------------
 
 WINDOW = 25  # steps averaged per point of a loss curve
