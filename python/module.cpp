@@ -159,7 +159,9 @@ py::tuple backward_device(const py::capsule& q, const py::capsule& k, const py::
   check_forward_outputs(layout, p.shape, to.dims(), tlse.dims());
   p.options = options;
   require_same_dtype_and_device({&tq, &tk, &tv, &to, &tdo});
-  require_same_dtype_and_device({&tq, &tlse});
+  if (tlse.device() != tq.device())  // lse is f32 whatever q is (checked below)
+    throw InputError("q is on CUDA device " + std::to_string(tq.device()) + " but lse is on CUDA device " +
+                     std::to_string(tlse.device()) + ": pass every tensor on one device");
   for (const DeviceInput* t : {&tq, &tk, &tv, &to, &tlse, &tdo}) t->require_kernel_layout(layout);
   if (tlse.dtype() != DType::F32)
     throw InputError("lse is " + std::string(to_string(tlse.dtype())) +

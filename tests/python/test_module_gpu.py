@@ -158,18 +158,20 @@ def pytorch_sdpa(q, k, v, is_causal=False):
                                           is_causal=is_causal)
 
 
+@pytest.mark.parametrize("variant", ["cuda-fa2", "cuda-fa3-ws"])
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("heads_kv", [8, 2], ids=["mha", "gqa"])
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_sdpa_matches_pytorch_under_the_flashattention_rule(dtype, is_causal, heads_kv, head_dim):
+def test_sdpa_matches_pytorch_under_the_flashattention_rule(dtype, is_causal, heads_kv, head_dim, variant):
+    require_available(variant)
     torch.manual_seed(head_dim + heads_kv)
     shape_q, shape_kv = (2, 8, 257, head_dim), (2, heads_kv, 257, head_dim)
     q = torch.randn(shape_q, device=CUDA, dtype=TORCH_DTYPE[dtype])
     k, v = (torch.randn(shape_kv, device=CUDA, dtype=TORCH_DTYPE[dtype]) for _ in range(2))
     grad_out = torch.randn_like(q)
-    ours = attention_and_grads(ft.scaled_dot_product_attention, q, k, v, grad_out, is_causal=is_causal,
-                               enable_gqa=heads_kv != 8)
+    ours = attention_and_grads(functools.partial(ft.scaled_dot_product_attention, variant=variant), q, k, v, grad_out,
+                               is_causal=is_causal, enable_gqa=heads_kv != 8)
     theirs = attention_and_grads(pytorch_sdpa, q, k, v, grad_out, is_causal=is_causal)  # the low-precision baseline
     exact = attention_and_grads(pytorch_sdpa, *(x.double() for x in (q, k, v, grad_out)), is_causal=is_causal)
     for name, mine, baseline, ref in zip(("O", "dQ", "dK", "dV"), ours, theirs, exact):
@@ -179,18 +181,19 @@ def test_sdpa_matches_pytorch_under_the_flashattention_rule(dtype, is_causal, he
         assert result["passes"], (name, result)
 
 
-@pytest.mark.parametrize("head_dim", [64, 128])
-def test_forward_only_hopper_variant_matches_pytorch_under_the_flashattention_rule(head_dim):
+def test_hopper_variant_at_head_dim_256_matches_pytorch_forward_and_refuses_the_backward():
+    # cuda-fa3-ws's backward has head dims 64 and 128 (test_sdpa_matches_pytorch_... runs them); at 256 the
+    # forward alone.
     require_available("cuda-fa3-ws")
     torch.manual_seed(7)
-    q, k, v = (torch.randn(2, 8, 1000, head_dim, device=CUDA, dtype=torch.bfloat16) for _ in range(3))
+    q, k, v = (torch.randn(2, 8, 1000, 256, device=CUDA, dtype=torch.bfloat16) for _ in range(3))
     for is_causal in (False, True):
         ours = ft.scaled_dot_product_attention(q, k, v, is_causal=is_causal, variant="cuda-fa3-ws")
         theirs = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
         exact = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=is_causal)
         result = flashlab.within_tolerance(host(ours), host(exact), dtype="bf16", lowp=host(theirs))
         assert result["passes"], result
-    with pytest.raises(ValueError, match="has no backward pass yet"):
+    with pytest.raises(ValueError, match="backward does not support head_dim 256: it supports head dims 64, 128"):
         ft.scaled_dot_product_attention(q.requires_grad_(), k, v, variant="cuda-fa3-ws").sum().backward()
 
 
