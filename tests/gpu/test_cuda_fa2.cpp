@@ -13,6 +13,7 @@
 #include <string>
 
 #include "core/tolerance.hpp"
+#include "gpu/flashattention_rule.hpp"
 #include "gpu/fresh_inputs.hpp"
 #include "gpu/fully_masked_rows.hpp"
 #include "registry/variants.hpp"
@@ -21,17 +22,6 @@
 namespace {
 
 using namespace flashlab;
-
-// One output against the double reference, bounded by the low-precision naive baseline.
-void check_output(const char* name, DType dtype, Quantity quantity, const HostTensor& out, const HostTensor& ref,
-                  const HostTensor& lowp) {
-  const ErrorStats err = compare(out, ref);
-  const ErrorStats baseline = compare(lowp, ref);
-  const Bound bound = tolerance(dtype, quantity, err, &baseline);
-  INFO(std::string(name) << ": max abs error " << err.max_abs << " (rel " << err.rel << "), bound " << bound.rule
-            << (err.has_nan ? ", has NaN (an unwritten or non-finite element)" : ""));
-  CHECK(bound.passes(err));
-}
 
 // Forward (and backward) of cuda-fa2 on fresh random inputs against the CPU references.
 void check_problem(const Shape& shape, const Options& options, DType dtype, bool backward = true) {

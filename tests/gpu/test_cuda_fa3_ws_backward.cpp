@@ -16,6 +16,7 @@
 
 #include "core/tolerance.hpp"
 #include "cpu_reference/naive.hpp"
+#include "gpu/flashattention_rule.hpp"
 #include "gpu/fresh_inputs.hpp"
 #include "registry/variants.hpp"
 
@@ -30,16 +31,6 @@ bool skip_unless_hopper() {
   if (cuda_compute_capability() == 90) return false;
   MESSAGE("skipped: cuda-fa3-ws runs on compute capability 9.0 (Hopper) only, and this GPU is " << cuda_device_name());
   return true;
-}
-
-void check_output(const char* name, DType dtype, Quantity quantity, const HostTensor& out, const HostTensor& ref,
-                  const HostTensor& lowp) {
-  const ErrorStats err = compare(out, ref);
-  const ErrorStats baseline = compare(lowp, ref);
-  const Bound bound = tolerance(dtype, quantity, err, &baseline);
-  INFO(std::string(name) << ": max abs error " << err.max_abs << " (rel " << err.rel << "), bound " << bound.rule
-                         << (err.has_nan ? ", has NaN (an unwritten or non-finite element)" : ""));
-  CHECK(bound.passes(err));
 }
 
 // The forward and backward of cuda-fa3-ws on fresh random inputs, at both head dims and dtypes, the backward in
@@ -82,16 +73,6 @@ Options opts(CausalAlign align, double dropout_p = 0.0, double scale = 0.0) {
 
 Shape shape(int batch, int heads_q, int heads_kv, int seq_q, int seq_k) {
   return Shape{.batch = batch, .heads_q = heads_q, .heads_kv = heads_kv, .seq_q = seq_q, .seq_k = seq_k, .head_dim = 64};
-}
-
-template <class F>
-std::string refusal(F&& call) {
-  try {
-    call();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 bool same_bits(const HostTensor& a, const HostTensor& b) {
