@@ -2,16 +2,28 @@
 // schedule computes every visible (query, key) pair exactly once and classifies each block as the
 // element mask does; its FLOPs add up to the single-device count, its bytes per link are the K/V share
 // sizes, and zigzag balances causal work better than contiguous; bad layouts and lengths are refused in
-// one sentence.
+// one sentence. The ring run on P virtual ranks equals naive attention (O, L, dQ, dK, dV) under the
+// tolerance rule for every layout, P = 1..4, mask and GQA; the LSE merge is order-independent and
+// keeps rows that see no key at L = -inf.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <numeric>
+#include <optional>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/flops.hpp"
 #include "core/mask.hpp"
+#include "core/tolerance.hpp"
+#include "cpu_reference/block_attention.hpp"
+#include "cpu_reference/lse_merge.hpp"
+#include "cpu_reference/naive.hpp"
+#include "cpu_reference/ring.hpp"
 #include "model/ring.hpp"
 
 using namespace flashlab;
@@ -50,6 +62,44 @@ Shape shape_of(const RingSchedule& ring, int heads_q = 2, int heads_kv = 1) {
 RingMachine machine(double flops_per_second, double link_bytes_per_second) {
   return RingMachine{.flops_per_second = flops_per_second, .link_bytes_per_second = link_bytes_per_second,
                      .kv_bytes_per_element = 2, .grad_bytes_per_element = 4};
+}
+
+constexpr std::uint64_t kInputSeed = 20261207;
+
+// The tolerance rule of core/tolerance.hpp for out against the double reference.
+void check_within_rule(const HostTensor& out, const HostTensor& ref, DType dtype, Quantity q, const std::string& what) {
+  const ErrorStats e = compare(out, ref);
+  const Bound bound = tolerance(dtype, q, e, nullptr);
+  INFO(what, ": rel = ", e.rel, ", max_abs = ", e.max_abs, ", rule ", bound.rule);
+  CHECK_FALSE(e.has_nan);
+  CHECK(bound.passes(e));
+}
+
+Problem make_problem(Shape s, CausalAlign causal) {
+  Problem p;
+  p.shape = s;
+  p.options.causal = causal;
+  return p;
+}
+
+// The ring in T against naive attention in double, forward and backward.
+template <class T>
+void check_ring_equals_naive(const RingSchedule& ring, const Shape& s) {
+  const DType dtype = std::is_same_v<T, double> ? DType::F64 : DType::F32;
+  const Problem p = make_problem(s, ring.causal);
+  const Qkv in = random_qkv(s, dtype, kInputSeed);
+  const HostTensor dO = random_like_o(s, dtype, kInputSeed + 1);
+  const ForwardOut ref = naive_forward<double>(p, in);
+  const Grads gref = naive_backward<double>(p, in, ref, dO);
+  const std::string what = describe(ring) + " Hq=" + std::to_string(s.heads_q) + " Hkv=" + std::to_string(s.heads_kv) +
+                           " " + to_string(dtype);
+  const ForwardOut out = ring_forward<T>(ring, p, in);
+  check_within_rule(out.o, ref.o, dtype, Quantity::Forward, what + " O");
+  check_within_rule(out.lse, ref.lse, dtype, Quantity::Forward, what + " L");
+  const Grads g = ring_backward<T>(ring, p, in, out, dO);
+  check_within_rule(g.dq, gref.dq, dtype, Quantity::Gradient, what + " dQ");
+  check_within_rule(g.dk, gref.dk, dtype, Quantity::Gradient, what + " dK");
+  check_within_rule(g.dv, gref.dv, dtype, Quantity::Gradient, what + " dV");
 }
 
 }  // namespace
@@ -252,4 +302,150 @@ TEST_CASE("the ring refuses what its layouts cannot hold, in one sentence") {
   const RingSchedule ring = ring_schedule(RingLayout::Striped, 2, 8, 8, CausalAlign::None);
   const Shape other{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 8, .seq_k = 9, .head_dim = 8};
   CHECK_THROWS_AS(ring_cost(ring, other, Pass::Forward, RingMachine{}), InputError);
+}
+
+TEST_CASE("ring attention on P = 1..4 virtual ranks equals naive in double, forward and backward, every layout") {
+  for (int P = 1; P <= 4; ++P)
+    for (const RingLayout layout : kLayouts)
+      for (const auto& [sq, sk] : lengths_for(layout, P))
+        for (const CausalAlign align : kAligns) {
+          const RingSchedule ring = ring_schedule(layout, P, sq, sk, align);
+          check_ring_equals_naive<double>(
+              ring, Shape{.batch = 2, .heads_q = 2, .heads_kv = 2, .seq_q = sq, .seq_k = sk, .head_dim = 8});
+        }
+}
+
+TEST_CASE("ring attention with GQA and MQA: the group's dK/dV partials travel and add up") {
+  for (const RingLayout layout : kLayouts)
+    for (const int heads_kv : {2, 1})
+      for (const CausalAlign align : {CausalAlign::TopLeft, CausalAlign::BottomRight}) {
+        const RingSchedule ring = ring_schedule(layout, 3, 18, 24, align);
+        check_ring_equals_naive<double>(
+            ring, Shape{.batch = 1, .heads_q = 4, .heads_kv = heads_kv, .seq_q = 18, .seq_k = 24, .head_dim = 5});
+      }
+}
+
+TEST_CASE("ring attention in float passes the f32 rule") {
+  for (const RingLayout layout : kLayouts)
+    for (const CausalAlign align : kAligns) {
+      const RingSchedule ring = ring_schedule(layout, 4, 40, 56, align);
+      check_ring_equals_naive<float>(
+          ring, Shape{.batch = 1, .heads_q = 2, .heads_kv = 1, .seq_q = 40, .seq_k = 56, .head_dim = 32});
+    }
+}
+
+TEST_CASE("ring attention: rows that see no key end with O = 0, L = -inf and zero dQ on every layout") {
+  // Bottom-right with seq_q > seq_k: query i sees keys j <= i - 12, so the first 12 queries see none, and
+  // on most ranks every block of theirs is skipped or masked row by row.
+  const Shape s{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 24, .seq_k = 12, .head_dim = 4};
+  const Problem p = make_problem(s, CausalAlign::BottomRight);
+  const Qkv in = random_qkv(s, DType::F64, kInputSeed);
+  const HostTensor dO = random_like_o(s, DType::F64, kInputSeed + 1);
+  for (const RingLayout layout : kLayouts) {
+    CAPTURE(to_string(layout));
+    const RingSchedule ring = ring_schedule(layout, 3, s.seq_q, s.seq_k, CausalAlign::BottomRight);
+    const ForwardOut f = ring_forward<double>(ring, p, in);
+    const Grads g = ring_backward<double>(ring, p, in, f, dO);
+    for (int i = 0; i < s.seq_q; ++i) {
+      CAPTURE(i);
+      if (i < 12) {
+        CHECK(f.lse.data[i] == -INFINITY);
+        for (int c = 0; c < s.head_dim; ++c) {
+          CHECK(f.o.at(0, i, 0, c) == 0.0);
+          CHECK(g.dq.at(0, i, 0, c) == 0.0);
+        }
+      } else {
+        CHECK(std::isfinite(f.lse.data[i]));
+      }
+    }
+  }
+}
+
+TEST_CASE("the LSE merge: any order and grouping of the partial results gives attention over all keys") {
+  using detail::Col;
+  using detail::Mat;
+  const int m = 6, n = 15, d = 4;
+  const Shape s{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = m, .seq_k = n, .head_dim = d};
+  const Qkv in = random_qkv(s, DType::F64, kInputSeed);
+  const Mat<double> Q = detail::gather_head<double>(in.q, 0, 0), K = detail::gather_head<double>(in.k, 0, 0),
+                    V = detail::gather_head<double>(in.v, 0, 0);
+  // Keys scaled so that the parts' logsumexps are far apart: the merge must not overflow.
+  const Mat<double> K_loud = 40.0 * K;
+  const double tau = 0.5;
+  const detail::BlockResult<double> all = detail::block_forward<double>(Q, K_loud, V, tau, std::nullopt);
+  // Three parts of the keys: [0, 4), [4, 11), [11, 15).
+  const int first[] = {0, 4, 11}, count[] = {4, 7, 4};
+  std::vector<detail::BlockResult<double>> part;
+  for (int k = 0; k < 3; ++k)
+    part.push_back(detail::block_forward<double>(Q, K_loud.middleRows(first[k], count[k]),
+                                                 V.middleRows(first[k], count[k]), tau, std::nullopt));
+  auto merged_in_order = [&](std::vector<int> order) {
+    Mat<double> O = Mat<double>::Zero(m, d);
+    Col<double> L = Col<double>::Constant(m, -INFINITY);
+    for (int k : order) merge_attention_partial<double>(O, L, 0, part[k].O, part[k].L);
+    return std::pair{O, L};
+  };
+  auto close = [](const auto& a, const auto& b) {
+    return (a - b).abs().maxCoeff() <= 1e-12 * (1 + b.abs().maxCoeff());
+  };
+  for (const std::vector<int>& order : {std::vector{0, 1, 2}, std::vector{2, 0, 1}, std::vector{1, 2, 0}}) {
+    const auto [O, L] = merged_in_order(order);
+    CHECK(L.allFinite());
+    CHECK(close(O.array(), all.O.array()));
+    CHECK(close(L, all.L));
+  }
+  // Grouping: (B merged with C) merged into A equals ((A, B), C).
+  auto [O_bc, L_bc] = merged_in_order({1, 2});
+  Mat<double> O = part[0].O;
+  Col<double> L = part[0].L;
+  merge_attention_partial<double>(O, L, 0, O_bc, L_bc);
+  CHECK(close(O.array(), all.O.array()));
+  CHECK(close(L, all.L));
+  // A sigmoid weight, not e^L: a merge with L values 1000 apart is still finite and exact.
+  Mat<double> O_big = Mat<double>::Ones(1, d), O_small = Mat<double>::Zero(1, d);
+  Col<double> L_big = Col<double>::Constant(1, 1000.0), L_small = Col<double>::Constant(1, 0.0);
+  merge_attention_partial<double>(O_small, L_small, 0, O_big, L_big);
+  CHECK(L_small(0) == 1000.0);
+  CHECK(O_small(0, 0) == 1.0);
+}
+
+TEST_CASE("the LSE merge: a fully masked block changes nothing, and a row that saw nothing takes the block") {
+  using detail::Col;
+  using detail::Mat;
+  Mat<double> O(2, 2);
+  O << 0.5, -1.0, 0.0, 0.0;
+  Col<double> L(2);
+  L << 0.25, -INFINITY;  // row 1 has seen no key yet
+  Mat<double> O_b(2, 2);
+  O_b << 0.0, 0.0, 2.0, 3.0;
+  Col<double> L_b(2);
+  L_b << -INFINITY, 1.5;  // the block hides every key from row 0
+  merge_attention_partial<double>(O, L, 0, O_b, L_b);
+  CHECK(O(0, 0) == 0.5);
+  CHECK(O(0, 1) == -1.0);
+  CHECK(L(0) == 0.25);
+  CHECK(O(1, 0) == 2.0);
+  CHECK(O(1, 1) == 3.0);
+  CHECK(L(1) == 1.5);
+  // Merging nothing into nothing stays nothing, never NaN.
+  Mat<double> O_none = Mat<double>::Zero(1, 2), O_none_b = Mat<double>::Zero(1, 2);
+  Col<double> L_none = Col<double>::Constant(1, -INFINITY), L_none_b = Col<double>::Constant(1, -INFINITY);
+  merge_attention_partial<double>(O_none, L_none, 0, O_none_b, L_none_b);
+  CHECK(L_none(0) == -INFINITY);
+  CHECK(O_none.isZero());
+}
+
+TEST_CASE("ring attention refuses a schedule made for another problem, and dropout, in one sentence") {
+  const Shape s{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 8, .seq_k = 8, .head_dim = 4};
+  const Qkv in = random_qkv(s, DType::F64, kInputSeed);
+  const RingSchedule ring = ring_schedule(RingLayout::Contiguous, 2, 8, 8, CausalAlign::TopLeft);
+  CHECK_THROWS_WITH_AS(ring_forward<double>(ring, make_problem(s, CausalAlign::None), in),
+                       "the ring's schedule was made for seq_q = 8, seq_k = 8, causal top-left, not for this "
+                       "problem's seq_q = 8, seq_k = 8, causal none",
+                       InputError);
+  Problem dropout = make_problem(s, CausalAlign::TopLeft);
+  dropout.options.dropout_p = 0.1;
+  CHECK_THROWS_WITH_AS(ring_forward<double>(ring, dropout, in),
+                       "ring attention's CPU reference supports dropout_p = 0 only, got 0.100000", InputError);
+  CHECK_NOTHROW(ring_forward<double>(ring, make_problem(s, CausalAlign::TopLeft), in));
 }
