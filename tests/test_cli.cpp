@@ -1,10 +1,12 @@
 // The `flashlab` command, run in-process through run_cli: each bad-input case gets exit code 2 and one
 // sentence naming the problem; `run` writes what calling the variant directly computes; `check` passes
-// and lists every CPU variant; `trace --json` reports what TrafficCounter counts.
+// and lists every CPU variant; `trace --json` reports what TrafficCounter counts; `trace --ring` what the
+// ring's schedule costs.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -19,6 +21,7 @@
 #include "registry/variants.hpp"
 #include "cpu_reference/tiled.hpp"
 #include "model/gpu.hpp"
+#include "model/ring.hpp"
 #include "model/traffic.hpp"
 #include "registry/gpu_models.hpp"
 
@@ -439,6 +442,62 @@ TEST_CASE("trace prints the asymptotic formula labelled as such, and --events on
   expect_bad_input(
       {"trace", "--algorithm", "fa2", "--seq-q", "65536", "--head-dim", "64", "--sram-bytes", "4096", "--events"},
       "--events would print");
+}
+
+TEST_CASE("trace --ring: one row per step of the ring's schedule, and --json equal to ring_cost") {
+  for (const bool backward : {false, true}) {
+    CAPTURE(backward);
+    std::vector<std::string> args = {"trace",  "--ring",     "3",  "--layout", "zigzag", "--heads",  "4",
+                                     "--heads-kv", "2",      "--seq-q", "96",  "--seq-k",  "48",     "--head-dim",
+                                     "64",     "--causal",   "bottom-right", "--tflops", "100",  "--link-gbs", "50",
+                                     "--json"};
+    if (backward) args.push_back("--backward");
+    const CliResult r = cli(args);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    const auto j = nlohmann::json::parse(r.out);
+    const Shape s{.batch = 1, .heads_q = 4, .heads_kv = 2, .seq_q = 96, .seq_k = 48, .head_dim = 64};
+    const RingCost cost =
+        ring_cost(ring_schedule(RingLayout::Zigzag, 3, 96, 48, CausalAlign::BottomRight), s,
+                  backward ? Pass::Backward : Pass::Forward,
+                  RingMachine{.flops_per_second = 100e12, .link_bytes_per_second = 50e9, .kv_bytes_per_element = 2,
+                              .grad_bytes_per_element = 4});
+    REQUIRE(j["steps"].size() == 3);
+    CHECK(cost.total_link_bytes > 0);
+    for (int step = 0; step < 3; ++step) {
+      CHECK(j["steps"][step]["link_bytes"].get<std::vector<std::int64_t>>() == cost.steps[step].link_bytes);
+      CHECK(j["steps"][step]["flops"].get<std::vector<double>>() == cost.steps[step].flops);
+      CHECK(j["steps"][step]["seconds"].get<double>() == doctest::Approx(cost.steps[step].seconds));
+      CHECK(j["steps"][step]["imbalance"].get<double>() == doctest::Approx(cost.steps[step].imbalance));
+    }
+    CHECK(j["total_flops"].get<double>() == cost.total_flops);
+    CHECK(j["total_link_bytes"].get<std::int64_t>() == cost.total_link_bytes);
+    CHECK(j["imbalance"].get<double>() == doctest::Approx(cost.imbalance));
+  }
+
+  const CliResult text = cli({"trace", "--ring", "4", "--seq-q", "1024", "--causal", "top-left"});
+  INFO(text.err);
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("ring attention over 4 ranks, contiguous layout, forward") != std::string::npos);
+  for (const char* column : {"step", "bytes per link", "work per rank", "idle per rank", "imbalance"})
+    CHECK(text.out.find(column) != std::string::npos);
+  // One row per step and a total: contiguous causal leaves rank 0 idle from step 1 on.
+  int step_rows = 0;
+  std::istringstream lines(text.out);
+  for (std::string line; std::getline(lines, line);)
+    step_rows += line.size() > 1 && std::isdigit(static_cast<unsigned char>(line[0])) && line[1] == ' ';
+  CHECK(step_rows == 4);
+  CHECK(count_lines_with(text.out, "all ") == 1);
+  CHECK(count_lines_with(text.out, "4.000") == 1);  // step 3: one rank of four does all the work
+
+  expect_bad_input({"trace", "--ring", "0"}, "the ring needs at least 1 rank, got 0");
+  expect_bad_input({"trace", "--ring", "2", "--layout", "spiral"},
+                   "unknown ring layout 'spiral': supported are contiguous, zigzag and striped");
+  expect_bad_input({"trace", "--ring", "3", "--layout", "zigzag", "--seq-q", "100"}, "is not a multiple of it");
+  expect_bad_input({"trace", "--ring", "8", "--seq-q", "4"}, "seq_q = 4 is shorter than the 8 ranks");
+  expect_bad_input({"trace", "--ring", "5000", "--seq-q", "8192"}, "it takes 1 to 1024");
+  expect_bad_input({"trace", "--layout", "zigzag", "--sram-bytes", "4096"}, "--layout belongs to the ring's trace");
+  expect_bad_input({"trace", "--ring", "2", "--sram-bytes", "4096"}, "--sram-bytes does not apply to --ring");
 }
 
 TEST_CASE("trace --variant --gpu: the paper's count, the L2 model and the compulsory traffic of the real kernels") {

@@ -33,7 +33,8 @@ struct RunCommand {
 
 // flashlab trace: the HBM <-> SRAM traffic of a loop nest, counted without arithmetic. With --variant and
 // --gpu: a CUDA variant's kernels on a GPU, three levels side by side (the paper's two-level count, the
-// L2 model, the compulsory traffic).
+// L2 model, the compulsory traffic). With --ring P: ring attention's schedule over P ranks, step by step
+// (bytes per link, work and idle time per rank, imbalance; model/ring.hpp).
 struct TraceCommand {
   std::string algorithm = "fa2";
   int batch = 1, heads = 1, seq_q = 1024, seq_k = 0, head_dim = 64;
@@ -42,14 +43,23 @@ struct TraceCommand {
   int bytes_per_element = 2;
   bool backward = false, json = false, events = false;
   std::string variant, gpu;
+  int ring = 0;  // P ranks; 0: no ring
+  int heads_kv = 0;  // --ring only; 0: heads
+  std::string layout = "contiguous";
+  double tflops = 400, link_gbs = 400;
   // The flags of the paper's two-level mode, to refuse them beside --variant (and to require --sram-bytes).
   std::vector<CLI::Option*> two_level_flags;
+  // The flags that mean nothing to the ring (--algorithm, --sram-bytes, --events, --variant, --gpu), and
+  // the ring's own, to refuse them without --ring.
+  std::vector<CLI::Option*> not_ring_flags, ring_flags;
   CLI::Option* sram_option = nullptr;
+  CLI::Option* ring_option = nullptr;
   void add_to(CLI::App& app);
   int run(std::ostream& out, std::ostream& err) const;
 
  private:
   int run_gpu(std::ostream& out) const;
+  int run_ring(std::ostream& out) const;
 };
 
 // flashlab bench: time, TFLOP/s, peak memory and modeled HBM bytes against sequence length.

@@ -8,6 +8,7 @@
 #include "cli/commands.hpp"
 #include "cpu_reference/tiled.hpp"
 #include "model/gpu.hpp"
+#include "model/ring.hpp"
 #include "model/traffic.hpp"
 #include "registry/gpu_models.hpp"
 
@@ -16,6 +17,9 @@ namespace {
 
 // --events prints one line per event: beyond this it is no longer something to read.
 constexpr std::int64_t kMaxPrintedEvents = 100000;
+// The ring's schedule holds P^2 steps of ranks; its table lists every rank's numbers up to this many.
+constexpr int kMaxRingRanks = 1024;
+constexpr int kMaxListedRanks = 8;
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
@@ -55,10 +59,35 @@ double closed_form_bytes(Algorithm a, const Shape& s, std::int64_t sram_bytes, i
   return elements * bytes_per_element * s.batch * s.heads_q;
 }
 
+// "0.5, 1, 1, 1" (each value / unit, 3 significant digits), or "0.5 .. 1 (mean 0.875)" past kMaxListedRanks.
+template <class T>
+std::string per_rank(const std::vector<T>& values, double unit) {
+  auto num = [unit](double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3g", x / unit);
+    return std::string(buf);
+  };
+  if (values.size() <= std::size_t(kMaxListedRanks)) {
+    std::string s;
+    for (const T& v : values) s += (s.empty() ? "" : ", ") + num(double(v));
+    return s;
+  }
+  double lo = double(values[0]), hi = lo, sum = 0;
+  for (const T& v : values) lo = std::min(lo, double(v)), hi = std::max(hi, double(v)), sum += double(v);
+  return num(lo) + " .. " + num(hi) + " (mean " + num(sum / double(values.size())) + ")";
+}
+
+std::string fixed3(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", x);
+  return buf;
+}
+
 }  // namespace
 
 void TraceCommand::add_to(CLI::App& app) {
   two_level_flags.push_back(app.add_option("--algorithm", algorithm, "standard, fa1 or fa2")->capture_default_str());
+  not_ring_flags.push_back(two_level_flags.back());
   app.add_option("--batch", batch, "batch size B")->capture_default_str();
   app.add_option("--heads", heads, "heads H (traffic is per head, times B * H)")->capture_default_str();
   app.add_option("--seq-q", seq_q, "query sequence length N")->capture_default_str();
@@ -68,20 +97,41 @@ void TraceCommand::add_to(CLI::App& app) {
                                "on-chip SRAM size M in bytes (blocks: Bc = ceil(M/4d), Br = min(Bc, d)); required "
                                "without --variant");
   two_level_flags.push_back(sram_option);
+  not_ring_flags.push_back(sram_option);
   app.add_option("--causal", causal, "none, top-left or bottom-right")->capture_default_str();
   two_level_flags.push_back(app.add_option("--bytes-per-element", bytes_per_element, "bytes per element moved (2: fp16/bf16)")
                                 ->capture_default_str());
   two_level_flags.push_back(app.add_flag("--backward", backward, "trace the backward pass instead of the forward"));
   app.add_flag("--json", json, "print the totals as JSON");
   two_level_flags.push_back(app.add_flag("--events", events, "print every event as CSV (small sizes only)"));
-  app.add_option("--variant", variant,
-                 "a CUDA variant (" + join(gpu_modeled_variants(), ", ") +
-                     "): its forward kernels on --gpu, with their own tiling and grid; prints the paper's two-level "
-                     "count, the L2 model's DRAM traffic and the compulsory traffic side by side");
-  app.add_option("--gpu", gpu, "the GPU for --variant: " + known_gpu_ids() + " (SMs, L2 size)");
+  not_ring_flags.push_back(two_level_flags.back());
+  not_ring_flags.push_back(app.add_option(
+      "--variant", variant,
+      "a CUDA variant (" + join(gpu_modeled_variants(), ", ") +
+          "): its forward kernels on --gpu, with their own tiling and grid; prints the paper's two-level "
+          "count, the L2 model's DRAM traffic and the compulsory traffic side by side"));
+  not_ring_flags.push_back(
+      app.add_option("--gpu", gpu, "the GPU for --variant: " + known_gpu_ids() + " (SMs, L2 size)"));
+  ring_option = app.add_option("--ring", ring,
+                               "ring attention over P ranks (sequence parallelism): the schedule step by step, with "
+                               "bytes per link, work and idle time per rank and the imbalance; --bytes-per-element "
+                               "sizes K and V, --backward traces the backward pass");
+  ring_flags.push_back(
+      app.add_option("--layout", layout, "--ring: contiguous, zigzag or striped")->capture_default_str());
+  ring_flags.push_back(app.add_option("--heads-kv", heads_kv, "--ring: key/value heads (GQA; default: --heads)"));
+  ring_flags.push_back(
+      app.add_option("--tflops", tflops, "--ring: the attention rate one rank sustains, TFLOP/s (an assumption)")
+          ->capture_default_str());
+  ring_flags.push_back(
+      app.add_option("--link-gbs", link_gbs, "--ring: one direction of the link to the next rank, GB/s (an assumption)")
+          ->capture_default_str());
 }
 
 int TraceCommand::run(std::ostream& out, std::ostream& /*err*/) const {
+  if (ring_option->count() > 0) return run_ring(out);
+  for (const CLI::Option* flag : ring_flags)
+    if (flag->count() > 0)
+      throw InputError(flag->get_name() + " belongs to the ring's trace: give the number of ranks with --ring P");
   if (!variant.empty() || !gpu.empty()) return run_gpu(out);
   if (sram_option->count() == 0)
     throw InputError("--sram-bytes is required: the SRAM size M sets the paper's tiling (or model a CUDA variant's "
@@ -266,6 +316,99 @@ int TraceCommand::run_gpu(std::ostream& out) const {
   out << "\nDRAM reads, L2 model: " << format_bytes(double(dram.total_read())) << buf << "\n";
   out << "still dirty in L2 when the kernels ended: " << format_bytes(double(t.dirty_at_end))
       << " (written back later; Nsight Compute's window of one kernel does not count them)\n";
+  return kExitOk;
+}
+
+// --ring P: the ring's schedule (model/ring.hpp) costed step by step.
+int TraceCommand::run_ring(std::ostream& out) const {
+  for (const CLI::Option* flag : not_ring_flags)
+    if (flag->count() > 0)
+      throw InputError(flag->get_name() + " does not apply to --ring, which traces the ring's schedule (its flags: "
+                       "--layout, --heads-kv, --tflops, --link-gbs, --bytes-per-element, --backward, --json)");
+  if (ring > kMaxRingRanks)
+    throw InputError("--ring " + std::to_string(ring) + " is more ranks than the trace lists: it takes 1 to " +
+                     std::to_string(kMaxRingRanks));
+  const RingLayout ring_layout = parse_ring_layout(layout);
+  Problem p;
+  p.shape = Shape{batch, heads, heads_kv != 0 ? heads_kv : heads, seq_q, seq_k != 0 ? seq_k : seq_q, head_dim};
+  p.options.causal = parse_causal(causal);
+  validate(p);
+  if (bytes_per_element != 2 && bytes_per_element != 4 && bytes_per_element != 8)
+    throw InputError("--bytes-per-element must be 2 (fp16/bf16), 4 (fp32) or 8 (fp64), got " +
+                     std::to_string(bytes_per_element));
+  if (!(tflops > 0) || !(link_gbs > 0))
+    throw InputError("--tflops and --link-gbs must be positive rates");
+  const RingSchedule schedule = ring_schedule(ring_layout, ring, p.shape.seq_q, p.shape.seq_k, p.options.causal);
+  const RingMachine machine{.flops_per_second = tflops * 1e12,
+                            .link_bytes_per_second = link_gbs * 1e9,
+                            .kv_bytes_per_element = bytes_per_element,
+                            .grad_bytes_per_element = 4};
+  const Pass pass = backward ? Pass::Backward : Pass::Forward;
+  const RingCost cost = ring_cost(schedule, p.shape, pass, machine);
+
+  if (json) {
+    nlohmann::ordered_json j;
+    j["ring"] = {{"ranks", ring}, {"layout", to_string(ring_layout)}};
+    j["pass"] = backward ? "backward" : "forward";
+    j["shape"] = {{"batch", batch},
+                  {"heads", heads},
+                  {"heads_kv", p.shape.heads_kv},
+                  {"seq_q", p.shape.seq_q},
+                  {"seq_k", p.shape.seq_k},
+                  {"head_dim", head_dim}};
+    j["causal"] = flashlab::to_string(p.options.causal);
+    j["machine"] = {{"flops_per_second", machine.flops_per_second},
+                    {"link_bytes_per_second", machine.link_bytes_per_second},
+                    {"kv_bytes_per_element", machine.kv_bytes_per_element},
+                    {"grad_bytes_per_element", machine.grad_bytes_per_element}};
+    nlohmann::ordered_json steps = nlohmann::ordered_json::array();
+    for (std::size_t s = 0; s < cost.steps.size(); ++s) {
+      const RingStepCost& st = cost.steps[s];
+      steps.push_back({{"step", s},
+                       {"link_bytes", st.link_bytes},
+                       {"flops", st.flops},
+                       {"idle_seconds", st.idle_seconds},
+                       {"seconds", st.seconds},
+                       {"imbalance", st.imbalance}});
+    }
+    j["steps"] = steps;
+    j["flops_per_rank"] = cost.flops_per_rank;
+    j["total_flops"] = cost.total_flops;
+    j["total_link_bytes"] = cost.total_link_bytes;
+    j["seconds"] = cost.seconds;
+    j["imbalance"] = cost.imbalance;
+    out << j.dump(2) << "\n";
+    return kExitOk;
+  }
+
+  out << "trace: ring attention over " << ring << (ring == 1 ? " rank" : " ranks") << ", " << to_string(ring_layout)
+      << " layout, " << (backward ? "backward" : "forward") << ", " << describe(p.shape) << ", causal "
+      << flashlab::to_string(p.options.causal) << "\n";
+  out << "assumed rates: " << tflops << " TFLOP/s per rank (--tflops), " << link_gbs
+      << " GB/s on each link to the next rank (--link-gbs); K and V " << bytes_per_element
+      << " bytes per element" << (backward ? ", dK/dV partials 4 (fp32)" : "") << "\n";
+  out << "each step, every rank computes on the K/V share in hand while it sends that share on"
+      << (backward ? " with its dK/dV partials (the last hop takes them home)" : " (the last step sends nothing)")
+      << "; a step lasts as long as its slowest compute or link\n\n";
+  const double gflop = 1e9, us = 1e-6;
+  Table table({"step", "bytes per link", "work per rank (GFLOP)", "idle per rank (us)", "step time (us)", "imbalance"});
+  for (std::size_t s = 0; s < cost.steps.size(); ++s) {
+    const RingStepCost& st = cost.steps[s];
+    const std::int64_t max_link = *std::max_element(st.link_bytes.begin(), st.link_bytes.end());
+    table.add({std::to_string(s), format_bytes(double(max_link)), per_rank(st.flops, gflop),
+               per_rank(st.idle_seconds, us), fixed3(st.seconds / us), fixed3(st.imbalance)});
+  }
+  std::vector<double> idle_total(ring, 0.0);
+  for (const RingStepCost& st : cost.steps)
+    for (int r = 0; r < ring; ++r) idle_total[r] += st.idle_seconds[r];
+  table.add({"all", format_bytes(double(cost.total_link_bytes)) + " in all", per_rank(cost.flops_per_rank, gflop),
+             per_rank(idle_total, us), fixed3(cost.seconds / us), fixed3(cost.imbalance)});
+  table.print(out);
+  out << "\nimbalance = max work / mean work over the ranks; \"bytes per link\" is the most any one link carries in "
+         "the step\n";
+  out << "total work " << fixed3(cost.total_flops / gflop)
+      << " GFLOP (what one device computes for the scores the mask leaves); ring time " << fixed3(cost.seconds / us)
+      << " us\n";
   return kExitOk;
 }
 

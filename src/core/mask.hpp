@@ -17,6 +17,24 @@ FLASHLAB_HD int last_visible_key(CausalAlign align, int row, int seq_q, int seq_
   }
 }
 
+// The causal rule as one inequality: query i sees key j iff j <= i + causal_shift (0 for top-left,
+// seq_k - seq_q for bottom-right). last_visible_key is this, clipped to the last key. Sequence-parallel
+// code (model/ring.hpp) uses it on global token indices, where a rank's tokens need not be contiguous.
+FLASHLAB_HD int causal_shift(CausalAlign align, int seq_q, int seq_k) {
+  return align == CausalAlign::BottomRight ? seq_k - seq_q : 0;
+}
+
+// How many (query, key) pairs the mask leaves visible: seq_q * seq_k when not causal. The work of
+// attention is proportional to it (core/flops.hpp).
+inline long long visible_scores(CausalAlign align, int seq_q, int seq_k) {
+  long long n = 0;
+  for (int row = 0; row < seq_q; ++row) {
+    const int keys_seen = last_visible_key(align, row, seq_q, seq_k) + 1;
+    if (keys_seen > 0) n += keys_seen;
+  }
+  return n;
+}
+
 // Smallest query row that sees key `col` (0 <= col < seq_k); seq_q or more when no row does. The backward
 // walks the query rows of a key block from there.
 FLASHLAB_HD int first_row_seeing_key(CausalAlign align, int col, int seq_q, int seq_k) {

@@ -51,6 +51,14 @@ void apply_causal_mask(Mat<T>& S, const Problem& p, int row0, int col0) {
   }
 }
 
+// Sets S(a, c) = -inf where c > a + causal_offset: a block whose rows and columns are evenly spaced
+// tokens (a ring's block pair, model/ring.hpp) meets the causal mask on a diagonal at that offset.
+template <class T>
+void apply_causal_offset(Mat<T>& S, int causal_offset) {
+  for (Eigen::Index a = 0; a < S.rows(); ++a)
+    for (Eigen::Index c = std::max<Eigen::Index>(0, a + causal_offset + 1); c < S.cols(); ++c) S(a, c) = kNegInf<T>;
+}
+
 // P <- P o Z / (1 - p): the dropout mask of core/philox.hpp, keyed by (seed, batch, query head,
 // row, column), so every variant and loop order drops the same elements.
 template <class T>
