@@ -20,8 +20,8 @@
 //    hands it to a dQ writer warp, which adds it to dQ_accum in global memory with one bulk reduction
 //    (cp.reduce.async.bulk .add.f32, 16 KiB) instead of 64 x 64 / 128 fp32 atomics per thread, and hands the
 //    buffer back once the copy engine has read it. The consumers never wait on the copy engine (measured on
-//    the H100: +6-11% over a consumer thread issuing the reduction itself). The piece's GEMM is issued before
-//    dV_j's and dK_j's, so that it is staged while they run (+2-4% more). dQ_accum holds the pieces in the
+//    the H100: +6-13% over a consumer thread issuing the reduction itself, side by side). The piece's GEMM is
+//    issued before dV_j's and dK_j's, so that it is staged while they run (not timed apart from the writer). dQ_accum holds the pieces in the
 //    consumers' register order (a 16-byte vector per thread per four registers, conflict-free to stage);
 //    convert_dq_kernel reads that order back and writes dQ = scale dQ_accum in the input dtype.
 //  * Deterministic mode (Params::deterministic): before adding a piece of dQ_i, the writer waits on a
