@@ -3,7 +3,7 @@
 // work; the model's numbers are ring_cost's and `flashlab trace --ring`'s; zigzag and striped remove
 // the causal imbalance that contiguous has, by the exact count of visible scores; the transport's
 // clock maps onto the ring's steps and back; measured-times files are read, and each kind of mistake
-// in one is refused with one sentence naming the file.
+// in one is refused with one sentence naming the file; the scenario's "ring" object parses.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 
 #include "cli.hpp"
 #include "logic/ring_view.hpp"
+#include "logic/scenario.hpp"
 
 using namespace flashlab;
 using namespace flashlab::viz;
@@ -55,6 +56,14 @@ std::string measured_error(const std::string& text) {
   return "";
 }
 
+std::string scenario_error(const std::string& text) {
+  try {
+    parse_scenario(text, "test.json");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
 
 }  // namespace
 
@@ -285,4 +294,56 @@ TEST_CASE("a layout that cannot run the problem says why in its column; the othe
   CHECK(columns[2].view.has_value());
   CHECK_THROWS_WITH_AS(ring_view(RingLayout::Striped, settings(0, 1004), RingMachine{}),
                        "the Ring panel draws 1 to 8 ranks, got P = 0 (flashlab trace --ring takes more)", InputError);
+}
+
+TEST_CASE("the scenario's \"ring\" object: parsed, written back, checked, and the step it opens at") {
+  const Scenario s = parse_scenario(R"({"panels": ["transport", "ring"], "ring": {"ranks": 6, "seq": 6144,
+      "heads": 8, "head_dim": 64, "causal": false, "pass": "backward", "step": 2}})");
+  CHECK(s.ring.ranks == 6);
+  CHECK(s.ring.seq == 6144);
+  CHECK(s.ring.heads == 8);
+  CHECK(s.ring.head_dim == 64);
+  CHECK(!s.ring.causal);
+  CHECK(s.ring.pass == Pass::Backward);
+  CHECK(s.ring.step == 2);
+  CHECK(parse_scenario(to_json(s)).ring == s.ring);  // round trip
+  CHECK(parse_scenario("{}").ring == RingSettings{});
+  CHECK(RingSettings{}.causal);  // the panel opens on the causal mask
+
+  CHECK(start_event(s, 6000) == event_of_ring_step(2, 6000, 6));
+  CHECK(ring_position(start_event(s, 6000), 6000, 6).step == 2);
+  Scenario stepped = s;
+  stepped.step = 17;  // the loop nest's own step wins
+  CHECK(start_event(stepped, 6000) == 17);
+  CHECK(start_event(parse_scenario("{}"), 6000) == 6000);  // the end, as before
+
+  CHECK(scenario_error(R"({"ring": {"rank": 4}})").find("unknown key \"rank\" in \"ring\"") != std::string::npos);
+  CHECK(scenario_error(R"({"ring": {"ranks": 0}})").find("\"ranks\" must be in [1, 8]") != std::string::npos);
+  CHECK(scenario_error(R"({"ring": {"ranks": 9}})").find("\"ranks\" must be in [1, 8]") != std::string::npos);
+  CHECK(scenario_error(R"({"ring": {"ranks": 4, "step": 4}})").find("step 4 does not exist") != std::string::npos);
+  CHECK(scenario_error(R"({"ring": {"causal": "yes"}})").find("must be true or false") != std::string::npos);
+  CHECK(scenario_error(R"({"ring": {"pass": "up"}})").find("unknown pass 'up'") != std::string::npos);
+  CHECK(scenario_error(R"({"ring": 4})").find("\"ring\" must be an object") != std::string::npos);
+  // A length some layout cannot take is the panel's business, column by column (zigzag needs 2P | N).
+  const Scenario short_ring = parse_scenario(R"({"ring": {"ranks": 4, "seq": 2}})");
+  for (const RingColumn& c : ring_columns(short_ring.ring, RingMachine{})) {
+    CAPTURE(to_string(c.layout));
+    CHECK(!c.view.has_value());
+    CHECK(c.error.find(c.layout == RingLayout::Zigzag ? "is not a multiple of it" : "seq_q = 2 is shorter than the 4 ranks") !=
+          std::string::npos);
+  }
+  for (const std::string& e : {scenario_error(R"({"ring": {"rank": 4}})"), scenario_error(R"({"ring": 4})")})
+    CHECK(e.rfind("test.json", 0) == 0);
+}
+
+TEST_CASE("the lesson's scenario shows the ring, causal, with all three layouts drawable") {
+  const Scenario s = load_scenario_file(std::string(FLASHLAB_SOURCE_DIR) + "/viz/scenarios/lesson07-ring.json");
+  CHECK(std::find(s.panels.begin(), s.panels.end(), "ring") != s.panels.end());
+  CHECK(s.ring.causal);
+  CHECK(s.ring.measured.empty());  // no measurement is shipped: the figure shows the model
+  for (const RingColumn& c : ring_columns(s.ring, RingMachine{})) {
+    CAPTURE(to_string(c.layout));
+    CHECK(c.error.empty());
+    REQUIRE(c.view.has_value());
+  }
 }
