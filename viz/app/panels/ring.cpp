@@ -273,7 +273,7 @@ void draw_column(ImDrawList* dl, const RingColumn& column, ImVec2 p0, ImVec2 siz
   }
   y += lh + 2;
   const float rows_h = p0.y + size.y - y - 2 * lh - 10;
-  const float row_h = std::clamp((rows_h - float(P - 1) * 3) / float(P), 10.f, 64.f);
+  const float row_h = std::clamp((rows_h - float(P - 1) * 3) / float(P), 10.f, 96.f);
   const float rows_y0 = y;
   for (int r = 0; r < P; ++r) {
     const float ry = y + float(r) * (row_h + 3);
