@@ -7,6 +7,7 @@
 #   flashlab-viz --scenario viz/scenarios/lesson03-fa1-tiles.json --png-palette --screenshot docs/img/lesson03-fa1-tiles.png
 #   flashlab-viz --scenario viz/scenarios/lesson04-fa1-vs-fa2.json --png-palette --screenshot docs/img/lesson04-fa1-vs-fa2.png
 #   flashlab-viz --scenario viz/scenarios/lesson04-counters.json --png-palette --screenshot docs/img/lesson04-counters.png
+#   flashlab-viz --scenario viz/scenarios/lesson07-ring.json --png-palette --screenshot docs/img/lesson07-ring.png
 # (--png-palette: 256 colours, so each committed figure stays near 100 KB.)
 # Usage: scripts/make_figures.sh [build-dir]   (default: build)
 set -euo pipefail
@@ -21,7 +22,7 @@ if [ -z "${DISPLAY:-}" ]; then
 fi
 mkdir -p docs/img
 for name in readme-overview lesson01-standard-traffic lesson02-online-softmax lesson03-fa1-tiles lesson04-fa1-vs-fa2 \
-    lesson04-counters pipeline-h100-d128; do
+    lesson04-counters pipeline-h100-d128 lesson07-ring; do
   cmd="flashlab-viz --scenario viz/scenarios/$name.json --png-palette --screenshot docs/img/$name.png"
   "${run[@]}" "$viz" --scenario "viz/scenarios/$name.json" --png-palette --screenshot "docs/img/$name.png" >/dev/null
   printf '%-40s %6d KB   %s\n' "docs/img/$name.png" $(( $(stat -c %s "docs/img/$name.png") / 1024 )) "$cmd"

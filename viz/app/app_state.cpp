@@ -42,7 +42,7 @@ bool apply_scenario(AppState& st, const Scenario& s) {
     st.edit = s;
     st.error.clear();
     st.speed = std::max(1.0, double(st.replay->size()) / kDefaultPlaySeconds);
-    seek(st, s.step < 0 ? st.replay->size() : s.step);
+    seek(st, start_event(s, st.replay->size()));
     if (sweep_changed) start_sweep(st);
     return true;
   } catch (const InputError& e) {
@@ -104,6 +104,7 @@ void set_visible_from(AppState& st, const Scenario& s) {
   for (std::size_t k = 0; k < reg.size(); ++k)
     if (std::find(s.panels.begin(), s.panels.end(), reg[k].id) != s.panels.end()) st.visible[k] = true;
     else if (s.panels.empty() && s.timeline.empty() && std::string(reg[k].id) == "pipeline") st.visible[k] = false;  // shown when asked for
+    else if (s.panels.empty() && std::string(reg[k].id) == "ring") st.visible[k] = false;  // its own problem: shown when asked for
 }
 
 void load_bench(AppState& st, const std::string& directory) {

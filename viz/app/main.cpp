@@ -271,7 +271,7 @@ int main(int argc, char** argv) {
     }
     if (!f.screenshot.empty()) {
       st.playing = false;
-      seek(st, s.step < 0 ? st.replay->size() : s.step);
+      seek(st, start_event(s, st.replay->size()));
       render_frame(window, st);
       try {
         save_shot(window, st, f.screenshot, f.dump_layout, command_line, f.png_palette);

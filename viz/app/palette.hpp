@@ -25,6 +25,12 @@ constexpr Rgb kSeries[] = {{230, 97, 80},   {90, 160, 240},  {120, 210, 110}, {2
                            {250, 130, 40},  {240, 110, 190}, {170, 200, 90},  {210, 210, 240}};
 constexpr int kSeriesCount = sizeof(kSeries) / sizeof(kSeries[0]);
 
+// The Ring panel: one colour per rank, and so per K/V share (the share that starts on rank r), far
+// apart in hue so that a share can be followed round the ring. As many as the panel draws ranks.
+constexpr Rgb kRanks[] = {{90, 160, 240}, {250, 130, 40}, {120, 210, 110}, {240, 110, 190},
+                          {240, 200, 90}, {80, 210, 210},  {200, 140, 230}, {230, 97, 80}};
+constexpr int kRankCount = sizeof(kRanks) / sizeof(kRanks[0]);
+
 inline std::optional<Rgb> state_colour(const char* name) {
   if (!std::strcmp(name, "pending")) return kPending;
   if (!std::strcmp(name, "in_sram")) return kInSram;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 namespace flashlab::viz {
 
@@ -24,8 +25,16 @@ const std::vector<Panel>& panels() {
       {"compare", "Compare", false, 0.f, 1.1f, draw_compare},
       {"plots", "Plots vs N", false, 0.f, 1.6f, draw_plots},
       {"pipeline", "Pipeline (warpgroup timeline)", false, 0.f, 1.6f, draw_pipeline},
+      {"ring", "Ring attention (sequence parallelism)", false, 0.f, 1.6f, draw_ring},
   };
   return registry;
+}
+
+bool panel_visible(const AppState& st, const char* id) {
+  const auto& reg = panels();
+  for (std::size_t k = 0; k < reg.size() && k < st.visible.size(); ++k)
+    if (std::string(reg[k].id) == id) return st.visible[k];
+  return false;
 }
 
 void draw_panels(AppState& st) {

@@ -18,6 +18,9 @@ struct Panel {
 
 const std::vector<Panel>& panels();
 
+// Whether the panel with this id is shown.
+bool panel_visible(const AppState&, const char* id);
+
 // Lays the visible panels out over the whole window (sidebar left, the rest in a grid) and draws them.
 void draw_panels(AppState&);
 
@@ -32,5 +35,6 @@ void draw_online_softmax(AppState&);
 void draw_compare(AppState&);
 void draw_plots(AppState&);
 void draw_pipeline(AppState&);
+void draw_ring(AppState&);
 
 }  // namespace flashlab::viz

@@ -20,7 +20,10 @@ constexpr int kMinWindowSide = 320;
 
 const std::vector<std::string> kKeys = {"algorithm", "pass", "seq", "seq_q", "seq_k", "head_dim", "sram_bytes",
                                         "br", "bc", "causal", "dtype", "step", "compare", "panels", "size",
-                                        "caption", "seed", "timeline", "timeline_compare", "gpu_variant", "gpu"};
+                                        "caption", "seed", "timeline", "timeline_compare", "gpu_variant", "gpu",
+                                        "ring"};
+const std::vector<std::string> kRingKeys = {"ranks", "seq",  "batch", "heads",   "head_dim",
+                                            "causal", "pass", "step",  "measured"};
 
 std::string key_list() {
   std::string s;
@@ -53,6 +56,33 @@ Pass parse_pass(const std::string& s, const std::string& where) {
   throw InputError(where + ": unknown pass '" + s + "': supported are forward and backward");
 }
 
+// The "ring" object: the Ring panel's problem, each key optional (RingSettings has the defaults).
+RingSettings parse_ring(const json& j, const std::string& where) {
+  if (!j.is_object()) throw InputError(where + ": \"ring\" must be an object such as {\"ranks\": 4, \"seq\": 16384}");
+  for (const auto& [key, value] : j.items()) {
+    (void)value;
+    if (std::find(kRingKeys.begin(), kRingKeys.end(), key) == kRingKeys.end()) {
+      std::string known;
+      for (const auto& k : kRingKeys) known += (known.empty() ? "" : ", ") + k;
+      throw InputError(where + ": unknown key \"" + key + "\" in \"ring\"; known keys are " + known);
+    }
+  }
+  RingSettings r;
+  if (j.contains("ranks")) r.ranks = to_int_in(get_int(j, "ranks", where), 1, kMaxPanelRanks, "ranks", where);
+  if (j.contains("seq")) r.seq = to_int_in(get_int(j, "seq", where), 1, 1 << 30, "seq", where);
+  if (j.contains("batch")) r.batch = to_int_in(get_int(j, "batch", where), 1, 1 << 20, "batch", where);
+  if (j.contains("heads")) r.heads = to_int_in(get_int(j, "heads", where), 1, 1 << 20, "heads", where);
+  if (j.contains("head_dim")) r.head_dim = to_int_in(get_int(j, "head_dim", where), 1, 256, "head_dim", where);
+  if (j.contains("causal")) {
+    if (!j.at("causal").is_boolean()) throw InputError(where + ": \"causal\" in \"ring\" must be true or false");
+    r.causal = j.at("causal").get<bool>();
+  }
+  if (j.contains("pass")) r.pass = parse_pass(get_string(j, "pass", where), where);
+  if (j.contains("step")) r.step = to_int_in(get_int(j, "step", where), -1, kMaxPanelRanks - 1, "step", where);
+  if (j.contains("measured")) r.measured = get_string(j, "measured", where);
+  return r;
+}
+
 }  // namespace
 
 const GpuPreset& h100() {
@@ -62,7 +92,7 @@ const GpuPreset& h100() {
 
 const std::vector<std::string>& panel_ids() {
   static const std::vector<std::string> ids = {"controls", "transport", "export", "loop_nest", "tiles",
-                                               "memory", "softmax", "compare", "plots", "pipeline"};
+                                               "memory", "softmax", "compare", "plots", "pipeline", "ring"};
   return ids;
 }
 
@@ -124,6 +154,7 @@ Scenario parse_scenario(const std::string& text, const std::string& where) {
     if (j.contains("timeline_compare")) s.timeline_compare = get_string(j, "timeline_compare", where);
     if (j.contains("gpu_variant")) s.gpu_variant = get_string(j, "gpu_variant", where);
     if (j.contains("gpu")) s.gpu = get_string(j, "gpu", where);
+    if (j.contains("ring")) s.ring = parse_ring(j.at("ring"), where);
   } catch (const InputError& e) {
     const std::string msg = e.what();
     if (msg.rfind(where, 0) == 0) throw;
@@ -143,7 +174,7 @@ Scenario load_scenario_file(const std::string& path) {
   std::ostringstream text;
   text << in.rdbuf();
   Scenario s = parse_scenario(text.str(), path);
-  for (std::string* t : {&s.timeline, &s.timeline_compare})  // relative to the scenario's folder
+  for (std::string* t : {&s.timeline, &s.timeline_compare, &s.ring.measured})  // relative to the scenario's folder
     if (!t->empty() && std::filesystem::path(*t).is_relative()) *t = (std::filesystem::path(path).parent_path() / *t).lexically_normal().string();
   return s;
 }
@@ -170,10 +201,23 @@ std::string to_json(const Scenario& s) {
   if (!s.timeline_compare.empty()) j["timeline_compare"] = s.timeline_compare;
   if (!s.gpu_variant.empty()) j["gpu_variant"] = s.gpu_variant;
   j["gpu"] = s.gpu;
+  if (s.ring != RingSettings{}) {
+    const RingSettings& r = s.ring;
+    j["ring"] = {{"ranks", r.ranks}, {"seq", r.seq},         {"batch", r.batch},
+                 {"heads", r.heads}, {"head_dim", r.head_dim}, {"causal", r.causal},
+                 {"pass", r.pass == Pass::Forward ? "forward" : "backward"}, {"step", r.step}};
+    if (!r.measured.empty()) j["ring"]["measured"] = r.measured;
+  }
   return j.dump(2);
 }
 
 int bytes_per_element(const Scenario& s) { return dtype_bytes(s.dtype); }
+
+std::int64_t start_event(const Scenario& s, std::int64_t events) {
+  if (s.step >= 0) return s.step;
+  if (s.ring.step >= 0) return event_of_ring_step(s.ring.step, events, s.ring.ranks);
+  return events;
+}
 
 std::string gpu_variant_of(const Scenario& s) {
   if (!s.gpu_variant.empty()) return s.gpu_variant;
@@ -210,6 +254,10 @@ void validate(const Scenario& s) {
     throw InputError("gpu_variant '" + s.gpu_variant + "' has no GPU model: the modeled variants are " + known);
   }
   if (s.step < -1) throw InputError("step must be -1 (the end) or a count of events, got " + std::to_string(s.step));
+  ring_shape(s.ring);
+  if (s.ring.step >= s.ring.ranks)
+    throw InputError("the ring's step " + std::to_string(s.ring.step) + " does not exist: P = " +
+                     std::to_string(s.ring.ranks) + " ranks take steps 0 to " + std::to_string(s.ring.ranks - 1));
 }
 
 }  // namespace flashlab::viz

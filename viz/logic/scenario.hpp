@@ -1,6 +1,7 @@
 #pragma once
 // A scenario: everything the app needs to replay one loop nest (algorithm, shape, SRAM size, tiling,
-// causal alignment, dtype, step) plus what to show (panels, window size). Scenarios come from JSON
+// causal alignment, dtype, step) plus what to show (panels, window size), and the Ring panel's own
+// problem (ring attention over P ranks, `"ring": {...}`). Scenarios come from JSON
 // files (viz/scenarios/*.json), from command-line flags, or from the Controls panel; all three end in
 // the same struct and the same validation, so the app and the command line report the same errors.
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include "model/gpu.hpp"
 #include "model/traffic.hpp"
 #include "core/problem.hpp"
+#include "ring_view.hpp"
 
 namespace flashlab::viz {
 
@@ -46,6 +48,8 @@ struct Scenario {
   // algorithm, gpu_variant_of), on a described GPU.
   std::string gpu_variant;
   std::string gpu = "h100";
+  // The Ring panel: ring attention over P ranks, its own problem (relative measured path: to the scenario file).
+  RingSettings ring;
 };
 
 // The CUDA variant whose kernels the GPU level replays: the scenario's gpu_variant, or the kernel of its
@@ -57,6 +61,10 @@ std::string gpu_variant_of(const Scenario&);
 Scenario parse_scenario(const std::string& json_text, const std::string& where = "scenario");
 Scenario load_scenario_file(const std::string& path);  // throws InputError when unreadable
 std::string to_json(const Scenario&);                  // the inverse, for "save scenario"
+
+// The event the transport starts at: the scenario's step; else the first event of its ring step (the
+// Ring panel follows the transport, ring_view.hpp); else the end of the stream.
+std::int64_t start_event(const Scenario&, std::int64_t events);
 
 // The problem (batch = heads = 1: the app shows one head) and the tiling the scenario implies.
 // Throws InputError when the parameters are impossible (e.g. M cannot hold a row each of Q, K, V, O).

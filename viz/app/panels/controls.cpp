@@ -117,12 +117,13 @@ void draw_controls(AppState& st) {
   ImGui::Separator();
   ImGui::TextUnformatted("Panels");
   const auto& reg = panels();
-  int shown = 0;
+  bool right = false;  // two checkboxes a line, unless the left one's title is too long to share it
   for (std::size_t k = 0; k < reg.size(); ++k) {
     if (std::string(reg[k].id) == "controls") continue;
-    if (shown++ % 2 == 1) ImGui::SameLine(170);
+    if (right) ImGui::SameLine(170);
     bool v = st.visible[k];
     if (ImGui::Checkbox(reg[k].title, &v)) st.visible[k] = v;
+    right = !right && ImGui::GetItemRectMax().x < ImGui::GetWindowPos().x + 165;
   }
 
   ImGui::Separator();

@@ -1,6 +1,7 @@
 // Transport: play / pause, step forward and back, jump to either end, speed, and a scrubber over the
 // event stream. Keys (when no text field has focus): space plays or pauses, left/right step one event
-// (with shift: one percent), home/end jump.
+// (with shift: one percent), home/end jump. With the Ring panel shown, two more buttons step the ring
+// (its steps are laid over the same stream).
 #include <imgui.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 
 #include "app/panels.hpp"
 #include "logic/format.hpp"
+#include "logic/ring_view.hpp"
 
 namespace flashlab::viz {
 
@@ -54,6 +56,18 @@ void draw_transport(AppState& st) {
   if (ImGui::SliderFloat("events/s", &speed, float(kMinSpeed), float(kMaxSpeed), "%.0f", ImGuiSliderFlags_Logarithmic))
     st.speed = speed;
   ImGui::Text("event %s of %s", format_count(double(st.replay->step())).c_str(), format_count(double(n)).c_str());
+  if (panel_visible(st, "ring")) {  // the Ring panel lays its P steps over the same stream
+    const int ranks = st.scenario.ring.ranks;
+    const RingPosition at = ring_position(st.replay->step(), n, ranks);
+    ImGui::SameLine();
+    ImGui::TextUnformatted("  ring step");
+    ImGui::SameLine();
+    if (ImGui::SmallButton("<##ring")) seek(st, event_of_ring_step(at.step - (at.progress > 0 ? 0 : 1), n, ranks));
+    ImGui::SameLine();
+    ImGui::Text("s%d of s0-s%d", at.step, ranks - 1);
+    ImGui::SameLine();
+    if (ImGui::SmallButton(">##ring")) seek(st, at.step + 1 < ranks ? event_of_ring_step(at.step + 1, n, ranks) : n);
+  }
 }
 
 }  // namespace flashlab::viz
