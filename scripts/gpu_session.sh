@@ -56,7 +56,7 @@ done
 echo "== compute-sanitizer on cuda-fa3-ws's backward (memcheck, synccheck, initcheck), default and deterministic mode"
 for tool in memcheck synccheck initcheck; do
   for mode in "" --deterministic; do
-    for d in 64 128; do
+    for d in 64 128 256; do
       # With and without dropout: at d = 128 the two order the step's GEMMs differently.
       for dropout in 0.1 0; do
         compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/flashlab" check --variants cuda-fa3-ws --dtype bf16 \

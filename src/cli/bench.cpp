@@ -3,9 +3,9 @@
 // resident memory (ru_maxrss) belongs to that configuration alone; "extra" is that peak minus the
 // child's starting memory and the inputs and outputs, i.e. what the algorithm itself needs (S and P
 // for naive attention). CUDA variants time themselves (Variant::bench: CUDA events, device memory).
-// --timeline FILE (one cuda-fa3-ws variant, one N, forward): after the timed runs the variant records one
-// run's pipeline into FILE (Trace Event JSON) with its timeline build, and the bench prints what that
-// build costs beside the plain kernel.
+// --timeline FILE (one cuda-fa3-ws variant, one N): after the timed runs the variant records one run's
+// pipeline into FILE (Trace Event JSON) with its timeline build, the forward's or, with --backward, the
+// backward's, and the bench prints what that build costs beside the plain kernel.
 // --one-pass (CUDA): one pass per row inside cudaProfilerStart / Stop instead of the timing loop, for
 // Nsight Compute's counters (scripts/record_dram_counters.sh).
 #include <malloc.h>
@@ -282,9 +282,9 @@ void BenchCommand::add_to(CLI::App& app) {
   app.add_option("--json", json_path, "write the results as JSON to this file");
   app.add_option("--csv", csv_path, "write the results as CSV to this file");
   app.add_option("--timeline", timeline_path,
-                 "after the timed runs, record one forward run's pipeline (its first thread blocks, a lane per "
-                 "warpgroup) into FILE.json as Trace Event JSON (the app's Pipeline panel, Perfetto) and print what "
-                 "recording costs; one cuda-fa3-ws variant (--device cuda), one --seq, no --backward")
+                 "after the timed runs, record one forward run's pipeline, or with --backward one backward run's (its "
+                 "first thread blocks, a lane per warpgroup), into FILE.json as Trace Event JSON (the app's Pipeline "
+                 "panel, Perfetto) and print what recording costs; one cuda-fa3-ws variant (--device cuda), one --seq")
       ->type_name("FILE.json");
 }
 
@@ -483,7 +483,7 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
   }
   table.print(out);
   for (const Row& r : rows)
-    if (r.timeline) out << "\n" << timeline_line(*r.timeline, r.forward_ms);
+    if (r.timeline) out << "\n" << timeline_line(*r.timeline, backward ? r.backward_ms : r.forward_ms);
 
   if (!json_path.empty()) {
     nlohmann::ordered_json j;

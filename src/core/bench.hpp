@@ -31,7 +31,8 @@ struct BenchTimeline {
   std::uint32_t last_block = 0;
   std::size_t capacity = 0;         // record slots of the device buffer
   bool buffer_filled = false;       // the lanes asked for more slots than that: the run's later events are missing
-  double recording_ms = -1;         // median of the timeline build recording (warm-up and iterations as forward_ms)
+  double recording_ms = -1;         // median of the timeline build recording the pass (warm-up and iterations as the
+                                    // plain pass's: forward_ms, or backward_ms when the backward was recorded)
 };
 
 struct BenchResult {

@@ -32,9 +32,8 @@ inline constexpr int kHeadDims[] = {32, 64, 96, 128, 256};
 namespace fa3_ws {
 inline constexpr DType kDTypes[] = {DType::F16, DType::BF16};
 inline constexpr int kHeadDims[] = {64, 128, 256};
-// The backward (fa3_ws_backward.cu): dK_j and dV_j of a consumer's 64 keys stay in its registers, 2 x 64 x d
-// fp32, which at d = 256 exceeds the 240 a consumer has.
-inline constexpr int kBackwardHeadDims[] = {64, 128};
+// The backward (fa3_ws_backward.cu), every head dim of the forward.
+inline constexpr int kBackwardHeadDims[] = {64, 128, 256};
 inline constexpr int kComputeCapability = 90;  // major * 10 + minor
 }  // namespace fa3_ws
 

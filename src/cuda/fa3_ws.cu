@@ -8,8 +8,8 @@
 //
 // A bench with BenchSettings::timeline_path (`flashlab bench --timeline FILE`) times the shipped kernel as
 // always, then runs the timeline build (launch_forward_timeline: the same step with the timeline hook
-// compiled in) to record one run's pipeline into FILE as Trace Event JSON, and times that build too, so
-// the bench can say what recording costs.
+// compiled in; with --backward, launch_backward_timeline) to record one run's pipeline into FILE as Trace
+// Event JSON, and times that build too, so the bench can say what recording costs.
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
@@ -139,12 +139,13 @@ void check_backward_grid(const Problem& p) {
 // one tile at N = 8k, d = 128 (a longer run fills it, and the bench says so).
 constexpr int kTimelineCapacity = 8192;
 
-// "ladder step 3, bf16, B=1 H=2 N=1024 d=128, blocks 0-3": what the run was (the harness's label form).
-std::string timeline_label(fa3::LadderStep step, const Problem& p, DType dtype, std::uint32_t first_block,
-                           std::uint32_t last_block) {
+// "ladder step 3, bf16, B=1 H=2 N=1024 d=128, blocks 0-3" (or "backward, bf16, ..."): what the run was (the
+// harness's label form).
+std::string timeline_label(fa3::LadderStep step, bool backward, const Problem& p, DType dtype,
+                           std::uint32_t first_block, std::uint32_t last_block) {
   const Shape& s = p.shape;
-  std::string label = "ladder step " + std::to_string(static_cast<int>(step)) + ", " + to_string(dtype) + ", B=" +
-                      std::to_string(s.batch);
+  std::string label = (backward ? std::string("backward") : "ladder step " + std::to_string(static_cast<int>(step))) +
+                      ", " + to_string(dtype) + ", B=" + std::to_string(s.batch);
   label += s.heads_q == s.heads_kv ? " H=" + std::to_string(s.heads_q)
                                    : " Hq=" + std::to_string(s.heads_q) + " Hkv=" + std::to_string(s.heads_kv);
   label += s.seq_q == s.seq_k ? " N=" + std::to_string(s.seq_q)
@@ -156,16 +157,20 @@ std::string timeline_label(fa3::LadderStep step, const Problem& p, DType dtype, 
 
 // After the timed runs: the timeline build once to warm up, timed (the same warm-up and iterations as
 // the plain kernel), then one recording run into a buffer filled with 0xff (a hole reads as event
-// kTimelineHole), downloaded and written to settings.timeline_path.
-BenchTimeline record_timeline(fa3::LadderStep step, const Problem& p, DType dtype, const BenchSettings& settings,
-                              fa3::Params params) {
+// kTimelineHole), downloaded and written to settings.timeline_path. `backward`: the backward's build, with
+// the backward's params.
+BenchTimeline record_timeline(fa3::LadderStep step, bool backward, const Problem& p, DType dtype,
+                              const BenchSettings& settings, fa3::Params params) {
   cuda::DeviceBuffer<TimelineRecord> records(kTimelineCapacity);
   cuda::DeviceBuffer<unsigned> count(1);
   params.timeline = records.data();
   params.timeline_count = count.data();
   params.timeline_capacity = kTimelineCapacity;
   const auto zero_count = [&] { CUDA_CHECK(cudaMemsetAsync(count.data(), 0, sizeof(unsigned), /*stream=*/0)); };
-  const auto record = [&] { fa3::launch_forward_timeline(dtype, params, /*stream=*/0, step); };
+  const auto record = [&] {
+    if (backward) fa3::launch_backward_timeline(dtype, params, /*stream=*/0);
+    else fa3::launch_forward_timeline(dtype, params, /*stream=*/0, step);
+  };
 
   BenchTimeline out;
   zero_count();
@@ -198,10 +203,11 @@ BenchTimeline record_timeline(fa3::LadderStep step, const Problem& p, DType dtyp
     out.first_block = std::min(out.first_block, r.block);
     out.last_block = std::max(out.last_block, r.block);
   }
-  // From step 2 on, warpgroup 0 is the producer; step 1's one warpgroup issues its own loads and computes.
-  const std::uint32_t producers = static_cast<int>(step) >= 2 ? 1u : 0u;
+  // From step 2 on (and in the backward), warpgroup 0 is the producer; step 1's one warpgroup issues its own
+  // loads and computes.
+  const std::uint32_t producers = backward || static_cast<int>(step) >= 2 ? 1u : 0u;
   const Timeline timeline = timeline_from_records(kept.data(), kept.size(), cuda::device_name(), "cuda-fa3-ws",
-                                                  timeline_label(step, p, dtype, out.first_block, out.last_block),
+                                                  timeline_label(step, backward, p, dtype, out.first_block, out.last_block),
                                                   producers);
   errno = 0;
   std::ofstream file(out.path, std::ios::binary);
@@ -227,7 +233,9 @@ BenchResult bench_as(fa3::LadderStep step, const Problem& p, DType dtype, const 
   const auto backward = [&] { fa3::launch_backward(dtype, backward_params, /*stream=*/0); };
   // The timed runs are the shipped kernel's, with or without a timeline asked for.
   BenchResult result = cuda::bench_passes(settings, scope, t, forward, backward);
-  if (!settings.timeline_path.empty()) result.timeline = record_timeline(step, p, dtype, settings, params);
+  if (!settings.timeline_path.empty())
+    result.timeline = settings.backward ? record_timeline(step, true, p, dtype, settings, backward_params)
+                                        : record_timeline(step, false, p, dtype, settings, params);
   return result;
 }
 

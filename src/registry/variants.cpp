@@ -305,8 +305,9 @@ void check_supported(const Variant& v, const Problem& p, DType dtype, bool backw
 }
 
 void check_records_timeline(const Variant& v, const Problem& p, bool backward) {
-  if (backward)
-    throw InputError("--timeline records the pipeline of a forward run, so it cannot be combined with --backward");
+  if (backward && v.records_timeline && !v.has_backward())
+    throw InputError("variant " + v.name + " has no backward, so --timeline with --backward has nothing to record; "
+                     "drop --backward to record its forward, or record cuda-fa3-ws's backward");
   if (!v.records_timeline) {
     std::vector<std::string> names;
     for (const Variant& w : variants())

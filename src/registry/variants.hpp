@@ -69,8 +69,8 @@ struct Variant {
   // 0: any GPU. Otherwise the one compute capability (major * 10 + minor) the kernel is compiled for,
   // e.g. 90 for sm_90a code (wgmma, setmaxnreg), which runs on compute capability 9.0 alone.
   int needs_compute_capability = 0;
-  // Its bench can record one forward run's pipeline (BenchSettings::timeline_path, `flashlab bench
-  // --timeline`): a timeline build of the kernel exists (the cuda-fa3-ws ladder).
+  // Its bench can record one run's pipeline (BenchSettings::timeline_path, `flashlab bench --timeline`):
+  // a timeline build of the kernel exists (the cuda-fa3-ws ladder; the backward too where it has one).
   bool records_timeline = false;
 
   // CPU: always; CUDA: built with CUDA, a device is present, and it has the compute capability needed.
@@ -108,8 +108,8 @@ const Variant& find_variant(std::string_view name);
 void check_supported(const Variant&, const Problem&, DType, bool backward);
 
 // Throws InputError (one sentence) unless a bench of the variant can record a timeline of this problem:
-// a forward bench (not `backward`), a variant with records_timeline (the sentence names those that have
-// it), no dropout (the timeline build has none).
+// a variant with records_timeline (the sentence names those that have it) and, for a `backward` bench, a
+// backward to record; no dropout (the timeline builds have none).
 void check_records_timeline(const Variant&, const Problem&, bool backward);
 
 bool cuda_device_present();      // false when built without CUDA

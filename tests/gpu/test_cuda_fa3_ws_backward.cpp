@@ -3,18 +3,21 @@
 // the error of naive attention run in the same low precision, plus a small slack. Inputs are fresh random
 // numbers each run (the seed is printed on failure); the variant poisons dQ, dK and dV with NaN before
 // launching, so an element it never writes fails. The forward it differentiates is its own (cuda-fa3-ws).
-// Every case runs in both dtypes, at both head dims the backward has, in the default mode and the
+// Every case runs in both dtypes, at every head dim the backward has, in the default mode and the
 // deterministic one; a separate case checks that the deterministic mode gives the same bits run after run.
 //
 // The kernel runs on compute capability 9.0 only: elsewhere the cases say so and return (the refusal
 // there is checked by gpu_fa3_ws_tests).
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
 
 #include "core/tolerance.hpp"
+#include "cuda/constraints.hpp"
 #include "cpu_reference/naive.hpp"
 #include "gpu/flashattention_rule.hpp"
 #include "gpu/fresh_inputs.hpp"
@@ -25,7 +28,7 @@ namespace {
 using namespace flashlab;
 
 constexpr DType kDtypes[] = {DType::F16, DType::BF16};
-constexpr int kBackwardHeadDims[] = {64, 128};
+using cuda::fa3_ws::kBackwardHeadDims;
 
 bool skip_unless_hopper() {
   if (cuda_compute_capability() == 90) return false;
@@ -33,7 +36,7 @@ bool skip_unless_hopper() {
   return true;
 }
 
-// The forward and backward of cuda-fa3-ws on fresh random inputs, at both head dims and dtypes, the backward in
+// The forward and backward of cuda-fa3-ws on fresh random inputs, at every head dim and dtype, the backward in
 // the default and the deterministic mode, against one reference per (head dim, dtype).
 void check_problem(Shape shape, Options options) {
   const Variant& fa3 = find_variant("cuda-fa3-ws");
@@ -86,7 +89,7 @@ TEST_CASE("cuda-fa3-ws's backward: the table row says backward, its head dims, a
   CHECK(v.has_backward());
   CHECK(v.supports.deterministic);
   REQUIRE(v.backward_head_dims.has_value());
-  CHECK(v.backward_head_dims->describe() == "64, 128");
+  CHECK(v.backward_head_dims->describe() == "64, 128, 256");
   CHECK((v.device_backward_fn != nullptr));
 }
 
@@ -160,16 +163,49 @@ TEST_CASE("cuda-fa3-ws's backward, deterministic mode: repeated runs give bit-id
       }
 }
 
-TEST_CASE("cuda-fa3-ws's backward refuses head dim 256 and cuda-fa2 refuses --deterministic, one sentence each") {
-  Problem p{.shape = Shape{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 16, .seq_k = 16, .head_dim = 256},
+TEST_CASE("cuda-fa3-ws's backward, deterministic and causal, with more K/V blocks in a head than the GPU holds at once") {
+  if (skip_unless_hopper()) return;
+  // 20000 keys are 157 K/V blocks at d <= 128 and 313 at d = 256, more than the 132 an H100 or H200 runs at once (one
+  // per SM). Causal, each block waits for the next one's addition to dQ; launched in the wrong order the resident
+  // blocks wait for blocks that cannot start, and this case never returns. The deterministic dQ is also checked
+  // against the default mode's: the same fp32 partial sums added in another order, so they may differ by about
+  // a rounding of the output dtype, never by a missing or doubled partial.
+  for (int d : kBackwardHeadDims) {
+    Shape s = shape(1, 1, 1, 20000, 20000);
+    s.head_dim = d;
+    Problem p{.shape = s, .options = opts(CausalAlign::TopLeft)};
+    const std::uint64_t seed = fresh_seed();
+    INFO(describe(p, DType::BF16, seed));
+    const Variant& fa3 = find_variant("cuda-fa3-ws");
+    const Qkv in = random_qkv(s, DType::BF16, seed);
+    const HostTensor dO = random_like_o(s, DType::BF16, seed);
+    const ForwardOut out = fa3.forward(p, DType::BF16, in, nullptr);
+    const Grads any_order = fa3.backward(p, DType::BF16, in, out, dO);
+    p.options.deterministic = true;
+    const Grads first = fa3.backward(p, DType::BF16, in, out, dO);
+    const Grads again = fa3.backward(p, DType::BF16, in, out, dO);
+    CHECK_MESSAGE(same_bits(again.dq, first.dq), "dQ differs between two deterministic runs");
+    double largest = 0;
+    for (double b : any_order.dq.data) largest = std::max(largest, std::abs(b));
+    std::size_t off = 0, first_off = 0;
+    for (std::size_t e = 0; e < any_order.dq.data.size(); ++e) {
+      const double a = first.dq.data[e], b = any_order.dq.data[e];
+      if (!(std::abs(a - b) <= std::abs(b) / 128 + largest * 1e-5) && off++ == 0) first_off = e;  // NaN fails too
+    }
+    CHECK_MESSAGE(off == 0, off << " elements of the deterministic dQ differ from the default mode's by more than a bf16 "
+                                   "rounding, the first at " << first_off << ": " << first.dq.data[first_off] << " vs "
+                                << any_order.dq.data[first_off]);
+  }
+}
+
+TEST_CASE("cuda-fa3-ws's backward refuses head dim 96 and cuda-fa2 refuses --deterministic, one sentence each") {
+  Problem p{.shape = Shape{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 16, .seq_k = 16, .head_dim = 96},
             .options = Options{}};
   const Qkv in = random_qkv(p.shape, DType::BF16, 1);
   const ForwardOut fwd{HostTensor(q_dims(p.shape)), HostTensor(lse_dims(p.shape))};
   const HostTensor dO = random_like_o(p.shape, DType::BF16, 2);
-  const std::string d256 = refusal([&] { (void)find_variant("cuda-fa3-ws").backward(p, DType::BF16, in, fwd, dO); });
-  CHECK_MESSAGE(d256 == "variant cuda-fa3-ws's backward does not support head_dim 256: it supports head dims 64, 128 "
-                        "(the forward 64, 128, 256)",
-                d256);
+  const std::string d96 = refusal([&] { (void)find_variant("cuda-fa3-ws").backward(p, DType::BF16, in, fwd, dO); });
+  CHECK_MESSAGE(d96 == "variant cuda-fa3-ws does not support head_dim 96: it supports head dims 64, 128, 256", d96);
 
   p.shape.head_dim = 64;
   p.options.deterministic = true;

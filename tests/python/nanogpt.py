@@ -44,7 +44,7 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    # Head dim 128 / 2 = 64, a size the backward of every GPU variant has (cuda-fa3-ws: 64 and 128).
+    # Head dim 128 / 2 = 64, a size the backward of every GPU variant has.
     def __init__(self, vocab, attend, n_layer=3, n_head=2, n_embd=128, block_size=64):
         super().__init__()
         self.block_size = block_size

@@ -276,8 +276,8 @@ def test_variants_say_which_backward_is_deterministic_and_at_which_head_dims():
         assert rows["cuda-fa2"]["backward_head_dims"] == rows["cuda-fa2"]["head_dims"]
         assert rows["cuda-fa3-ws"]["deterministic"] is True
         assert rows["cuda-fa3-ws"]["head_dims"] == "64, 128, 256"
-        assert rows["cuda-fa3-ws"]["backward_head_dims"] == "64, 128"
-        assert rows["cuda-fa3-ws"]["backward_head_dim_values"] == [64, 128]
+        assert rows["cuda-fa3-ws"]["backward_head_dims"] == "64, 128, 256"
+        assert rows["cuda-fa3-ws"]["backward_head_dim_values"] == [64, 128, 256]
 
 
 @pytest.mark.parametrize("variant", CPU_VARIANTS)

@@ -5,7 +5,7 @@ skipped where there is no device):
     what the copying NumPy path computes; what cannot be read in place is refused with one sentence;
   * flashlab.torch.scaled_dot_product_attention against torch.nn.functional.scaled_dot_product_attention
     under FlashAttention's rule (flashlab.within_tolerance, the library's own): forward and backward,
-    causal or not, MHA and GQA, bf16 and f16, head dims 64 and 128;
+    causal or not, MHA and GQA, bf16 and f16, head dims 64, 128 and 256;
   * a nanoGPT-style model (tests/python/nanogpt.py) trained 300 steps with PyTorch's attention and with
     each FlashLab variant that has a backward follows the same loss curve, within a stated tolerance
     that a model whose attention sees the future breaks.
@@ -162,7 +162,7 @@ def pytorch_sdpa(q, k, v, is_causal=False):
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("heads_kv", [8, 2], ids=["mha", "gqa"])
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_sdpa_matches_pytorch_under_the_flashattention_rule(dtype, is_causal, heads_kv, head_dim, variant):
     require_available(variant)
     torch.manual_seed(head_dim + heads_kv)
@@ -181,20 +181,21 @@ def test_sdpa_matches_pytorch_under_the_flashattention_rule(dtype, is_causal, he
         assert result["passes"], (name, result)
 
 
-def test_hopper_variant_at_head_dim_256_matches_pytorch_forward_and_refuses_the_backward():
-    # cuda-fa3-ws's backward has head dims 64 and 128 (test_sdpa_matches_pytorch_... runs them); at 256 the
-    # forward alone.
+def test_hopper_variant_at_head_dim_256_matches_pytorch_over_many_key_blocks():
+    # At d = 256 the backward's K/V blocks hold 64 keys and the consumers split dK, dV by columns: 1000 tokens make
+    # 16 K/V blocks and 16 query blocks, so every block walks a long pipeline and dQ sums 16 partials.
     require_available("cuda-fa3-ws")
     torch.manual_seed(7)
-    q, k, v = (torch.randn(2, 8, 1000, 256, device=CUDA, dtype=torch.bfloat16) for _ in range(3))
+    q, k, v, grad_out = (torch.randn(2, 8, 1000, 256, device=CUDA, dtype=torch.bfloat16) for _ in range(4))
     for is_causal in (False, True):
-        ours = ft.scaled_dot_product_attention(q, k, v, is_causal=is_causal, variant="cuda-fa3-ws")
-        theirs = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
-        exact = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=is_causal)
-        result = flashlab.within_tolerance(host(ours), host(exact), dtype="bf16", lowp=host(theirs))
-        assert result["passes"], result
-    with pytest.raises(ValueError, match="backward does not support head_dim 256: it supports head dims 64, 128"):
-        ft.scaled_dot_product_attention(q.requires_grad_(), k, v, variant="cuda-fa3-ws").sum().backward()
+        ours = attention_and_grads(functools.partial(ft.scaled_dot_product_attention, variant="cuda-fa3-ws"), q, k, v,
+                                   grad_out, is_causal=is_causal)
+        theirs = attention_and_grads(pytorch_sdpa, q, k, v, grad_out, is_causal=is_causal)
+        exact = attention_and_grads(pytorch_sdpa, *(x.double() for x in (q, k, v, grad_out)), is_causal=is_causal)
+        for name, mine, baseline, ref in zip(("O", "dQ", "dK", "dV"), ours, theirs, exact):
+            result = flashlab.within_tolerance(host(mine), host(ref), dtype="bf16", lowp=host(baseline),
+                                               quantity="forward" if name == "O" else "gradient")
+            assert result["passes"], (is_causal, name, result)
 
 
 def test_sdpa_refuses_what_it_cannot_do_in_one_sentence():

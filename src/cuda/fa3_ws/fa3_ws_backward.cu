@@ -24,10 +24,16 @@
 //    issued before dV_j's and dK_j's, so that it is staged while they run (not timed apart from the writer). dQ_accum holds the pieces in the
 //    consumers' register order (a 16-byte vector per thread per four registers, conflict-free to stage);
 //    convert_dq_kernel reads that order back and writes dQ = scale dQ_accum in the input dtype.
+//  * d = 256 (KvSplit::Columns): dK_j and dV_j of 64 keys would take 256 registers a thread, so a block holds 64
+//    keys, both consumers see all of them, and they split dK_j, dV_j by columns (128 each) and S^T, dP^T by
+//    queries (32 each). P^T and dS^T then go through shared memory for dV_j and dK_j (SS, as dS^T already does
+//    for dQ_i). K_j, V_j and the Q_i, dO_i stages take 192 KiB, which leaves no room to stage dQ_i: there the
+//    consumers add their pieces from the registers with red.global.add.v4.f32, in the same layout.
 //  * Deterministic mode (Params::deterministic): before adding a piece of dQ_i, the writer waits on a
 //    per-piece counter until the K/V blocks before it (j' < j, all of which see Q_i when block j does)
 //    have added theirs, adds, waits for its reduction to complete and counts itself. The sum is then
-//    taken in one order, j = 0, 1, ..., and two runs give bit-identical dQ.
+//    taken in one order, j = 0, 1, ... (causal: from the last K/V block down, with the blocks launched in that
+//    order so that none waits for a block that cannot start), and two runs give bit-identical dQ.
 //  * A producer warpgroup (24 registers) issues every copy. Its first warp loads K_j and V_j once, then per
 //    step Q_i, dO_i (TMA tiles) and L_i, D_i (bulk copies from padded scratch) into one of two stages; its
 //    second is the dQ writer. The stages are released by the
@@ -55,6 +61,7 @@
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
 #include "cuda/fa3_ws/hopper.cuh"
 #include "cuda/fa3_ws/host_checks.hpp"
+#include "cuda/fa3_ws/timeline_lane.cuh"
 
 namespace flashlab::cuda::fa3ws {
 namespace {
@@ -84,35 +91,56 @@ constexpr int kDqBuffers = 2;  // staging buffers per consumer
 // (with dQ split by rows between the consumers; 272 before S^T and dP^T were packed before the dV and dK GEMMs).
 // The one definition the host's scratch sizes use.
 __host__ __device__ constexpr int backward_block_rows(int head_dim) { return head_dim > 0 ? 64 : 0; }
+// dQ_accum's pieces (64 x 64 fp32 each) per query block: one at d = 64 (both consumers add to it), d / 64 above.
+__host__ __device__ constexpr int dq_pieces(int head_dim) { return head_dim <= 64 ? 1 : head_dim / 64; }
 
-// How the two consumers share dQ_i += dS_ij K_j (Br = 64 rows, d columns, Bc = 128 keys to sum over):
-//  * Columns (d = 128): consumer c computes columns 64 c .. 64 c + 63 over all 128 keys, so it reads the other
-//    consumer's half of dS_ij^T: both write theirs, then meet at a barrier.
+// How the two consumers share a step's dK_j, dV_j and S^T, dP^T:
+//  * Keys (d = 64, 128): Bc = 128 and consumer c owns keys 64 c .. 64 c + 63: their S^T and dP^T over all Br
+//    queries, and their rows of dK_j and dV_j (64 x d), accumulated from P^T and dS^T in its registers (RS).
+//  * Columns (d = 256): dK_j and dV_j of 64 keys would take 2 x 64 x 256 / 128 = 256 registers a thread. Bc = 64
+//    and both consumers see all 64 keys: consumer c computes S^T and dP^T for queries 32 c .. 32 c + 31, writes
+//    its half of P^T and dS^T to shared memory, and owns columns 128 c .. 128 c + 127 of dK_j and dV_j, whose
+//    GEMMs read both halves from there (SS).
+enum class KvSplit { Keys, Columns };
+
+// How the two consumers share dQ_i += dS_ij K_j (Br = 64 rows, d columns, Bc keys to sum over):
+//  * Columns (d = 128, 256): consumer c computes columns d c / 2 .. d (c + 1) / 2 - 1 over all Bc keys, in pieces of
+//    64 columns, so it reads the other consumer's half of dS_ij^T: both write theirs, then meet at a barrier.
 //  * Keys (d = 64): each consumer computes all 64 columns over its own 64 keys, from its own rows of dS_ij^T
 //    (only its own warpgroup's barrier), and both add their partial sums into the same piece of dQ_accum.
 enum class DqSplit { Columns, Keys };
 
 template <int D, bool kDropout = false>
 struct BwdConfig {
-  // dQ_i's piece is issued before dV_j and dK_j, so that it is waited for, staged and handed over while those two
-  // run. With dropout at d = 128 the keep bits leave no registers for that order (ptxas spilled 20 bytes): there
-  // dV and dK go first, and the piece is staged after all three.
-  static constexpr bool kDqFirst = !(kDropout && D == 128);
-  static constexpr int kBc = kConsumers * kKeysPerConsumer;  // 128 keys per block
+  static constexpr KvSplit kKvSplit = D == 256 ? KvSplit::Columns : KvSplit::Keys;
+  static constexpr bool kKvByKeys = kKvSplit == KvSplit::Keys;
+  static constexpr int kBc = kKvByKeys ? kConsumers * kKeysPerConsumer : kKeysPerConsumer;  // 128 or 64 keys per block
   static constexpr int kBr = backward_block_rows(D);
+  static constexpr int kSQueries = kKvByKeys ? kBr : kBr / kConsumers;  // queries of a consumer's S^T, dP^T (wgmma N)
+  static constexpr int kKvCols = kKvByKeys ? D : D / kConsumers;        // columns of a consumer's dK_j, dV_j
   static constexpr DqSplit kDqSplit = D == 64 ? DqSplit::Keys : DqSplit::Columns;
-  // dQ_accum's pieces per query block: a consumer's 64 x 64 of dQ_i (Columns: two; Keys: one, both add to it).
-  static constexpr int kDqPieces = kDqSplit == DqSplit::Columns ? kConsumers : 1;
-  static constexpr int kDqCols = D / kDqPieces;
-  static_assert(kBr == 64 && kDqCols == 64 && kPanelCols == 64, "a dQ piece is 64 x 64: one panel of K_j, wgmma_ss_tt's N");
+  static constexpr int kDqPieces = dq_pieces(D);  // per query block
+  static constexpr int kDqPiecesPerConsumer = kDqSplit == DqSplit::Columns ? kDqPieces / kConsumers : 1;
+  static constexpr int kDqCols = 64;
+  static_assert(kBr == 64 && kDqCols == kPanelCols && D == kDqPieces * kDqCols,
+                "a dQ piece is 64 x 64: one panel of K_j, wgmma_ss_tt's N");
+  // dQ's way out. Keys: staged in shared memory and added by the writer warp's bulk reductions. Columns: K_j, V_j
+  // and two stages of Q_i, dO_i take 192 KiB of the 227, P^T and dS^T 32 more, which leaves no room to stage dQ_i's
+  // 64 KiB: each thread adds its registers with red.global.add.v4.f32 (16 bytes a vector, coalesced per warp).
+  static constexpr bool kDqWriter = kKvByKeys;
+  // dQ_i's pieces are issued before dV_j and dK_j, so that they are waited for and sent out while those two run.
+  // With dropout at d = 128 the keep bits leave no registers for that order (ptxas spilled 20 bytes): there dV and
+  // dK go first, and the piece is staged after all three.
+  static constexpr bool kDqFirst = !(kDropout && D == 128);
   static constexpr int kDqPieceFloats = kBr * kDqCols;
-  static constexpr int kNS = kBr / 2;       // S^T, dP^T accumulator floats per thread: (64 keys, Br)
-  static constexpr int kNKV = D / 2;        // dK, dV accumulator floats per thread: (64 keys, d)
-  static constexpr int kNQ = kDqCols / 2;   // dQ piece accumulator floats per thread: (64, 64)
-  static constexpr int kKSteps = kBr / 16;  // k-steps of dV += P^T dO and dK += dS^T Q
+  static constexpr int kNS = kSQueries / 2;  // S^T, dP^T accumulator floats per thread: (64 keys, kSQueries)
+  static constexpr int kNKV = kKvCols / 2;   // dK, dV accumulator floats per thread: (64 keys, kKvCols)
+  static constexpr int kNQ = kDqCols / 2;    // dQ piece accumulator floats per thread: (64, 64)
+  static constexpr int kPackSteps = kSQueries / 16;  // 16-query groups of a consumer's P^T, dS^T (RS: A fragments)
+  static constexpr int kKSteps = kBr / 16;           // k-steps of dV += P^T dO and dK += dS^T Q
 
-  // Shared memory: K_j, V_j (Bc, d); kStages x Q_i, dO_i (Br, d); two dS^T buffers (Bc, Br); each consumer's
-  // dQ staging (64 x 64 fp32); kStages x L_i, D_i (Br fp32); then the mbarriers.
+  // Shared memory: K_j, V_j (Bc, d); kStages x Q_i, dO_i (Br, d); two dS^T buffers (Bc, Br) and, Columns, two P^T
+  // buffers; Keys: each consumer's dQ staging (2 x 64 x 64 fp32); kStages x L_i, D_i (Br fp32); then the mbarriers.
   static constexpr int kKVBytes = kBc * D * kElemBytes;
   static constexpr int kQBytes = kBr * D * kElemBytes;
   static constexpr int kDsBytes = kBc * kBr * kElemBytes;
@@ -123,8 +151,9 @@ struct BwdConfig {
   static constexpr int kQOffset = kVOffset + kKVBytes;
   static constexpr int kDOOffset = kQOffset + kStages * kQBytes;
   static constexpr int kDsOffset = kDOOffset + kStages * kQBytes;
-  static constexpr int kDqOffset = kDsOffset + 2 * kDsBytes;
-  static constexpr int kLOffset = kDqOffset + kConsumers * kDqBuffers * kDqBytes;
+  static constexpr int kPtOffset = kDsOffset + 2 * kDsBytes;
+  static constexpr int kDqOffset = kPtOffset + (kKvByKeys ? 0 : 2 * kDsBytes);
+  static constexpr int kLOffset = kDqOffset + (kDqWriter ? kConsumers * kDqBuffers * kDqBytes : 0);
   static constexpr int kDiOffset = kLOffset + kStages * kRowStatBytes;
   static constexpr int kBarOffset = kDiOffset + kStages * kRowStatBytes;
   // Barriers: K_j and V_j full (once); per stage full and empty.
@@ -146,7 +175,12 @@ struct KeyBlock {
 template <int kBr, int kBc>
 __device__ KeyBlock key_block(const Params& p) {
   KeyBlock kb;
-  kb.j = static_cast<int>(blockIdx.x);
+  // Deterministic and causal, the K/V blocks add to dQ_i from the last to the first (dq_turn), and they are
+  // launched in that order too: a block then waits only for blocks launched before it, which run or are done.
+  // Launched the other way round, once a head has more K/V blocks than the GPU holds at once, every resident block
+  // would wait for one that has no SM to run on.
+  const int n_kv = (p.seq_k + kBc - 1) / kBc;
+  kb.j = p.deterministic && p.align != CausalAlign::None ? n_kv - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
   kb.b = static_cast<int>(blockIdx.y) / p.heads_kv;
   kb.h_kv = static_cast<int>(blockIdx.y) % p.heads_kv;
   kb.key0 = kb.j * kBc;
@@ -197,11 +231,14 @@ struct BwdMaps {
 
 // One elected thread: K_j and V_j once, then each step's Q_i, dO_i, L_i and D_i into stage step % kStages,
 // once the consumers have released it.
-template <int D, bool kDropout>
-__device__ void produce(const Params& p, const BwdMaps& maps, const KeyBlock& kb, unsigned char* smem, std::uint64_t* bars) {
+template <int D, bool kDropout, bool kTimeline>
+__device__ void produce(const Params& p, const BwdMaps& maps, const KeyBlock& kb, unsigned char* smem, std::uint64_t* bars,
+                        TimelineLane<kTimeline>& tl) {
   using Cfg = BwdConfig<D, kDropout>;
+  using TL = TimelineLane<kTimeline>;
   constexpr int kPanels = D / kPanelCols;
   if (kb.n_steps == 0) return;  // no query sees the block: dK_j = dV_j = 0, nothing to load
+  tl.instant(p, PipelineEvent::TmaIssue, TL::now());
   mbar_arrive_expect_tx(&bars[Cfg::kKVFull], 2 * Cfg::kKVBytes);
 #pragma unroll
   for (int pnl = 0; pnl < kPanels; ++pnl) {
@@ -213,7 +250,11 @@ __device__ void produce(const Params& p, const BwdMaps& maps, const KeyBlock& kb
   const int padded_rows = kb.n_q * Cfg::kBr;
   for (int step = 0; step < kb.n_steps; ++step) {
     const int stage = step % kStages;
+    const std::uint64_t t0 = TL::now();
     mbar_wait(&bars[Cfg::kEmpty + stage], ((step / kStages) & 1) ^ 1);
+    const std::uint64_t t1 = TL::now();
+    tl.waited(p, t0, t1);
+    tl.instant(p, PipelineEvent::TmaIssue, t1);
     const int h = kb.head(step), row0 = kb.q_block(step) * Cfg::kBr;
     std::uint64_t* full = &bars[Cfg::kFull + stage];
     mbar_arrive_expect_tx(full, Cfg::kStepTxBytes);
@@ -250,7 +291,7 @@ __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence
 // starts at query block i_first(j), later than block j - 1 does, so in that order it would reach every query
 // block before its predecessor and wait there, and the blocks would run one after another: the order is
 // reversed instead (the last K/V block that sees Q_i adds first), so that each block's predecessor in the
-// order is ahead of it in its walk.
+// order is ahead of it in its walk (and key_block launches the blocks in that order).
 template <int kBr, int kBc, int kDqPieces>
 __device__ int dq_turn(const Params& p, const KeyBlock& kb, int i, int c) {
   int turn = kb.j;
@@ -305,27 +346,36 @@ __device__ void write_dq(const Params& p, const KeyBlock& kb, unsigned char* sme
   if (lane == 0) ptx::cp_async_bulk_wait_group_read(ptx::n32_t<0>{});  // staging read before the block exits
 }
 
-template <class T, int D, bool kDropout>
+template <class T, int D, bool kDropout, bool kTimeline>
 struct Consumer {
   using Cfg = BwdConfig<D, kDropout>;
+  using TL = TimelineLane<kTimeline>;
   static constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kNS = Cfg::kNS, kNKV = Cfg::kNKV, kNQ = Cfg::kNQ,
-                       kKSteps = Cfg::kKSteps;
+                       kKSteps = Cfg::kKSteps, kPackSteps = Cfg::kPackSteps, kPieces = Cfg::kDqPiecesPerConsumer;
+  static constexpr bool kKvByKeys = Cfg::kKvByKeys;
+  static constexpr int kKeepWords = (kNS / 2 + 31) / 32;
   const Params& p;
   const KeyBlock& kb;
   unsigned char* smem;
   std::uint64_t* bars;
-  int c;           // consumer index: keys 64 c .. 64 c + 63 of the block
+  int c;           // consumer index: keys 64 c .. 64 c + 63 of the block (KvSplit::Keys), or its half (Columns)
   int tid;         // thread index within the warpgroup
   int warp, g, t;  // warp in the warpgroup, lane / 4, lane % 4
+  mutable TL tl{};  // this warpgroup's timeline lane (thread 0 records)
 
   __device__ std::uint32_t k_addr() const { return smem_u32(smem + Cfg::kKOffset); }
   __device__ std::uint32_t q_addr(int stage) const { return smem_u32(smem + Cfg::kQOffset + stage * Cfg::kQBytes); }
   __device__ std::uint32_t do_addr(int stage) const { return smem_u32(smem + Cfg::kDOOffset + stage * Cfg::kQBytes); }
   __device__ unsigned char* ds_tile(int buffer) const { return smem + Cfg::kDsOffset + buffer * Cfg::kDsBytes; }
-  // This consumer's 64 rows of a (Bc, d) tile: 64 c rows into each of its panels.
-  __device__ std::uint32_t my_rows(std::uint32_t tile) const { return tile + c * kKeysPerConsumer * kPanelRowBytes; }
+  __device__ unsigned char* pt_tile(int buffer) const { return smem + Cfg::kPtOffset + buffer * Cfg::kDsBytes; }
+  // This consumer's keys of the block: its 64 rows (Keys), or all 64 (Columns).
+  __device__ int key_row0() const { return kKvByKeys ? c * kKeysPerConsumer : 0; }
+  __device__ std::uint32_t my_rows(std::uint32_t tile) const { return tile + key_row0() * kPanelRowBytes; }
+  // This consumer's first query of the step's S^T, dP^T (within the block of Br), and first column of dK_j, dV_j.
+  __device__ int query0() const { return kKvByKeys ? 0 : c * Cfg::kSQueries; }
+  __device__ int kv_col0() const { return kKvByKeys ? 0 : c * Cfg::kKvCols; }
   // Key of this thread's accumulator rows (half hf): 16 warp + g + 8 hf of the consumer's 64.
-  __device__ int key_of(int hf) const { return kb.key0 + c * kKeysPerConsumer + 16 * warp + g + 8 * hf; }
+  __device__ int key_of(int hf) const { return kb.key0 + key_row0() + 16 * warp + g + 8 * hf; }
 
   // One arrival per consumer warp (the empty barriers count 4 per consumer).
   __device__ void release(int bar) const {
@@ -333,56 +383,81 @@ struct Consumer {
     if (tid % 32 == 0) mbar_arrive(&bars[bar]);
   }
 
-  // A^T-form products of this consumer's 64 keys: acc = X_c Y^T with X_c its rows of K_j or V_j and Y = Q_i
-  // or dO_i (both K-major): S_ij^T or dP_ij^T, (64, Br).
+  // A^T-form products of this consumer's 64 keys: acc = X_c Y^T with X_c its rows of K_j or V_j and Y its queries
+  // of Q_i or dO_i (both K-major): S_ij^T or dP_ij^T, (64, kSQueries).
   __device__ void issue_transposed(float (&acc)[kNS], std::uint32_t x_tile, std::uint32_t y_tile) const {
-    const std::uint32_t xa = opaque(my_rows(x_tile)), ya = opaque(y_tile);
+    const std::uint32_t xa = opaque(my_rows(x_tile)), ya = opaque(y_tile + query0() * kPanelRowBytes);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-      wgmma_ss<T, kBr>(acc, desc_k_major(xa, kBc, kk), desc_k_major(ya, kBr, kk), kk > 0 ? 1 : 0);
+      wgmma_ss<T, Cfg::kSQueries>(acc, desc_k_major(xa, kBc, kk), desc_k_major(ya, kBr, kk), kk > 0 ? 1 : 0);
   }
-  // acc (64, d) += A (64, Br) Y (Br, d): A from the registers (P^T or dS^T), Y = dO_i or Q_i MN-major.
-  __device__ void issue_accumulate(float (&acc)[kNKV], const std::uint32_t (&a)[kKSteps][4], std::uint32_t y_tile) const {
-    const std::uint32_t ya = opaque(y_tile);
+  // acc (64, kKvCols) += A (64, Br) Y (Br, kKvCols), Y = this consumer's columns of dO_i or Q_i, MN-major. Keys: A
+  // (P^T or dS^T) from the registers; Columns: from its (Bc, Br) tile in shared memory, K-major.
+  __device__ void issue_accumulate(float (&acc)[kNKV], const std::uint32_t (&a)[kPackSteps][4], std::uint32_t a_tile,
+                                   std::uint32_t y_tile) const {
+    const std::uint32_t ya = opaque(y_tile + kv_col0() / kPanelCols * kBr * kPanelRowBytes);
+    if constexpr (kKvByKeys) {
+      (void)a_tile;
 #pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks) wgmma_rs<T, D>(acc, a[ks], desc_mn_major(ya, kBr, ks), 1);
+      for (int ks = 0; ks < kKSteps; ++ks) wgmma_rs<T, Cfg::kKvCols>(acc, a[ks], desc_mn_major(ya, kBr, ks), 1);
+    } else {
+      (void)a;
+      const std::uint32_t aa = opaque(a_tile);
+#pragma unroll
+      for (int ks = 0; ks < kKSteps; ++ks)
+        wgmma_ss_nt<T, Cfg::kKvCols>(acc, desc_k_major(aa, kBc, ks), desc_mn_major(ya, kBr, ks), 1);
+    }
   }
-  // This consumer's 64 x 64 of dQ_i = dS_ij K_j (DqSplit): dS from the dS^T tile (keys, queries), K_j from
-  // its (keys, d) tile, both MN-major. Columns: K_j's panel c, summed over all Bc keys; Keys: this
-  // consumer's 64 rows of both tiles.
-  __device__ void issue_dq(float (&dq)[kNQ], int buffer) const {
+  // This consumer's 64 x 64 piece pc of dQ_i = dS_ij K_j (DqSplit): dS from the dS^T tile (keys, queries), K_j
+  // from its (keys, d) tile, both MN-major. Columns: K_j's panel c kPieces + pc, summed over all Bc keys; Keys:
+  // this consumer's 64 rows of both tiles.
+  __device__ void issue_dq(float (&dq)[kNQ], int buffer, int pc) const {
     constexpr bool kByKeys = Cfg::kDqSplit == DqSplit::Keys;
     constexpr int kKeys = kByKeys ? kKeysPerConsumer : kBc;
     const std::uint32_t ds = smem_u32(ds_tile(buffer)) + (kByKeys ? c * kKeysPerConsumer * kPanelRowBytes : 0);
-    const std::uint32_t k = k_addr() + (kByKeys ? c * kKeysPerConsumer * kPanelRowBytes : c * kBc * kPanelRowBytes);
+    const std::uint32_t k =
+        k_addr() + (kByKeys ? c * kKeysPerConsumer * kPanelRowBytes : (c * kPieces + pc) * kBc * kPanelRowBytes);
     const std::uint32_t dsa = opaque(ds), ka = opaque(k);
 #pragma unroll
     for (int s = 0; s < kKeys / 16; ++s) wgmma_ss_tt<T, 64>(dq, desc_mn_major(dsa, kBc, s), desc_mn_major(ka, kBc, s), s > 0 ? 1 : 0);
   }
-  // Where dS_ij^T is complete enough for this consumer's dQ GEMM: both consumers' halves (Columns), or its own.
-  __device__ void sync_ds_written() const {
-    if constexpr (Cfg::kDqSplit == DqSplit::Columns) named_barrier_sync(kBarDsWritten, kConsumers * kWarpgroupThreads);
+  // Where the tiles are complete enough for this consumer's GEMMs: both consumers' halves (P^T and dS^T under
+  // KvSplit::Columns; dS^T under DqSplit::Columns), or its own.
+  __device__ void sync_tiles_written() const {
+    if constexpr (Cfg::kDqSplit == DqSplit::Columns || !kKvByKeys) named_barrier_sync(kBarDsWritten, kConsumers * kWarpgroupThreads);
     else named_barrier_sync(kBarConsumerBase + c, kWarpgroupThreads);
   }
 
-  // Keep bits of this thread's elements of P_ij^T (bit 2 i + e of word hf: query column 8 i + 2 t + e, key
-  // key_of(hf)): one Philox draw per element, as the forward's mask (core/philox.hpp) has it. Transposed,
-  // a thread's keys are not four in a row, so each draw serves one element (slower, and exact).
-  __device__ void keep_bits(int h, int row0, std::uint32_t (&keep)[2][(kNS / 2 + 31) / 32]) const {
+  // Keep bits of this thread's elements of P_ij^T (bit 2 i + e of word hf: query column query0 + 8 i + 2 t + e, key
+  // key_of(hf)): one Philox draw per element, as the forward's mask (core/philox.hpp) has it. Transposed, a
+  // thread's keys are not four in a row, so each draw serves one element (slower, and exact).
+  __device__ void keep_bits(int h, int row0, std::uint32_t (&keep)[2][kKeepWords]) const {
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const int key = key_of(hf);
 #pragma unroll
-      for (int w = 0; w < (kNS / 2 + 31) / 32; ++w) keep[hf][w] = 0u;
+      for (int w = 0; w < kKeepWords; ++w) keep[hf][w] = 0u;
 #pragma unroll 1
       for (int i = 0; i < kNS / 4; ++i)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int bit = 2 * i + e;
-          if (dropout_keep(p.seed, p.drop_threshold, kb.b, h, row0 + 8 * i + 2 * t + e, key))
+          if (dropout_keep(p.seed, p.drop_threshold, kb.b, h, row0 + query0() + 8 * i + 2 * t + e, key))
             keep[hf][bit / 32] |= 1u << (bit % 32);
         }
     }
+  }
+
+  // Writes this consumer's packed (64 keys, kSQueries) part of P^T or dS^T into a (Bc, Br) tile: register pair
+  // x[ks][q] is key row key_row0 + 16 warp + g + 8 (q % 2), query columns query0 + 16 ks + 8 (q / 2) + 2 t, + 1.
+  __device__ void store_tile(std::uint32_t tile, const std::uint32_t (&x)[kPackSteps][4]) const {
+#pragma unroll
+    for (int ks = 0; ks < kPackSteps; ++ks)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int row = key_row0() + 16 * warp + g + 8 * (q % 2), col = query0() + 16 * ks + 8 * (q / 2) + 2 * t;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + swizzle128_offset(row, col, kBc)), "r"(x[ks][q]) : "memory");
+      }
   }
 
   // Stages this consumer's dQ piece in shared memory in register order (thread tid's registers 4 q .. 4 q + 3 at
@@ -400,19 +475,73 @@ struct Consumer {
   // warp.
   __device__ void hand_dq_piece(const float (&dq)[kNQ], int n) const {
     const int b = n % kDqBuffers;
-    if (n >= kDqBuffers) named_barrier_sync(kBarDqEmpty + 2 * c + b, kDqHandoffThreads);
+    if (n >= kDqBuffers) {
+      const std::uint64_t t0 = TL::now();
+      named_barrier_sync(kBarDqEmpty + 2 * c + b, kDqHandoffThreads);
+      tl.waited(p, t0, TL::now());
+    }
     stage_dq(reinterpret_cast<float*>(smem + Cfg::kDqOffset + (c * kDqBuffers + b) * Cfg::kDqBytes), dq);
     named_barrier_arrive(kBarDqFull + 2 * c + b, kDqHandoffThreads);
+  }
+  // Without a writer warp (DqSplit::Columns at d = 256): adds this consumer's pieces of dQ_i (head h, query block i)
+  // to dQ_accum from the registers, in the staged layout (float4 q * 128 + tid of each piece). Deterministic: after
+  // the pieces' earlier additions (dq_turn), and counted once every thread's are issued (the barrier orders them
+  // before thread 0's release).
+  __device__ void add_dq_pieces(const float (&dq)[kPieces][kNQ], int h, int i) const {
+    const std::int64_t first =
+        ((std::int64_t(kb.b) * p.heads_q + h) * kb.n_q + i) * Cfg::kDqPieces + c * kPieces;
+    if (p.deterministic) {
+      if (tid == 0) {
+        const int turn = dq_turn<kBr, kBc, Cfg::kDqPieces>(p, kb, i, c);
+#pragma unroll
+        for (int pc = 0; pc < kPieces; ++pc) wait_counter(p.dq_semaphore + first + pc, turn);
+      }
+      named_barrier_sync(kBarConsumerBase + c, kWarpgroupThreads);
+    }
+#pragma unroll
+    for (int pc = 0; pc < kPieces; ++pc) {
+      float* at = p.dq_accum + (first + pc) * Cfg::kDqPieceFloats + tid * 4;
+#pragma unroll
+      for (int q = 0; q < kNQ / 4; ++q)
+        asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(at + q * kWarpgroupThreads * 4),
+                     "f"(dq[pc][4 * q]), "f"(dq[pc][4 * q + 1]), "f"(dq[pc][4 * q + 2]), "f"(dq[pc][4 * q + 3])
+                     : "memory");
+    }
+    if (p.deterministic) {
+      named_barrier_sync(kBarConsumerBase + c, kWarpgroupThreads);
+      if (tid == 0) {
+        __threadfence();
+#pragma unroll
+        for (int pc = 0; pc < kPieces; ++pc)
+          asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(p.dq_semaphore + first + pc) : "memory");
+      }
+    }
+  }
+  // Sends step n's pieces of dQ_i out: to the writer warp, or straight to dQ_accum.
+  __device__ void send_dq(const float (&dq)[kPieces][kNQ], int n, int h, int i) const {
+    if constexpr (Cfg::kDqWriter) {
+      static_assert(kPieces == 1, "the writer warp takes one piece per consumer and step");
+      (void)h, (void)i;
+      hand_dq_piece(dq[0], n);
+    } else {
+      (void)n;
+      add_dq_pieces(dq, h, i);
+    }
   }
 
   // One step: query block i of query head h, stage `stage` of the pipeline.
   __device__ void step(int n, float (&dk)[kNKV], float (&dv)[kNKV]) const {
     const int stage = n % kStages;
     const int h = kb.head(n), i = kb.q_block(n), row0 = i * kBr;
+    std::uint64_t t0 = TL::now();
     mbar_wait(&bars[Cfg::kFull + stage], (n / kStages) & 1);
+    const std::uint64_t landed = TL::now();
+    tl.waited(p, t0, landed);
+    tl.instant(p, PipelineEvent::TmaLanded, landed);
 
-    // S_ij^T = K_j Q_i^T and dP_ij^T = V_j dO_i^T, one group each.
+    // S_ij^T = K_j Q_i^T and dP_ij^T = V_j dO_i^T (this consumer's keys and queries), one group each.
     float st[kNS], dpt[kNS];
+    tl.instant(p, PipelineEvent::WgmmaIssue, TL::now());
     wgmma_fence();
     issue_transposed(st, smem_u32(smem + Cfg::kKOffset), q_addr(stage));
     wgmma_commit_group();
@@ -420,10 +549,12 @@ struct Consumer {
     wgmma_commit_group();
     wgmma_wait_group<1>();
     reg_fence(st);
+    const std::uint64_t pointwise = TL::now();
+    tl.instant(p, PipelineEvent::WgmmaWait, pointwise);
 
     // P_ij^T = exp2(scale log2(e) S^T - L_i log2(e)), L_i per column; the causal mask only on blocks that cross
-    // the diagonal. Columns of this thread: 8 i + 2 t + e.
-    const float* L = reinterpret_cast<const float*>(smem + Cfg::kLOffset + stage * Cfg::kRowStatBytes);
+    // the diagonal. Columns of this thread: query0 + 8 i + 2 t + e.
+    const float* L = reinterpret_cast<const float*>(smem + Cfg::kLOffset + stage * Cfg::kRowStatBytes) + query0();
 #pragma unroll
     for (int ii = 0; ii < kNS / 4; ++ii) {
       const float2 l = *reinterpret_cast<const float2*>(L + 8 * ii + 2 * t);
@@ -433,25 +564,26 @@ struct Consumer {
         st[4 * ii + 2 * hf + 1] = fast_exp2(fmaf(st[4 * ii + 2 * hf + 1], p.scale_log2, -l.y));
       }
     }
+    const int q_row0 = row0 + query0();
     if (p.align != CausalAlign::None &&
-        tile_needs_mask(p.align, row0, kb.key0 + (c + 1) * kKeysPerConsumer, p.seq_q, p.seq_k)) {
+        tile_needs_mask(p.align, q_row0, kb.key0 + key_row0() + kKeysPerConsumer, p.seq_q, p.seq_k)) {
 #pragma unroll
       for (int ii = 0; ii < kNS / 4; ++ii)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int last = last_visible_key(p.align, row0 + 8 * ii + 2 * t + e, p.seq_q, p.seq_k);
+          const int last = last_visible_key(p.align, q_row0 + 8 * ii + 2 * t + e, p.seq_q, p.seq_k);
 #pragma unroll
           for (int hf = 0; hf < 2; ++hf)
             if (key_of(hf) > last) st[4 * ii + 2 * hf + e] = 0.f;
         }
     }
 
-    // dS_ij^T = P_ij^T o (dP_ij^T o Z - D_i), D_i per column, Z the dropout mask scaled by 1 / (1 - p). Then
-    // dV_j += (P_ij o Z)^T dO_i and dK_j += dS_ij^T Q_i, issued together, with P^T o Z and dS^T packed as A
-    // fragments (k-step ks is query columns 16 ks .. 16 ks + 15: registers 8 ks .. 8 ks + 7). Both are
-    // packed before either GEMM is issued, so that S^T and dP^T (fp32) are dead when the packed fragments
-    // and the GEMMs' accumulators are live: dK_j and dV_j alone take 128 registers at d = 128.
-    std::uint32_t keep[2][(kNS / 2 + 31) / 32] = {};
+    // dS_ij^T = P_ij^T o (dP_ij^T o Z - D_i), D_i per column, Z the dropout mask scaled by 1 / (1 - p). P^T o Z and
+    // dS^T are packed (group ks is query columns 16 ks .. 16 ks + 15: registers 8 ks .. 8 ks + 7; under KvSplit::Keys
+    // the A fragments of dV_j += (P_ij o Z)^T dO_i and dK_j += dS_ij^T Q_i), both before either GEMM is issued, so
+    // that S^T and dP^T (fp32) are dead when the packed pairs and the GEMMs' accumulators are live: dK_j and dV_j
+    // alone take 128 registers.
+    std::uint32_t keep[2][kKeepWords] = {};
     if constexpr (kDropout) keep_bits(h, row0, keep);
     else (void)keep;
     auto z = [&](int hf, int ii, int e) {
@@ -465,10 +597,10 @@ struct Consumer {
     };
     wgmma_wait_group<0>();
     reg_fence(dpt);
-    const float* Di = reinterpret_cast<const float*>(smem + Cfg::kDiOffset + stage * Cfg::kRowStatBytes);
-    std::uint32_t pf[kKSteps][4], dsf[kKSteps][4];
+    const float* Di = reinterpret_cast<const float*>(smem + Cfg::kDiOffset + stage * Cfg::kRowStatBytes) + query0();
+    std::uint32_t pf[kPackSteps][4], dsf[kPackSteps][4];
 #pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks)
+    for (int ks = 0; ks < kPackSteps; ++ks)
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const int r = 8 * ks + 2 * q, ii = r / 4, hf = (r / 2) % 2;
@@ -477,50 +609,54 @@ struct Consumer {
         dsf[ks][q] = pack2<T>(st[r] * (dpt[r] * z0 - d.x), st[r + 1] * (dpt[r + 1] * z1 - d.y));
         pf[ks][q] = pack2<T>(st[r] * z0, st[r + 1] * z1);
       }
-    if constexpr (!Cfg::kDqFirst) {  // dV_j += (P_ij o Z)^T dO_i and dK_j += dS_ij^T Q_i now
+    tl.span(p, PipelineEvent::Softmax, pointwise);  // the pointwise part: P^T, dS^T (with dP^T's wait)
+    const std::uint32_t ds = smem_u32(ds_tile(n % 2)), pt = smem_u32(pt_tile(n % 2));
+    if constexpr (!Cfg::kDqFirst) {  // dV_j += (P_ij o Z)^T dO_i and dK_j += dS_ij^T Q_i now (KvSplit::Keys)
+      static_assert(kKvByKeys, "dV and dK read P^T and dS^T from shared memory under KvSplit::Columns: they wait for the barrier");
       wgmma_fence();
-      issue_accumulate(dv, pf, do_addr(stage));
-      issue_accumulate(dk, dsf, q_addr(stage));
+      issue_accumulate(dv, pf, pt, do_addr(stage));
+      issue_accumulate(dk, dsf, ds, q_addr(stage));
       wgmma_commit_group();
     }
 
-    // dS_ij^T into shared memory for dQ: register pair dsf[ks][q] is key row 16 warp + g + 8 (q % 2), query
-    // columns 16 ks + 8 (q / 2) + 2 t, 2 t + 1. Two buffers, one barrier per step: a consumer writes buffer
-    // n % 2 only after both passed step n - 1's barrier, i.e. after the other's dQ GEMM of step n - 2 was done.
-    const std::uint32_t ds = smem_u32(ds_tile(n % 2));
-#pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int row = c * kKeysPerConsumer + 16 * warp + g + 8 * (q % 2), col = 16 * ks + 8 * (q / 2) + 2 * t;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds + swizzle128_offset(row, col, kBc)), "r"(dsf[ks][q]) : "memory");
-      }
+    // dS_ij^T (and, Columns, P_ij^T) into shared memory, buffer n % 2: two buffers, one barrier per step. A
+    // consumer writes buffer n % 2 only after both passed step n - 1's barrier, i.e. after the other's GEMMs of
+    // step n - 2 were done.
+    store_tile(ds, dsf);
+    if constexpr (!kKvByKeys) store_tile(pt, pf);
     fence_proxy_async_smem();
-    sync_ds_written();
+    t0 = TL::now();
+    sync_tiles_written();
+    tl.waited(p, t0, TL::now());
 
-    // dQ_i's piece (dS_ij K_j), then (kDqFirst) dV_j and dK_j behind it: the piece is waited for, staged and handed
-    // to the writer warp while those two run.
-    float dq[kNQ];
+    // dQ_i's pieces (dS_ij K_j), then (kDqFirst) dV_j and dK_j behind them: the pieces are waited for and sent out
+    // while those two run.
+    float dq[kPieces][kNQ];
+    tl.instant(p, PipelineEvent::WgmmaIssue, TL::now());
     wgmma_fence();
-    issue_dq(dq, n % 2);
+#pragma unroll
+    for (int pc = 0; pc < kPieces; ++pc) issue_dq(dq[pc], n % 2, pc);
     wgmma_commit_group();
     if constexpr (Cfg::kDqFirst) {
-      issue_accumulate(dv, pf, do_addr(stage));
-      issue_accumulate(dk, dsf, q_addr(stage));
+      issue_accumulate(dv, pf, pt, do_addr(stage));
+      issue_accumulate(dk, dsf, ds, q_addr(stage));
       wgmma_commit_group();
       wgmma_wait_group<1>();
       reg_fence(dq);
-      hand_dq_piece(dq, n);
+      tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
+      send_dq(dq, n, h, i);
     }
     wgmma_wait_group<0>();
     reg_fence(dq);
     reg_fence(dk);
     reg_fence(dv);
+    tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
     release(Cfg::kEmpty + stage);  // Q_i, dO_i, L_i, D_i are read
-    if constexpr (!Cfg::kDqFirst) hand_dq_piece(dq, n);
+    if constexpr (!Cfg::kDqFirst) send_dq(dq, n, h, i);
   }
 
-  // dK_j = scale dK_j and dV_j in the input dtype, rows past the end of the keys dropped.
+  // dK_j = scale dK_j and dV_j in the input dtype (this consumer's rows and columns), rows past the end of the
+  // keys dropped.
   __device__ void epilogue(float (&dk)[kNKV], float (&dv)[kNKV]) const {
     T* dk_out = static_cast<T*>(p.dk);
     T* dv_out = static_cast<T*>(p.dv);
@@ -528,7 +664,7 @@ struct Consumer {
     for (int hf = 0; hf < 2; ++hf) {
       const int key = key_of(hf);
       if (key >= p.seq_k) continue;
-      const std::int64_t at = ((std::int64_t(kb.b) * p.seq_k + key) * p.heads_kv + kb.h_kv) * D + 2 * t;
+      const std::int64_t at = ((std::int64_t(kb.b) * p.seq_k + key) * p.heads_kv + kb.h_kv) * D + kv_col0() + 2 * t;
 #pragma unroll
       for (int ii = 0; ii < kNKV / 4; ++ii) {
         *reinterpret_cast<std::uint32_t*>(dk_out + at + 8 * ii) = pack2<T>(dk[4 * ii + 2 * hf] * p.scale, dk[4 * ii + 2 * hf + 1] * p.scale);
@@ -557,15 +693,18 @@ struct Consumer {
         self.g = opaque(g);
         self.t = opaque(t);
         self.step(n, dk, dv);
+        tl = self.tl;  // the timeline lane's slot state goes on to the next step
       }
     }
+    const std::uint64_t t0 = TL::now();
     epilogue(dk, dv);
+    tl.span(p, PipelineEvent::Epilogue, t0);
   }
 };
 
 // ---- kernel -----------------------------------------------------------------------------------------------
 
-template <class T, int D, bool kDropout>
+template <class T, int D, bool kDropout, bool kTimeline>
 __global__ void __launch_bounds__(kThreads, 1)
     fa3_ws_backward_kernel(const __grid_constant__ Params p, const __grid_constant__ BwdMaps maps) {
   using Cfg = BwdConfig<D, kDropout>;
@@ -586,12 +725,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
   if (wg == 0) {
     setmaxnreg_dec<kProducerRegs>();
-    if (tid / 32 == 0 && elect_one()) produce<D, kDropout>(p, maps, kb, smem, bars);
-    if (tid / 32 == 1) write_dq<D, kDropout>(p, kb, smem, tid % 32);
+    if (tid / 32 == 0 && elect_one()) {
+      TimelineLane<kTimeline> tl;
+      tl.start(p, true);
+      produce<D, kDropout>(p, maps, kb, smem, bars, tl);
+    }
+    if constexpr (Cfg::kDqWriter)
+      if (tid / 32 == 1) write_dq<D, kDropout>(p, kb, smem, tid % 32);
   } else {
     setmaxnreg_inc<kConsumerRegs>();
     const int lane = tid % 32;
-    const Consumer<T, D, kDropout> consumer{p, kb, smem, bars, wg - 1, tid, tid / 32, lane / 4, lane % 4};
+    const Consumer<T, D, kDropout, kTimeline> consumer{p, kb, smem, bars, wg - 1, tid, tid / 32, lane / 4, lane % 4};
+    consumer.tl.start(p, tid == 0);
     consumer.run();
   }
 }
@@ -623,7 +768,7 @@ __global__ void convert_dq_kernel(const Params p, int n_q) {
 
 // ---- host launcher ----------------------------------------------------------------------------------------
 
-template <class T, int D, bool kDropout>
+template <class T, int D, bool kDropout, bool kTimeline>
 void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
   using Cfg = BwdConfig<D, kDropout>;
   const int n_q = (p.seq_q + Cfg::kBr - 1) / Cfg::kBr;
@@ -643,7 +788,7 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
   maps.d_o = make_bshd_tensor_map(p.d_o, dtype, p.batch, p.seq_q, p.heads_q, D, Cfg::kBr);
   maps.k = make_bshd_tensor_map(p.k, dtype, p.batch, p.seq_k, p.heads_kv, D, Cfg::kBc);
   maps.v = make_bshd_tensor_map(p.v, dtype, p.batch, p.seq_k, p.heads_kv, D, Cfg::kBc);
-  auto kernel = fa3_ws_backward_kernel<T, D, kDropout>;
+  auto kernel = fa3_ws_backward_kernel<T, D, kDropout, kTimeline>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kBytes),
              "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
   const dim3 grid((p.seq_k + Cfg::kBc - 1) / Cfg::kBc, p.batch * p.heads_kv);
@@ -663,19 +808,9 @@ std::string backward_head_dims() {
   return dims;
 }
 
-}  // namespace
-
-BackwardScratchSizes backward_scratch(int batch, int heads_q, int seq_q, int head_dim) {
-  const std::int64_t br = backward_block_rows(head_dim);
-  const std::int64_t n_q = (seq_q + br - 1) / br;
-  BackwardScratchSizes sizes;
-  sizes.row_stats = std::int64_t(batch) * heads_q * n_q * br;
-  sizes.dq_accum = sizes.row_stats * head_dim;
-  sizes.semaphores = std::int64_t(batch) * heads_q * n_q * kConsumers;
-  return sizes;
-}
-
-void launch_backward(DType dtype, const Params& p, cudaStream_t stream) {
+// The launcher of both builds: kTimeline = false, launch_backward; true, launch_backward_timeline.
+template <bool kTimeline>
+void launch(DType dtype, const Params& p, cudaStream_t stream) {
   if (dtype != DType::F16 && dtype != DType::BF16) throw std::invalid_argument("cuda-fa3-ws takes f16 or bf16 inputs.");
   if (std::find(std::begin(kBackwardHeadDims), std::end(kBackwardHeadDims), p.head_dim) == std::end(kBackwardHeadDims))
     throw std::invalid_argument("cuda-fa3-ws's backward supports head dims " + backward_head_dims() + ", not " +
@@ -686,16 +821,40 @@ void launch_backward(DType dtype, const Params& p, cudaStream_t stream) {
                                 "dq_semaphore; sizes from backward_scratch).");
   if (p.seq_q == 0 || p.seq_k == 0 || p.batch == 0 || p.heads_q == 0) return;
   auto go = [&]<class T>() {
-    if (p.head_dim == 64) {
-      if (p.dropout) launch_config<T, 64, true>(dtype, p, stream);
-      else launch_config<T, 64, false>(dtype, p, stream);
-    } else {
-      if (p.dropout) launch_config<T, 128, true>(dtype, p, stream);
-      else launch_config<T, 128, false>(dtype, p, stream);
-    }
+    auto with_dropout = [&]<int D>() {
+      if constexpr (kTimeline) launch_config<T, D, false, true>(dtype, p, stream);  // checked: no dropout
+      else if (p.dropout) launch_config<T, D, true, false>(dtype, p, stream);
+      else launch_config<T, D, false, false>(dtype, p, stream);
+    };
+    if (p.head_dim == 64) with_dropout.template operator()<64>();
+    else if (p.head_dim == 128) with_dropout.template operator()<128>();
+    else with_dropout.template operator()<256>();
   };
   if (dtype == DType::BF16) go.template operator()<__nv_bfloat16>();
   else go.template operator()<__half>();
+}
+
+}  // namespace
+
+BackwardScratchSizes backward_scratch(int batch, int heads_q, int seq_q, int head_dim) {
+  const std::int64_t br = backward_block_rows(head_dim);
+  const std::int64_t n_q = (seq_q + br - 1) / br;
+  BackwardScratchSizes sizes;
+  sizes.row_stats = std::int64_t(batch) * heads_q * n_q * br;
+  sizes.dq_accum = sizes.row_stats * head_dim;
+  sizes.semaphores = std::int64_t(batch) * heads_q * n_q * dq_pieces(head_dim);
+  return sizes;
+}
+
+void launch_backward(DType dtype, const Params& p, cudaStream_t stream) { launch<false>(dtype, p, stream); }
+
+void launch_backward_timeline(DType dtype, const Params& p, cudaStream_t stream) {
+  if (p.dropout)
+    throw std::invalid_argument("cuda-fa3-ws's backward timeline build has no dropout: record a run without dropout.");
+  if (p.timeline != nullptr && (p.timeline_count == nullptr || p.timeline_capacity <= 0))
+    throw std::invalid_argument("cuda-fa3-ws's backward timeline build needs a record counter and a capacity above 0 "
+                                "beside the record buffer.");
+  launch<true>(dtype, p, stream);
 }
 
 }  // namespace flashlab::cuda::fa3ws

@@ -95,12 +95,13 @@ __device__ __forceinline__ void reg_fence(R (&r)[N][M]) {
 template <class T, int N>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
-  if constexpr (N == 64) kBf16 ? wgmma_ops::ss_m64n64k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_m64n64k16_f16(d, desc_a, desc_b, scale_d);
+  if constexpr (N == 32) kBf16 ? wgmma_ops::ss_m64n32k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_m64n32k16_f16(d, desc_a, desc_b, scale_d);
+  else if constexpr (N == 64) kBf16 ? wgmma_ops::ss_m64n64k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_m64n64k16_f16(d, desc_a, desc_b, scale_d);
   else if constexpr (N == 128) kBf16 ? wgmma_ops::ss_m64n128k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_m64n128k16_f16(d, desc_a, desc_b, scale_d);
   else if constexpr (N == 160) kBf16 ? wgmma_ops::ss_m64n160k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_m64n160k16_f16(d, desc_a, desc_b, scale_d);
   else if constexpr (N == 192) kBf16 ? wgmma_ops::ss_m64n192k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_m64n192k16_f16(d, desc_a, desc_b, scale_d);
   else if constexpr (N == 256) kBf16 ? wgmma_ops::ss_m64n256k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_m64n256k16_f16(d, desc_a, desc_b, scale_d);
-  else static_assert(N == 64, "wgmma_ss: N must be 64, 128, 160, 192 or 256");
+  else static_assert(N == 64, "wgmma_ss: N must be 32, 64, 128, 160, 192 or 256");
 }
 // d (64 x N) (+)= A (64 x 16, registers) B (16 x N, MN-major in shared memory) (RS form, B transposed).
 template <class T, int N>
@@ -119,6 +120,14 @@ __device__ __forceinline__ void wgmma_ss_tt(float (&d)[N / 2], std::uint64_t des
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   if constexpr (N == 64) kBf16 ? wgmma_ops::ss_tt_m64n64k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_tt_m64n64k16_f16(d, desc_a, desc_b, scale_d);
   else static_assert(N == 64, "wgmma_ss_tt: N must be 64");
+}
+// d (64 x N) (+)= A (64 x 16) B (16 x N); A K-major, B MN-major, both in shared memory: the backward's dV += P^T dO
+// and dK += dS^T Q at d = 256, where P^T and dS^T come from shared memory rather than the registers.
+template <class T, int N>
+__device__ __forceinline__ void wgmma_ss_nt(float (&d)[N / 2], std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  if constexpr (N == 128) kBf16 ? wgmma_ops::ss_nt_m64n128k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_nt_m64n128k16_f16(d, desc_a, desc_b, scale_d);
+  else static_assert(N == 128, "wgmma_ss_nt: N must be 128");
 }
 
 // Two fp32 values rounded to one packed pair of T (the low half is `lo`).
