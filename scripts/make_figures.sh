@@ -22,7 +22,7 @@ if [ -z "${DISPLAY:-}" ]; then
 fi
 mkdir -p docs/img
 for name in readme-overview lesson01-standard-traffic lesson02-online-softmax lesson03-fa1-tiles lesson04-fa1-vs-fa2 \
-    lesson04-counters pipeline-h100-d128 lesson07-ring; do
+    lesson04-counters pipeline-h100-d128 pipeline-h100-backward-d128 lesson07-ring; do
   cmd="flashlab-viz --scenario viz/scenarios/$name.json --png-palette --screenshot docs/img/$name.png"
   "${run[@]}" "$viz" --scenario "viz/scenarios/$name.json" --png-palette --screenshot "docs/img/$name.png" >/dev/null
   printf '%-40s %6d KB   %s\n' "docs/img/$name.png" $(( $(stat -c %s "docs/img/$name.png") / 1024 )) "$cmd"

@@ -727,7 +727,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     setmaxnreg_dec<kProducerRegs>();
     if (tid / 32 == 0 && elect_one()) {
       TimelineLane<kTimeline> tl;
-      tl.start(p, true);
+      tl.start(p, blockIdx.y == 0);
       produce<D, kDropout>(p, maps, kb, smem, bars, tl);
     }
     if constexpr (Cfg::kDqWriter)
@@ -736,7 +736,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     setmaxnreg_inc<kConsumerRegs>();
     const int lane = tid % 32;
     const Consumer<T, D, kDropout, kTimeline> consumer{p, kb, smem, bars, wg - 1, tid, tid / 32, lane / 4, lane % 4};
-    consumer.tl.start(p, tid == 0);
+    consumer.tl.start(p, tid == 0 && blockIdx.y == 0);  // the K/V blocks j < kTimelineBlocks of (batch 0, head 0)
     consumer.run();
   }
 }

@@ -121,9 +121,9 @@ void launch_forward_timeline(DType dtype, const Params&, cudaStream_t stream, La
 void launch_backward(DType dtype, const Params&, cudaStream_t stream);
 
 // The backward with the timeline hook compiled in (fa3_ws/timeline_lane.cuh; its kernels are instantiated beside
-// launch_backward's): with p.timeline set, the blocks blockIdx.x < kTimelineBlocks record their producer's loads and
-// their consumers' waits, GEMMs, pointwise work (P, dS) and epilogue, as launch_forward_timeline's do (the dQ
-// writer warp is not recorded). Without dropout; otherwise as launch_backward.
+// launch_backward's): with p.timeline set, the K/V blocks blockIdx.x < kTimelineBlocks of the first (batch, K/V
+// head) record their producer's loads and their consumers' waits, GEMMs, pointwise work (P, dS) and epilogue, as
+// launch_forward_timeline's do (the dQ writer warp is not recorded). Without dropout; otherwise as launch_backward.
 void launch_backward_timeline(DType dtype, const Params&, cudaStream_t stream);
 
 }  // namespace flashlab::cuda::fa3ws
