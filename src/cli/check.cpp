@@ -30,7 +30,8 @@ void print_variant_list(std::ostream& out) {
     // its head dims where fewer than the forward's.
     std::string backward = yes(v.has_backward());
     if (v.has_backward() && !v.supports.deterministic) backward += ", atomic dQ";
-    if (v.has_backward() && v.backward_head_dims) backward += " (d = " + v.backward_head_dims->describe() + ")";
+    if (v.has_backward() && v.backward_head_dims && v.backward_head_dims->describe() != v.head_dims.describe())
+      backward += " (d = " + v.backward_head_dims->describe() + ")";
     t.add({v.name, to_string(v.device), join(dtypes, ","), yes(v.supports.causal), yes(v.supports.dropout),
            yes(v.supports.gqa), backward, v.head_dims.describe(), yes(v.available()), v.summary});
   }
