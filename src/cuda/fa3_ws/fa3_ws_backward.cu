@@ -19,7 +19,7 @@
 //  * At d = 128 both consumers' halves of dS_ij^T feed each one's piece of dQ_i, so they must wait for each other.
 //    Step n's dQ GEMM runs at step n + 1, after the other consumer has finished step n, rather than after a
 //    barrier in the middle of step n: the consumers then drift apart, and one's exponentials overlap the other's
-//    GEMMs (BwdConfig::kDeferDq; +5-10% on the H100).
+//    GEMMs (BwdConfig::kDeferDq; +4-10% on the H100).
 //  * dQ leaves through the copy engine: each consumer stages its piece in shared memory (two buffers) and
 //    hands it to a dQ writer warp, which adds it to dQ_accum in global memory with one bulk reduction
 //    (cp.reduce.async.bulk .add.f32, 16 KiB) instead of 64 x 64 / 128 fp32 atomics per thread, and hands the
@@ -144,8 +144,8 @@ struct BwdConfig {
   // At d = 128 (DqSplit::Columns, dS^T from both consumers) step n's dQ_i is computed at step n + 1, after the other
   // consumer has finished step n, instead of after a barrier in the middle of step n: the consumers need not
   // reach their pointwise parts at the same moment, so one's exponentials overlap the other's GEMMs (measured
-  // on the H100 at N = 1k-16k: +5-10% on the backward; with consumer 1 started behind consumer 0, up to 3% more
-  // causal). The registers are those of kDqFirst's order; with dropout it is not done (kDqFirst is false there).
+  // on the H100 at N = 1k-16k, backward alone: +3-9%, and +4-10% with consumer 1 started behind consumer 0). The
+  // registers are those of kDqFirst's order; with dropout it is not done (kDqFirst is false there).
   static constexpr bool kDeferDq = D == 128 && !kDropout;
   static constexpr int kDqPieceFloats = kBr * kDqCols;
   static constexpr int kNS = kSQueries / 2;  // S^T, dP^T accumulator floats per thread: (64 keys, kSQueries)
