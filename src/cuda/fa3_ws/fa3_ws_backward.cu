@@ -43,7 +43,7 @@
 //    second is the dQ writer. The stages are released by the
 //    consumers (240 registers: dK_j and dV_j of 64 keys, S^T, dP^T and the dQ piece) when the step's
 //    GEMMs are done.
-//  * The pre-pass (row_stats_kernel) writes D_i = rowsum(dO_i o O_i) and L_i log2(e) into scratch padded
+//  * The pre-pass (row_stats_kernel) clears dQ_accum and writes D_i = rowsum(dO_i o O_i) and L_i log2(e) into scratch padded
 //    to whole query blocks, with +inf for padding rows and rows that saw no key, so exp2(S - L) = 0 there
 //    and no mask is needed for them; keys past the end of the sequence are zero-filled by TMA, so their
 //    dS_ij contributes K = 0 to dQ_i, and their dK, dV rows are never written.
@@ -56,6 +56,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <iterator>
 #include <stdexcept>
 #include <string>
@@ -210,31 +211,43 @@ __device__ KeyBlock key_block(const Params& p) {
 
 // ---- pre-pass ---------------------------------------------------------------------------------------------
 
-// One warp per (batch, query head, padded row): D_i = sum_d dO[i, d] O[i, d] and L_i log2(e), or 0 and +inf
-// for a padding row or a row that saw no key (L = -inf).
+// D / 8 threads per (batch, query head, padded row), one 16-byte vector of O and one of dO each: D_i = sum_d
+// dO[i, d] O[i, d] and L_i log2(e), or 0 and +inf for a padding row or a row that saw no key (L = -inf). The same
+// threads clear dQ_accum, D floats each row's group (the chunk of the same index, not the row's own floats: the
+// kernel only needs every float cleared once, and this keeps the stores coalesced), so that no separate memset
+// pass writes it (measured on the H100: a warp per row with 2-byte loads ran at 1 TB/s, this one near the
+// bandwidth).
 template <class T, int D>
 __global__ void row_stats_kernel(const Params p, int padded_rows) {
-  const std::int64_t warp = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  if (warp >= std::int64_t(p.batch) * p.heads_q * padded_rows) return;
-  const int row = static_cast<int>(warp % padded_rows);
-  const std::int64_t bh = warp / padded_rows;
-  const int b = static_cast<int>(bh / p.heads_q), h = static_cast<int>(bh % p.heads_q);
+  constexpr int kGroup = D / 8;  // threads per row: 8, 16, 32
+  static_assert(32 % kGroup == 0, "a row's group lies within one warp");
+  const std::int64_t thread = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t row_index = thread / kGroup;  // over (B, H_q, padded S_q)
+  const int part = static_cast<int>(thread % kGroup);
+  const bool in_grid = row_index < std::int64_t(p.batch) * p.heads_q * padded_rows;
+  const int row = static_cast<int>(row_index % padded_rows);
+  const std::int64_t bh = row_index / padded_rows;
   float sum = 0.f, lse2 = INFINITY;
-  if (row < p.seq_q) {
-    const std::int64_t at = ((std::int64_t(b) * p.seq_q + row) * p.heads_q + h) * D;
-    const T* o = static_cast<const T*>(p.o) + at;
-    const T* d_o = static_cast<const T*>(p.d_o) + at;
+  if (in_grid && row < p.seq_q) {
+    const int b = static_cast<int>(bh / p.heads_q), h = static_cast<int>(bh % p.heads_q);
+    const std::int64_t at = ((std::int64_t(b) * p.seq_q + row) * p.heads_q + h) * D + part * 8;
+    const uint4 o = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.o) + at);
+    const uint4 d_o = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.d_o) + at);
+    const T* o8 = reinterpret_cast<const T*>(&o);
+    const T* d_o8 = reinterpret_cast<const T*>(&d_o);
 #pragma unroll
-    for (int d = lane; d < D; d += 32) sum += static_cast<float>(o[d]) * static_cast<float>(d_o[d]);
+    for (int e = 0; e < 8; ++e) sum += static_cast<float>(o8[e]) * static_cast<float>(d_o8[e]);
     const float lse = p.lse[bh * p.seq_q + row];
     if (lse != -INFINITY) lse2 = lse * kLog2e;
   }
 #pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  if (lane == 0) {
-    p.D_i[warp] = sum;
-    p.lse_log2[warp] = lse2;
+  for (int offset = kGroup / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (!in_grid) return;
+  float4* clear = reinterpret_cast<float4*>(p.dq_accum + row_index * D + part * 8);
+  clear[0] = clear[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (part == 0) {
+    p.D_i[row_index] = sum;
+    p.lse_log2[row_index] = lse2;
   }
 }
 
@@ -704,21 +717,36 @@ struct Consumer {
     if constexpr (!Cfg::kDqFirst) send_dq(dq, n, h, i);
   }
 
-  // dK_j = scale dK_j and dV_j in the input dtype (this consumer's rows and columns), rows past the end of the
-  // keys dropped.
+  // dK_j = scale dK_j and dV_j in the input dtype: this consumer's rows and columns into the Q_i, dO_i stages, which
+  // no step reads any more (dK_j, then dV_j, each (Bc, d) and swizzled like K_j), then 16-byte coalesced stores,
+  // rows past the end of the keys dropped. Stored straight from the registers (two columns a thread, eight rows
+  // a warp per store), they took 5.6 us of a 105-us block at d = 128, N = 2k on the H100.
   __device__ void epilogue(float (&dk)[kNKV], float (&dv)[kNKV]) const {
-    T* dk_out = static_cast<T*>(p.dk);
-    T* dv_out = static_cast<T*>(p.dv);
+    static_assert(2 * Cfg::kKVBytes <= 2 * kStages * Cfg::kQBytes && Cfg::kDOOffset == Cfg::kQOffset + kStages * Cfg::kQBytes,
+                  "dK_j and dV_j fit the Q_i and dO_i stages");
+    // The other consumer's last GEMMs may still read the stages: both meet first (the consumers' one shared barrier;
+    // both have used it equally often by now, so this is a fresh round of it).
+    named_barrier_sync(kBarDsWritten, kConsumers * kWarpgroupThreads);
+    unsigned char* const staged = smem + Cfg::kQOffset;  // dK_j, then dV_j kKVBytes further
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
-      const int key = key_of(hf);
-      if (key >= p.seq_k) continue;
-      const std::int64_t at = ((std::int64_t(kb.b) * p.seq_k + key) * p.heads_kv + kb.h_kv) * D + kv_col0() + 2 * t;
+      const int r = key_row0() + 16 * warp + g + 8 * hf;
 #pragma unroll
       for (int ii = 0; ii < kNKV / 4; ++ii) {
-        *reinterpret_cast<std::uint32_t*>(dk_out + at + 8 * ii) = pack2<T>(dk[4 * ii + 2 * hf] * p.scale, dk[4 * ii + 2 * hf + 1] * p.scale);
-        *reinterpret_cast<std::uint32_t*>(dv_out + at + 8 * ii) = pack2<T>(dv[4 * ii + 2 * hf], dv[4 * ii + 2 * hf + 1]);
+        const std::uint32_t at = swizzle128_offset(r, kv_col0() + 8 * ii + 2 * t, kBc);
+        *reinterpret_cast<std::uint32_t*>(staged + at) = pack2<T>(dk[4 * ii + 2 * hf] * p.scale, dk[4 * ii + 2 * hf + 1] * p.scale);
+        *reinterpret_cast<std::uint32_t*>(staged + Cfg::kKVBytes + at) = pack2<T>(dv[4 * ii + 2 * hf], dv[4 * ii + 2 * hf + 1]);
       }
+    }
+    named_barrier_sync(kBarConsumerBase + c, kWarpgroupThreads);
+    constexpr int kChunks = Cfg::kKvCols / 8;  // 16-byte chunks of a row of this consumer's columns
+#pragma unroll 4
+    for (int idx = tid; idx < 2 * kKeysPerConsumer * kChunks; idx += kWarpgroupThreads) {
+      const int which = idx / (kKeysPerConsumer * kChunks), r = key_row0() + (idx / kChunks) % kKeysPerConsumer;
+      const int col = kv_col0() + 8 * (idx % kChunks), key = kb.key0 + r;
+      if (key >= p.seq_k) continue;
+      const uint4 v = *reinterpret_cast<const uint4*>(staged + which * Cfg::kKVBytes + swizzle128_offset(r, col, kBc));
+      *reinterpret_cast<uint4*>(static_cast<T*>(which == 0 ? p.dk : p.dv) + ((std::int64_t(kb.b) * p.seq_k + key) * p.heads_kv + kb.h_kv) * D + col) = v;
     }
   }
 
@@ -803,27 +831,41 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---- dQ conversion ----------------------------------------------------------------------------------------
 
-// dQ = scale dQ_accum in the input dtype, two columns per thread: element (r, col) of query block i is in
-// piece c = col / 64 at (r, cc = col % 64), and there register 4 (cc / 8) + 2 hf + cc % 2 of thread 32 w + 4 g +
-// (cc % 8) / 2, for r = 16 w + 8 hf + g (the wgmma accumulator layout); stage_dq staged that as float
-// ((cc / 8) * 128 + thread) * 4 + 2 hf + cc % 2.
+// dQ = scale dQ_accum in the input dtype. stage_dq wrote thread `thread`'s registers 4 q .. 4 q + 3 of a piece as
+// vector q * 128 + thread, and in wgmma's accumulator layout (thread = 32 w + 4 g + t) those are columns cc, cc + 1
+// of rows r and r + 8, with r = 16 w + g and cc = 8 q + 2 t. So the four vectors of threads 4 (8 w + g) .. + 3,
+// 64 contiguous bytes, hold columns 8 q .. 8 q + 7 of rows r and r + 8: one converting thread reads them and
+// writes two 16-byte chunks of dQ. (Two columns a thread, gathered from the staged order, read half of every
+// sector it touched; one vector a thread wrote 4-byte pieces; both ran at 1.7 TB/s on the H100.)
 template <class T, int D>
 __global__ void convert_dq_kernel(const Params p, int n_q) {
   using Cfg = BwdConfig<D>;
-  const std::int64_t idx = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // over (B, S_q, H_q, D / 2)
-  if (idx >= std::int64_t(p.batch) * p.seq_q * p.heads_q * (D / 2)) return;
-  const int col = static_cast<int>(idx % (D / 2)) * 2;
-  const std::int64_t bsh = idx / (D / 2);
-  const int h = static_cast<int>(bsh % p.heads_q);
-  const std::int64_t bs = bsh / p.heads_q;
-  const int s = static_cast<int>(bs % p.seq_q), b = static_cast<int>(bs / p.seq_q);
-  const int i = s / Cfg::kBr, r = s % Cfg::kBr;
-  const int c = col / Cfg::kDqCols, cc = col % Cfg::kDqCols;  // c = 0 under DqSplit::Keys
-  const int thread = 32 * (r / 16) + 4 * (r % 8) + (cc % 8) / 2, hf = (r % 16) / 8;
-  const std::int64_t piece = ((std::int64_t(b) * p.heads_q + h) * n_q + i) * Cfg::kDqPieces + c;
-  const float2 v = *reinterpret_cast<const float2*>(p.dq_accum + piece * Cfg::kDqPieceFloats +
-                                                    ((cc / 8) * kWarpgroupThreads + thread) * 4 + 2 * hf);
-  *reinterpret_cast<std::uint32_t*>(static_cast<T*>(p.dq) + bsh * D + col) = pack2<T>(v.x * p.scale, v.y * p.scale);
+  constexpr int kGroups = Cfg::kDqPieceFloats / 16;  // per piece: 8 q x 32 (w, g)
+  const std::int64_t group = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t piece = group / kGroups;  // over (B, H_q, query block i, piece c)
+  if (piece >= std::int64_t(p.batch) * p.heads_q * n_q * Cfg::kDqPieces) return;
+  const int in_piece = static_cast<int>(group % kGroups), q = in_piece / 32, wg_row = in_piece % 32;  // wg_row = 8 w + g
+  const int r = 16 * (wg_row / 8) + wg_row % 8;
+  const int col = (Cfg::kDqPieces > 1 ? static_cast<int>(piece % Cfg::kDqPieces) * Cfg::kDqCols : 0) + 8 * q;
+  const std::int64_t bhi = piece / Cfg::kDqPieces;
+  const int i = static_cast<int>(bhi % n_q);
+  const std::int64_t bh = bhi / n_q;
+  const int h = static_cast<int>(bh % p.heads_q), b = static_cast<int>(bh / p.heads_q);
+  const float4* src = reinterpret_cast<const float4*>(p.dq_accum + piece * Cfg::kDqPieceFloats) + q * kWarpgroupThreads + 4 * wg_row;
+  float4 v[4];
+#pragma unroll
+  for (int t = 0; t < 4; ++t) v[t] = src[t];
+  const uint4 rows[2] = {
+      make_uint4(pack2<T>(v[0].x * p.scale, v[0].y * p.scale), pack2<T>(v[1].x * p.scale, v[1].y * p.scale),
+                 pack2<T>(v[2].x * p.scale, v[2].y * p.scale), pack2<T>(v[3].x * p.scale, v[3].y * p.scale)),
+      make_uint4(pack2<T>(v[0].z * p.scale, v[0].w * p.scale), pack2<T>(v[1].z * p.scale, v[1].w * p.scale),
+                 pack2<T>(v[2].z * p.scale, v[2].w * p.scale), pack2<T>(v[3].z * p.scale, v[3].w * p.scale))};
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int s = i * Cfg::kBr + r + 8 * hf;
+    if (s < p.seq_q)
+      *reinterpret_cast<uint4*>(static_cast<T*>(p.dq) + ((std::int64_t(b) * p.seq_q + s) * p.heads_q + h) * D + col) = rows[hf];
+  }
 }
 
 // ---- host launcher ----------------------------------------------------------------------------------------
@@ -833,14 +875,12 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
   using Cfg = BwdConfig<D, kDropout>;
   const int n_q = (p.seq_q + Cfg::kBr - 1) / Cfg::kBr;
   const BackwardScratchSizes sizes = backward_scratch(p.batch, p.heads_q, p.seq_q, D);
-  check_cuda(cudaMemsetAsync(p.dq_accum, 0, sizes.dq_accum * sizeof(float), stream), "cudaMemsetAsync(dQ_accum)");
   if (p.deterministic)
     check_cuda(cudaMemsetAsync(p.dq_semaphore, 0, sizes.semaphores * sizeof(int), stream), "cudaMemsetAsync(dQ semaphores)");
 
   constexpr int kStatsThreads = 256;
-  const std::int64_t stat_warps = sizes.row_stats;
-  row_stats_kernel<T, D><<<static_cast<unsigned>((stat_warps * 32 + kStatsThreads - 1) / kStatsThreads), kStatsThreads, 0, stream>>>(
-      p, n_q * Cfg::kBr);
+  row_stats_kernel<T, D><<<static_cast<unsigned>((sizes.row_stats * (D / 8) + kStatsThreads - 1) / kStatsThreads), kStatsThreads, 0, stream>>>(
+        p, n_q * Cfg::kBr);
   check_cuda(cudaGetLastError(), "the row statistics launch");
 
   BwdMaps maps;
@@ -856,8 +896,8 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
   check_cuda(cudaGetLastError(), "the backward kernel launch");
 
   constexpr int kConvertThreads = 256;
-  const std::int64_t pairs = std::int64_t(p.batch) * p.seq_q * p.heads_q * (D / 2);
-  convert_dq_kernel<T, D><<<static_cast<unsigned>((pairs + kConvertThreads - 1) / kConvertThreads), kConvertThreads, 0, stream>>>(p, n_q);
+  const std::int64_t groups = sizes.dq_accum / 16;  // 16 floats a thread
+  convert_dq_kernel<T, D><<<static_cast<unsigned>((groups + kConvertThreads - 1) / kConvertThreads), kConvertThreads, 0, stream>>>(p, n_q);
   check_cuda(cudaGetLastError(), "the dQ conversion launch");
 }
 
@@ -879,6 +919,10 @@ void launch(DType dtype, const Params& p, cudaStream_t stream) {
   if (p.lse_log2 == nullptr || p.D_i == nullptr || p.dq_accum == nullptr || (p.deterministic && p.dq_semaphore == nullptr))
     throw std::invalid_argument("cuda-fa3-ws's backward needs its scratch (lse_log2, D_i, dq_accum and, deterministic, "
                                 "dq_semaphore; sizes from backward_scratch).");
+  for (const void* tensor : std::initializer_list<const void*>{p.o, p.d_o, p.dq})
+    if (reinterpret_cast<std::uintptr_t>(tensor) % 16 != 0)
+      throw std::invalid_argument("cuda-fa3-ws's backward reads O and dO and writes dQ in 16-byte vectors: all three must "
+                                  "start at a 16-byte aligned address.");
   if (p.seq_q == 0 || p.seq_k == 0 || p.batch == 0 || p.heads_q == 0) return;
   auto go = [&]<class T>() {
     auto with_dropout = [&]<int D>() {
