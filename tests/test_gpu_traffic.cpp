@@ -1,7 +1,8 @@
 // The GPU level of the traffic model (model/gpu.hpp) and the CUDA variants' kernels as it replays them
-// (registry/gpu_models.hpp): lock-step rounds of resident thread blocks, an LRU per L2 partition, cold per
-// kernel; the paper's count above it and the compulsory traffic below; and the H100's measured DRAM reads
-// of cuda-fa2 that it must reproduce.
+// (registry/gpu_models.hpp): lock-step rounds of resident thread blocks, an LRU per L2 partition (a store to
+// the partitions its bytes are homed in, a near copy only refreshed), cold per kernel; the paper's count
+// above it and the compulsory traffic below; and the H100's measured DRAM reads of cuda-fa2 that it must
+// reproduce.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -52,6 +53,29 @@ KernelGrid toy_kernel(std::vector<std::vector<int>> tiles, int blocks_per_sm = 1
   };
   return g;
 }
+
+// A kernel whose unit k makes the accesses `ops[k]` in order: a tile of tensor O, 100 bytes, loaded or stored.
+struct Op {
+  int tile;
+  Direction direction;
+};
+KernelGrid toy_kernel_of_o(std::vector<std::vector<Op>> ops) {
+  KernelGrid g;
+  g.name = "toy";
+  g.units = g.grid_blocks = I64(ops.size());
+  g.walk_unit = [ops](I64 k, TrafficObserver& o) {
+    for (const Op& op : ops[std::size_t(k)]) {
+      TileEvent e;
+      e.tensor = TensorId::O;
+      e.direction = op.direction;
+      e.tile_col = op.tile;
+      e.bytes = 100;
+      o.on_event(e);
+    }
+  };
+  return g;
+}
+constexpr Direction kLoad = Direction::Load, kStore = Direction::Store;
 
 GpuTraffic replay(const GpuSpec& gpu, const Problem& p, const std::vector<KernelGrid>& kernels) {
   return model_gpu_traffic(gpu, p.shape, kernels);
@@ -120,6 +144,71 @@ TEST_CASE("each L2 partition caches what the blocks on its side access; a miss t
   const std::vector<KernelGrid> own = {toy_kernel({{0, 1, 0, 1, 0, 1}, {2, 3, 2, 3, 2, 3}})};
   CHECK(replay(toy_gpu(2, 400, 2), p, own).dram.total_read() == 400);
   CHECK(replay(toy_gpu(2, 200, 1), p, own).dram.total_read() == 1200);
+}
+
+TEST_CASE("a store goes to the partition its bytes are homed in: a block's own output takes room on both sides") {
+  const Problem p = problem(64, 64);
+  // One block, on partition 0 of two that hold 100 bytes each, stores two tiles of 100 bytes. Each partition
+  // is the home of half of every tile, so 50 bytes of each stay dirty on either side: nothing is evicted.
+  const GpuTraffic two = replay(toy_gpu(1, 200, 2), p, {toy_kernel_of_o({{{0, kStore}, {1, kStore}}})});
+  CHECK(two.dram.total_written() == 0);
+  CHECK(two.dirty_at_end == 200);
+  // Had the stores stayed on the block's side, its partition would have held one tile and written the other
+  // back: what one partition of 100 bytes does.
+  const GpuTraffic one = replay(toy_gpu(1, 100, 1), p, {toy_kernel_of_o({{{0, kStore}, {1, kStore}}})});
+  CHECK(one.dram.total_written() == 100);
+  CHECK(one.dirty_at_end == 100);
+}
+
+TEST_CASE("a store's far half refreshes the near copy: no DRAM read, no second write-back, the copy kept") {
+  const Problem p = problem(64, 64);
+  // The block loads tile 0 (both halves now near, clean), then stores it: the near half is dirtied near, the
+  // far half written dirty to its home, and the near copy of it only refreshed. What reaches DRAM is the load
+  // and, once, the tile's 100 bytes still dirty: not 150, as a near copy dirtied too would be.
+  const GpuTraffic t = replay(toy_gpu(1, 1000, 2), p, {toy_kernel_of_o({{{0, kLoad}, {0, kStore}}})});
+  CHECK(t.dram.total_read() == 100);
+  CHECK(t.dram.total_written() == 0);
+  CHECK(t.dirty_at_end == 100);
+  // The refresh keeps the near copy recent. Partitions of 200 bytes; block A (partition 0) loads tiles 0
+  // and 1, stores 0, loads 2 and then 0 again, while block B (partition 1) streams tiles 10 to 14. A's store
+  // makes 0's far half its newest line, so its load of 2 evicts tile 1, and 0 is still whole near when A
+  // reads it again, after B's stream has evicted (and written back) the far home's copy. Without the refresh,
+  // 2 would evict that near copy too, and the far half would come from DRAM again (850 bytes).
+  const GpuTraffic kept = replay(toy_gpu(2, 400, 2), p,
+                                 {toy_kernel_of_o({{{0, kLoad}, {1, kLoad}, {0, kStore}, {2, kLoad}, {0, kLoad}},
+                                                   {{10, kLoad}, {11, kLoad}, {12, kLoad}, {13, kLoad}, {14, kLoad}}})});
+  CHECK(kept.dram.total_read() == 800);  // every tile once
+  CHECK(kept.dram.total_written() == 50);  // the far half, evicted from its home by B
+  CHECK(kept.dirty_at_end == 50);          // the near half
+}
+
+TEST_CASE("L2Model::refresh makes a held tile the newest and counts nothing; a tile it does not hold, nothing") {
+  auto event = [](int tile, Direction d) {
+    TileEvent e;
+    e.tensor = TensorId::O;
+    e.direction = d;
+    e.tile_col = tile;
+    e.bytes = 100;
+    return e;
+  };
+  L2Model l2(200);
+  l2.access(event(0, kStore));  // dirty
+  l2.access(event(1, kLoad));
+  const TrafficTotals before = l2.dram();
+  const I64 hits = l2.hit_bytes();
+  l2.refresh(event(0, kStore));  // 0 is now newer than 1
+  l2.refresh(event(5, kStore));  // not held: not inserted
+  CHECK(l2.dram().events == before.events);
+  CHECK(l2.dram().read == before.read);
+  CHECK(l2.hit_bytes() == hits);
+  CHECK(!l2.holds(event(5, kLoad)));
+  l2.access(event(2, kLoad));  // evicts the oldest: 1, clean
+  CHECK(l2.holds(event(0, kLoad)));
+  CHECK(!l2.holds(event(1, kLoad)));
+  CHECK(l2.dram().total_written() == 0);
+  CHECK(l2.dirty_bytes() == 100);  // 0 kept its dirty state
+  l2.flush();
+  CHECK(l2.dram().total_written() == 100);
 }
 
 TEST_CASE("a finished block hands its place to the next block in launch order, which starts the next round") {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <string>
 #include <memory>
 
 namespace flashlab {
@@ -84,6 +85,15 @@ class UnitCursor : public TrafficObserver {
   bool last_window_ = true;
 };
 
+// The share of a tile homed in partition h, keyed apart from the others: the partition in two bits above
+// the tile's column (L2Model keys 22 bits of it).
+constexpr int kShareShift = 20;
+int partition_share_col(int tile_col, std::size_t h) {
+  if (tile_col >= (1 << kShareShift))
+    throw InputError("a key block index of " + std::to_string(tile_col) + " is beyond the GPU model's 2^20");
+  return tile_col | static_cast<int>(h << kShareShift);
+}
+
 void add(TrafficTotals& sum, const TrafficTotals& t) {
   for (std::size_t n = 0; n < sum.read.size(); ++n) {
     sum.read[n] += t.read[n];
@@ -100,6 +110,8 @@ KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const Kernel
   // One LRU per L2 partition, each caching what the SMs on its side access; resident slot s runs on
   // partition s % partitions (the block scheduler spreads consecutive blocks over the GPCs).
   const int partitions = std::max(1, gpu.l2_partitions);
+  if (partitions > (1 << (22 - kShareShift)))
+    throw InputError("the GPU model keys at most " + std::to_string(1 << (22 - kShareShift)) + " L2 partitions");
   std::vector<std::unique_ptr<L2Model>> l2;
   for (int n = 0; n < partitions; ++n) l2.push_back(std::make_unique<L2Model>(gpu.partition_bytes(), &shape));
   L2Model unbounded(std::numeric_limits<std::int64_t>::max(), &shape);  // compulsory: nothing is evicted
@@ -133,19 +145,35 @@ KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const Kernel
       e.tile_col = a.tile_col;
       e.bytes = a.bytes;
       (a.store ? out.two_level.written : out.two_level.read)[a.tensor] += e.bytes;
-      // A load the near partition misses comes from the far one when it holds the tile, else from DRAM.
-      L2Model& near = *l2[busy[n] % std::size_t(partitions)];
-      L2Model::Fill fill = L2Model::Fill::FromDram;
-      if (!a.store && partitions > 1 && !near.holds(e))
-        for (const auto& far : l2)
-          if (far.get() != &near && far->holds(e)) {
-            far->access(e);  // a hit there
-            fill = L2Model::Fill::FromPeer;
-            break;
-          }
-      // Whatever the L2 holds, the unbounded cache holds too: it needs to see only the misses, and the first
-      // store to a clean tile (what changes its own state), so most hits cost one lookup, not two.
-      if (const L2Model::Outcome o = near.access(e, fill); !o.hit || (a.store && !o.was_dirty)) unbounded.on_event(e);
+      // The tile's lines are interleaved over both partitions' slices: each partition is the home (the point of
+      // coherence) of an equal share of its bytes, keyed apart. A load looks in the near partition, then the far
+      // one, then DRAM, and is kept near. A store goes to each share's home: the near partition's own share is
+      // dirtied there; the far share is written to the far partition (dirty there) and a near copy, if any, is
+      // refreshed clean. So a block's private output is held once, half on the other side, and written back from
+      // there; what every SM reads (FA2's K/V) is still held in both.
+      const std::size_t side = busy[n] % std::size_t(partitions);
+      L2Model& near = *l2[side];
+      TileEvent share = e;
+      for (std::size_t h = 0; h < std::size_t(partitions); ++h) {
+        share.tile_col = partition_share_col(e.tile_col, h);
+        share.bytes = e.bytes / partitions + (h == 0 ? e.bytes % partitions : 0);
+        if (a.store && h != side) {
+          l2[h]->access(share);
+          near.refresh(share);
+        } else if (a.store || near.holds(share)) {
+          near.access(share);
+        } else {
+          L2Model::Fill fill = L2Model::Fill::FromDram;
+          for (const auto& far : l2)
+            if (far.get() != &near && far->holds(share)) {
+              far->access(share);  // a hit there
+              fill = L2Model::Fill::FromPeer;
+              break;
+            }
+          near.access(share, fill);
+        }
+      }
+      unbounded.on_event(e);
       ++out.accesses;
       if (c.advance()) busy[kept++] = busy[n];
       else freed.push_back(busy[n]);

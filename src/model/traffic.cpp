@@ -184,6 +184,14 @@ std::uint64_t L2Model::key_of(const TileEvent& e) const {
 
 bool L2Model::holds(const TileEvent& e) const { return cache_->find(key_of(e)) != Cache::kNone; }
 
+void L2Model::refresh(const TileEvent& e) {
+  Cache& c = *cache_;
+  const std::int32_t at = c.find(key_of(e));
+  if (at == Cache::kNone || c.newest == at) return;
+  c.unlink(at);
+  c.link_newest(at);
+}
+
 L2Model::Outcome L2Model::access(const TileEvent& e, Fill fill) {
   ++dram_.events;
   dram_.peak_sram_bytes = std::max(dram_.peak_sram_bytes, e.sram_bytes);

@@ -103,6 +103,9 @@ class L2Model : public TrafficObserver {
   Outcome access(const TileEvent& e, Fill fill = Fill::FromDram);
   // Whether the tile of a Load or Store event is in this cache (its recency unchanged).
   bool holds(const TileEvent& e) const;
+  // Makes the tile of `e`, when this cache holds it, the most recently used, counting nothing; its dirty state
+  // is kept (a near copy refreshed by a store that went to another partition).
+  void refresh(const TileEvent& e);
   // Writes back what is still dirty; call once after the walk. The totals are final after it.
   void flush();
   // DRAM bytes per tensor (read: L2 misses; written: write-backs), events and peak SRAM.
