@@ -229,7 +229,7 @@ BenchResult bench_as(fa3::LadderStep step, const Problem& p, DType dtype, const 
   fa3::Params backward_params = backward_params_for(p, t.backward_io());
   scratch.attach(backward_params);
   const auto forward = [&] { fa3::launch_forward(dtype, params, /*stream=*/0, step); };
-  // The launcher zeroes dQ's sums (and the deterministic counters) first: timed with the pass.
+  // The launcher clears dQ's sums (in its pre-pass) and the deterministic counters first: timed with the pass.
   const auto backward = [&] { fa3::launch_backward(dtype, backward_params, /*stream=*/0); };
   // The timed runs are the shipped kernel's, with or without a timeline asked for.
   BenchResult result = cuda::bench_passes(settings, scope, t, forward, backward);

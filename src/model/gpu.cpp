@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <array>
 #include <limits>
-#include <string>
 #include <memory>
+#include <string>
 
 namespace flashlab {
 

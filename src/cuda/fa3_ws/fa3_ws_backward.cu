@@ -79,8 +79,8 @@ constexpr int kConsumerRegs = 240;  // 128 * 24 + 256 * 240 = 64,512 <= 65,536 r
 constexpr int kMaxSmemBytes = 227 * 1024;
 constexpr int kElemBytes = 2;
 constexpr int kStages = 2;  // Q_i, dO_i, L_i, D_i stages
-// Named hardware barriers (0 is __syncthreads): "both consumers have written dS_ij^T" (256 threads), and
-// each consumer's own (128).
+// Named hardware barriers (0 is __syncthreads): "both consumers have written dS_ij^T" (256 threads; also where
+// both meet before the epilogue reuses the Q_i, dO_i stages), and each consumer's own (128).
 constexpr int kBarDsWritten = 1;
 constexpr int kBarConsumerBase = 2;
 // Consumer c's dQ staging buffer b is full (kBarDqFull + 2 c + b) / empty again (kBarDqEmpty + 2 c + b): a
@@ -872,7 +872,7 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
 
   constexpr int kStatsThreads = 256;
   row_stats_kernel<T, D><<<static_cast<unsigned>((sizes.row_stats * (D / 8) + kStatsThreads - 1) / kStatsThreads), kStatsThreads, 0, stream>>>(
-        p, n_q * Cfg::kBr);
+      p, n_q * Cfg::kBr);
   check_cuda(cudaGetLastError(), "the row statistics launch");
 
   BwdMaps maps;
