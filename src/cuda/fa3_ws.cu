@@ -109,15 +109,15 @@ fa3::Params backward_params_for(const Problem& p, const DeviceBackwardIo& io) {
 }
 
 // The backward's scratch (fa3::backward_scratch): L_i log2(e) and D_i padded to whole query blocks, dQ's fp32
-// sums, and the deterministic mode's counters (only allocated for that mode).
+// sums, and their counters of completed additions (with the conversion's ticket).
 struct BackwardScratch {
   cuda::DeviceBuffer<float> lse_log2, D_i, dq_accum;
   cuda::DeviceBuffer<int> dq_semaphore;
-  BackwardScratch(const Shape& s, bool backward, bool deterministic)
-      : BackwardScratch(fa3::backward_scratch(s.batch, s.heads_q, s.seq_q, s.head_dim), backward, deterministic) {}
-  BackwardScratch(const fa3::BackwardScratchSizes& n, bool backward, bool deterministic)
+  BackwardScratch(const Shape& s, bool backward)
+      : BackwardScratch(fa3::backward_scratch(s.batch, s.heads_q, s.seq_q, s.head_dim), backward) {}
+  BackwardScratch(const fa3::BackwardScratchSizes& n, bool backward)
       : lse_log2(backward ? n.row_stats : 0), D_i(backward ? n.row_stats : 0), dq_accum(backward ? n.dq_accum : 0),
-        dq_semaphore(backward && deterministic ? n.semaphores : 0) {}
+        dq_semaphore(backward ? n.semaphores : 0) {}
   void attach(fa3::Params& params) {
     params.lse_log2 = lse_log2.data();
     params.D_i = D_i.data();
@@ -224,12 +224,12 @@ template <class T>
 BenchResult bench_as(fa3::LadderStep step, const Problem& p, DType dtype, const BenchSettings& settings) {
   const cuda::PeakScope scope;
   auto t = cuda::DeviceAttention<T>::random(p.shape, settings.backward);
-  BackwardScratch scratch(p.shape, settings.backward, p.options.deterministic);
+  BackwardScratch scratch(p.shape, settings.backward);
   const fa3::Params params = params_for(p, t.forward_io());
   fa3::Params backward_params = backward_params_for(p, t.backward_io());
   scratch.attach(backward_params);
   const auto forward = [&] { fa3::launch_forward(dtype, params, /*stream=*/0, step); };
-  // The launcher clears dQ's sums (in its pre-pass) and the deterministic counters first: timed with the pass.
+  // The launcher clears dQ's sums and their counters first (in its pre-pass): timed with the pass.
   const auto backward = [&] { fa3::launch_backward(dtype, backward_params, /*stream=*/0); };
   // The timed runs are the shipped kernel's, with or without a timeline asked for.
   BenchResult result = cuda::bench_passes(settings, scope, t, forward, backward);
@@ -257,7 +257,7 @@ ForwardOut cuda_fa3_ws_forward_at(int step, const Problem& p, DType dtype, const
 
 void cuda_fa3_ws_backward_on_device(const Problem& p, DType dtype, const DeviceBackwardIo& io) {
   check_backward_grid(p);
-  BackwardScratch scratch(p.shape, true, p.options.deterministic);
+  BackwardScratch scratch(p.shape, true);
   fa3::Params params = backward_params_for(p, io);
   scratch.attach(params);
   fa3::launch_backward(dtype, params, /*stream=*/0);

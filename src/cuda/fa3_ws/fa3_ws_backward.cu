@@ -27,7 +27,10 @@
 //    the H100: +6-13% over a consumer thread issuing the reduction itself, side by side). The piece's GEMM is
 //    issued before dV_j's and dK_j's, so that it is staged while they run (not timed apart from the writer). dQ_accum holds the pieces in the
 //    consumers' register order (a 16-byte vector per thread per four registers, conflict-free to stage);
-//    convert_dq_kernel reads that order back and writes dQ = scale dQ_accum in the input dtype.
+//    convert_dq_kernel reads that order back and writes dQ = scale dQ_accum in the input dtype. Each addition
+//    is counted once complete, and the conversion, launched to start while the main kernel still runs, takes
+//    each piece as soon as its count is full: it runs on the SMs the main kernel's last wave leaves idle
+//    instead of after it.
 //  * d = 256 (KvSplit::Columns): dK_j and dV_j of 64 keys would take 256 registers a thread, so a block holds 64
 //    keys, both consumers see all of them, and they split dK_j, dV_j by columns (128 each) and S^T, dP^T by
 //    queries (32 each). P^T and dS^T then go through shared memory for dV_j and dK_j (SS, as dS^T already does
@@ -212,7 +215,7 @@ __device__ KeyBlock key_block(const Params& p) {
 
 // D / 8 threads per (batch, query head, padded row), one 16-byte vector of O and one of dO each: D_i = sum_d
 // dO[i, d] O[i, d] and L_i log2(e), or 0 and +inf for a padding row or a row that saw no key (L = -inf). The same
-// threads clear dQ_accum, D floats each row's group (the chunk of the same index, not the row's own floats: the
+// threads clear dQ's counters and dQ_accum, D floats each row's group (the chunk of the same index, not the row's own floats: the
 // kernel only needs every float cleared once, and this keeps the stores coalesced), so that no separate memset
 // pass writes it (measured on the H100: a warp per row with 2-byte loads ran at 1 TB/s, this one near the
 // bandwidth).
@@ -244,6 +247,12 @@ __global__ void row_stats_kernel(const Params p, int padded_rows) {
   if (!in_grid) return;
   float4* clear = reinterpret_cast<float4*>(p.dq_accum + row_index * D + part * 8);
   clear[0] = clear[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+  // The first row of each query block's group clears the block's dQ counters, and the grid's first the
+  // conversion's ticket after them.
+  using Cfg = BwdConfig<D>;
+  if (row % Cfg::kBr == 0 && part < Cfg::kDqPieces) p.dq_semaphore[row_index / Cfg::kBr * Cfg::kDqPieces + part] = 0;
+  if (row_index == 0 && part == 0)
+    p.dq_semaphore[std::int64_t(p.batch) * p.heads_q * (padded_rows / Cfg::kBr) * Cfg::kDqPieces] = 0;
   if (part == 0) {
     p.D_i[row_index] = sum;
     p.lse_log2[row_index] = lse2;
@@ -329,11 +338,37 @@ __device__ int dq_turn(const Params& p, const KeyBlock& kb, int i, int c) {
   return kDqPieces > 1 ? turn : kConsumers * turn + c;
 }
 
-// Adds staged piece `staging` (consumer c, query block i of head h) to dQ_accum with one bulk reduction; in
-// deterministic mode after the pieces before it in dq_turn's order, and counted once complete.
+// How many additions a piece of dQ_i receives in all, and so the count its counter reaches once its sum is
+// complete: one per K/V block that sees query block i (every block without a causal mask; with one, blocks
+// 0 .. the one holding the block's last row's last visible key), and at d = 64 (one piece, both consumers add
+// to it) one per consumer of each. dq_turn numbers them 0 .. this - 1 in deterministic mode.
+template <int kBr, int kBc, int kDqPieces>
+__device__ int dq_additions(const Params& p, int i) {
+  int blocks = (p.seq_k + kBc - 1) / kBc;
+  if (p.align != CausalAlign::None) {
+    const int key = last_visible_key(p.align, min((i + 1) * kBr, p.seq_q) - 1, p.seq_q, p.seq_k);
+    blocks = key < 0 ? 0 : key / kBc + 1;
+  }
+  return kDqPieces > 1 ? blocks : kConsumers * blocks;
+}
+
+// Counts one completed addition to dQ_accum's piece `piece` (release: the conversion that reads the count
+// sees the sum it counts).
+__device__ __forceinline__ void count_dq_addition(const Params& p, std::int64_t piece) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(p.dq_semaphore + piece) : "memory");
+}
+
+template <class Cfg>
+__device__ std::int64_t dq_piece_index(const Params& p, const KeyBlock& kb, int h, int i, int c) {
+  return ((std::int64_t(kb.b) * p.heads_q + h) * kb.n_q + i) * Cfg::kDqPieces + (Cfg::kDqPieces > 1 ? c : 0);
+}
+
+// Adds staged piece `staging` (consumer c, query block i of head h) to dQ_accum with one bulk reduction. In
+// deterministic mode after the pieces before it in dq_turn's order, then waits for it to complete and counts
+// it; otherwise write_dq counts it a step later.
 template <class Cfg>
 __device__ void reduce_dq_piece(const Params& p, const KeyBlock& kb, const float* staging, int h, int i, int c) {
-  const std::int64_t piece = ((std::int64_t(kb.b) * p.heads_q + h) * kb.n_q + i) * Cfg::kDqPieces + (Cfg::kDqPieces > 1 ? c : 0);
+  const std::int64_t piece = dq_piece_index<Cfg>(p, kb, h, i, c);
   if (p.deterministic) {
     wait_counter(p.dq_semaphore + piece, dq_turn<Cfg::kBr, Cfg::kBc, Cfg::kDqPieces>(p, kb, i, c));
     fence_proxy_async_global();
@@ -344,17 +379,40 @@ __device__ void reduce_dq_piece(const Params& p, const KeyBlock& kb, const float
   if (p.deterministic) {
     ptx::cp_async_bulk_wait_group(ptx::n32_t<0>{});  // the addition is done in global memory
     fence_proxy_async_global();
-    asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(p.dq_semaphore + piece) : "memory");
+    count_dq_addition(p, piece);
+  }
+}
+
+// Default mode: counts the additions of steps [from, to) once they are complete, that is once at most kPending
+// bulk groups issued after them are pending: one fence, then a relaxed addition per piece (release by the fence).
+// Lane 0.
+constexpr int kDqCountSteps = 8;  // steps counted at a time
+template <class Cfg, int kPending>
+__device__ void count_dq_steps(const Params& p, const KeyBlock& kb, int from, int to) {
+  ptx::cp_async_bulk_wait_group(ptx::n32_t<kPending>{});
+  fence_proxy_async_global();
+  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+#pragma unroll 1
+  for (int m = from; m < to; ++m) {
+    const std::int64_t first = dq_piece_index<Cfg>(p, kb, kb.head(m), kb.q_block(m), 0);
+#pragma unroll
+    for (int c = 0; c < Cfg::kDqPieces; ++c)  // d = 64: one piece, both consumers' additions
+      asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;\n" ::"l"(p.dq_semaphore + first + c), "r"(kConsumers / Cfg::kDqPieces)
+                   : "memory");
   }
 }
 
 // The dQ writer (the producer warpgroup's second warp): per step, takes each consumer's staged piece
-// as it is handed over, adds it, and hands the buffer back once the copy engine has read it.
+// as it is handed over, adds it, and hands the buffer back once the copy engine has read it. Every addition is
+// counted once complete, and convert_dq_kernel converts a piece once its count is full. Deterministic mode
+// counts at once; otherwise kDqCountSteps steps at a time, with one fence, once the last of them is a step old.
 template <int D, bool kDropout>
 __device__ void write_dq(const Params& p, const KeyBlock& kb, unsigned char* smem, int lane) {
   using Cfg = BwdConfig<D, kDropout>;
 #pragma unroll 1
   for (int n = 0; n < kb.n_steps; ++n) {
+    if (lane == 0 && !p.deterministic && n > kDqCountSteps && (n - 1) % kDqCountSteps == 0)  // step n - 1's may pend
+      count_dq_steps<Cfg, kConsumers>(p, kb, n - 1 - kDqCountSteps, n - 1);
     const int b = n % kDqBuffers, h = kb.head(n), i = kb.q_block(n);
 #pragma unroll
     for (int c = 0; c < kConsumers; ++c) {
@@ -370,7 +428,10 @@ __device__ void write_dq(const Params& p, const KeyBlock& kb, unsigned char* sme
       for (int c = 0; c < kConsumers; ++c) named_barrier_arrive(kBarDqEmpty + 2 * c + b, kDqHandoffThreads);
     }
   }
-  if (lane == 0) ptx::cp_async_bulk_wait_group_read(ptx::n32_t<0>{});  // staging read before the block exits
+  if (lane == 0) {
+    if (!p.deterministic) count_dq_steps<Cfg, 0>(p, kb, (kb.n_steps - 2) / kDqCountSteps * kDqCountSteps, kb.n_steps);
+    ptx::cp_async_bulk_wait_group_read(ptx::n32_t<0>{});  // staging read before the block exits
+  }
 }
 
 template <class T, int D, bool kDropout, bool kTimeline>
@@ -514,7 +575,8 @@ struct Consumer {
   // Without a writer warp (DqSplit::Columns at d = 256): adds this consumer's pieces of dQ_i (head h, query block i)
   // to dQ_accum from the registers, in the staged layout (float4 q * 128 + tid of each piece). Deterministic: after
   // the pieces' earlier additions (dq_turn), and counted once every thread's are issued (the barrier orders them
-  // before thread 0's release).
+  // before thread 0's release). Without a writer the conversion waits for the whole main kernel instead: counted
+  // in default mode too, the barrier and fence each step made the d = 256 backward 40% slower on the H100.
   __device__ void add_dq_pieces(const float (&dq)[kPieces][kNQ], int h, int i) const {
     const std::int64_t first =
         ((std::int64_t(kb.b) * p.heads_q + h) * kb.n_q + i) * Cfg::kDqPieces + c * kPieces;
@@ -540,8 +602,7 @@ struct Consumer {
       if (tid == 0) {
         __threadfence();
 #pragma unroll
-        for (int pc = 0; pc < kPieces; ++pc)
-          asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(p.dq_semaphore + first + pc) : "memory");
+        for (int pc = 0; pc < kPieces; ++pc) count_dq_addition(p, first + pc);
       }
     }
   }
@@ -807,6 +868,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbar_init_fence();
   }
   __syncthreads();
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // dQ's conversion may start (convert_dq_kernel)
   const KeyBlock kb = key_block<Cfg::kBr, Cfg::kBc>(p);
   const int wg = static_cast<int>(threadIdx.x) / kWarpgroupThreads;
   const int tid = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
@@ -830,34 +892,68 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---- dQ conversion ----------------------------------------------------------------------------------------
 
-// dQ = scale dQ_accum in the input dtype, one thread per 16-byte vector of dQ_accum, read in order (coalesced).
+// dQ = scale dQ_accum in the input dtype, a piece (64 x 64) at a time, each as soon as its sum is complete: the
+// kernel is launched while the main kernel runs (programmatic dependent launch, once every K/V block has started),
+// so it converts on the SMs the main kernel's last wave leaves idle. A block takes the pieces in order from a
+// ticket, waits until the piece's counter has all its additions (dq_additions), and converts it; at the end it
+// waits for the main kernel to finish, so that work queued after the backward sees dK and dV written too.
+// (Measured on the H100 at d = 128, N = 4k: as a separate pass after the main kernel it took 115 us, and the
+// backward runs 7-10% faster with it overlapped; at d = 64 1-2%.) Without a writer warp (d = 256) the additions
+// are not counted in default mode, and the conversion waits for the main kernel first.
 // stage_dq wrote thread `thread`'s registers 4 q .. 4 q + 3 of a piece as vector q * 128 + thread, and in wgmma's
 // accumulator layout (thread = 32 w + 4 g + t) those are columns cc, cc + 1 of rows r and r + 8, with r = 16 w + g
-// and cc = 8 q + 2 t of the piece: two 4-byte stores of dQ. (Measured on the H100 at d = 128, N = 4k: 115 us, as
-// fast as two columns a thread gathered from the staged order; four vectors a thread and 16-byte stores took 137.)
+// and cc = 8 q + 2 t of the piece: two 4-byte stores of dQ per vector, read in order (coalesced). (As fast as two
+// columns a thread gathered from the staged order; four vectors a thread and 16-byte stores were slower.)
+constexpr int kConvertThreads = 256;
 template <class T, int D>
-__global__ void convert_dq_kernel(const Params p, int n_q) {
+__global__ void __launch_bounds__(kConvertThreads) convert_dq_kernel(const Params p, int n_q) {
   using Cfg = BwdConfig<D>;
   constexpr int kVectors = Cfg::kDqPieceFloats / 4;  // per piece
-  const std::int64_t vec = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const std::int64_t piece = vec / kVectors;  // over (B, H_q, query block i, piece c)
-  if (piece >= std::int64_t(p.batch) * p.heads_q * n_q * Cfg::kDqPieces) return;
-  const int q = static_cast<int>(vec % kVectors) / kWarpgroupThreads, thread = static_cast<int>(vec % kWarpgroupThreads);
-  const int r = 16 * (thread / 32) + (thread % 32) / 4;
-  const int col = static_cast<int>(piece % Cfg::kDqPieces) * Cfg::kDqCols + 8 * q + 2 * (thread % 4);
-  const std::int64_t bhi = piece / Cfg::kDqPieces;
-  const int i = static_cast<int>(bhi % n_q);
-  const std::int64_t bh = bhi / n_q;
-  const int h = static_cast<int>(bh % p.heads_q), b = static_cast<int>(bh / p.heads_q);
-  const float4 v = *reinterpret_cast<const float4*>(p.dq_accum + vec * 4);
-  const float pair[2][2] = {{v.x, v.y}, {v.z, v.w}};
+  static_assert(kVectors % kConvertThreads == 0, "a block converts whole pieces");
+  const int pieces = p.batch * p.heads_q * n_q * Cfg::kDqPieces;  // over (B, H_q, query block i, piece c)
+  int* const ticket = p.dq_semaphore + pieces;
+  // d = 256 (no writer warp): not counted in default mode, so wait for the whole main kernel.
+  if constexpr (!Cfg::kDqWriter) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  __shared__ int taken[2];  // double-buffered: one barrier a piece
+  for (int round = 0;; ++round) {
+    if (threadIdx.x == 0) {
+      const int piece = atomicAdd(ticket, 1);
+      if (Cfg::kDqWriter && piece < pieces) {
+        const int additions = dq_additions<Cfg::kBr, Cfg::kBc, Cfg::kDqPieces>(p, piece / Cfg::kDqPieces % n_q);
+        int seen;
+        while (true) {  // as wait_counter, but the main kernel's blocks are still running: poll gently
+          asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(p.dq_semaphore + piece) : "memory");
+          if (seen == additions) break;
+          __nanosleep(500);
+        }
+      }
+      taken[round % 2] = piece;
+    }
+    __syncthreads();
+    const int piece = taken[round % 2];
+    if (piece >= pieces) break;
+    const int c = piece % Cfg::kDqPieces, i = piece / Cfg::kDqPieces % n_q, bh = piece / Cfg::kDqPieces / n_q;
+    const int h = bh % p.heads_q, b = bh / p.heads_q;
+    const float4* src = reinterpret_cast<const float4*>(p.dq_accum + std::int64_t(piece) * Cfg::kDqPieceFloats);
+    float4 v[kVectors / kConvertThreads];
 #pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int s = i * Cfg::kBr + r + 8 * hf;
-    if (s >= p.seq_q) continue;
-    T* at = static_cast<T*>(p.dq) + ((std::int64_t(b) * p.seq_q + s) * p.heads_q + h) * D + col;
-    *reinterpret_cast<std::uint32_t*>(at) = pack2<T>(pair[hf][0] * p.scale, pair[hf][1] * p.scale);
+    for (int k = 0; k < kVectors / kConvertThreads; ++k) v[k] = __ldcg(src + k * kConvertThreads + threadIdx.x);
+#pragma unroll
+    for (int k = 0; k < kVectors / kConvertThreads; ++k) {
+      const int vec = k * kConvertThreads + static_cast<int>(threadIdx.x);
+      const int q = vec / kWarpgroupThreads, thread = vec % kWarpgroupThreads;
+      const int r = 16 * (thread / 32) + (thread % 32) / 4, col = c * Cfg::kDqCols + 8 * q + 2 * (thread % 4);
+      const float pair[2][2] = {{v[k].x, v[k].y}, {v[k].z, v[k].w}};
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int s = i * Cfg::kBr + r + 8 * hf;
+        if (s >= p.seq_q) continue;
+        T* at = static_cast<T*>(p.dq) + ((std::int64_t(b) * p.seq_q + s) * p.heads_q + h) * D + col;
+        *reinterpret_cast<std::uint32_t*>(at) = pack2<T>(pair[hf][0] * p.scale, pair[hf][1] * p.scale);
+      }
+    }
   }
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
 
 // ---- host launcher ----------------------------------------------------------------------------------------
@@ -867,9 +963,6 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
   using Cfg = BwdConfig<D, kDropout>;
   const int n_q = (p.seq_q + Cfg::kBr - 1) / Cfg::kBr;
   const BackwardScratchSizes sizes = backward_scratch(p.batch, p.heads_q, p.seq_q, D);
-  if (p.deterministic)
-    check_cuda(cudaMemsetAsync(p.dq_semaphore, 0, sizes.semaphores * sizeof(int), stream), "cudaMemsetAsync(dQ semaphores)");
-
   constexpr int kStatsThreads = 256;
   row_stats_kernel<T, D><<<static_cast<unsigned>((sizes.row_stats * (D / 8) + kStatsThreads - 1) / kStatsThreads), kStatsThreads, 0, stream>>>(
       p, n_q * Cfg::kBr);
@@ -887,10 +980,24 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
   kernel<<<grid, kThreads, Cfg::kBytes, stream>>>(p, maps);
   check_cuda(cudaGetLastError(), "the backward kernel launch");
 
-  constexpr int kConvertThreads = 256;
-  const std::int64_t vectors = sizes.dq_accum / 4;
-  convert_dq_kernel<T, D><<<static_cast<unsigned>((vectors + kConvertThreads - 1) / kConvertThreads), kConvertThreads, 0, stream>>>(p, n_q);
-  check_cuda(cudaGetLastError(), "the dQ conversion launch");
+  // The conversion may start once every block of the main kernel has (griddepcontrol.launch_dependents there):
+  // enough blocks to fill the GPU, each taking pieces until none are left.
+  int dev = 0, sms = 0, blocks_per_sm = 0;
+  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute(SM count)");
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, convert_dq_kernel<T, D>, kConvertThreads, 0),
+             "cudaOccupancyMaxActiveBlocksPerMultiprocessor(dQ conversion)");
+  cudaLaunchConfig_t config{};
+  const std::int64_t pieces = sizes.semaphores - 1;
+  config.gridDim = dim3(static_cast<unsigned>(std::min<std::int64_t>(pieces, std::int64_t(sms) * blocks_per_sm)));
+  config.blockDim = dim3(kConvertThreads);
+  config.stream = stream;
+  cudaLaunchAttribute overlap{};
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &overlap;
+  config.numAttrs = 1;
+  check_cuda(cudaLaunchKernelEx(&config, convert_dq_kernel<T, D>, p, n_q), "the dQ conversion launch");
 }
 
 std::string backward_head_dims() {
@@ -908,9 +1015,9 @@ void launch(DType dtype, const Params& p, cudaStream_t stream) {
     throw std::invalid_argument("cuda-fa3-ws's backward supports head dims " + backward_head_dims() + ", not " +
                                 std::to_string(p.head_dim) + ".");
   require_hopper();
-  if (p.lse_log2 == nullptr || p.D_i == nullptr || p.dq_accum == nullptr || (p.deterministic && p.dq_semaphore == nullptr))
-    throw std::invalid_argument("cuda-fa3-ws's backward needs its scratch (lse_log2, D_i, dq_accum and, deterministic, "
-                                "dq_semaphore; sizes from backward_scratch).");
+  if (p.lse_log2 == nullptr || p.D_i == nullptr || p.dq_accum == nullptr || p.dq_semaphore == nullptr)
+    throw std::invalid_argument("cuda-fa3-ws's backward needs its scratch (lse_log2, D_i, dq_accum and dq_semaphore; "
+                                "sizes from backward_scratch).");
   if (reinterpret_cast<std::uintptr_t>(p.o) % 16 != 0 || reinterpret_cast<std::uintptr_t>(p.d_o) % 16 != 0)
     throw std::invalid_argument("cuda-fa3-ws's backward reads O and dO in 16-byte vectors: both must start at a 16-byte "
                                 "aligned address.");
@@ -937,7 +1044,7 @@ BackwardScratchSizes backward_scratch(int batch, int heads_q, int seq_q, int hea
   BackwardScratchSizes sizes;
   sizes.row_stats = std::int64_t(batch) * heads_q * n_q * br;
   sizes.dq_accum = sizes.row_stats * head_dim;
-  sizes.semaphores = std::int64_t(batch) * heads_q * n_q * dq_pieces(head_dim);
+  sizes.semaphores = std::int64_t(batch) * heads_q * n_q * dq_pieces(head_dim) + 1;  // a counter per piece, the ticket
   return sizes;
 }
 

@@ -53,7 +53,7 @@ struct Params {
   float* lse_log2 = nullptr;  // (B, H_q, padded S_q): L_i log2(e); +inf past the end and for rows that saw no key
   float* D_i = nullptr;       // (B, H_q, padded S_q): rowsum(dO_i o O_i); 0 past the end
   float* dq_accum = nullptr;  // fp32 sums of dQ's partials, one chunk per (batch, head, query block, consumer)
-  int* dq_semaphore = nullptr;  // per chunk: how many K/V blocks have added theirs (deterministic mode)
+  int* dq_semaphore = nullptr;  // per chunk: how many additions to it have completed; then the conversion's ticket
   // Add the dQ partials of the K/V blocks in a fixed order (block 0 first), so that two runs give
   // bit-identical dQ; otherwise in whatever order they arrive.
   bool deterministic = false;
@@ -113,8 +113,9 @@ void launch_forward(DType dtype, const Params&, cudaStream_t stream, LadderStep 
 // not compute capability 9.0). Checks the launch, does not synchronize.
 void launch_forward_timeline(DType dtype, const Params&, cudaStream_t stream, LadderStep step);
 
-// The backward: the pre-pass (L_i log2 e and D_i into their padded scratch, dQ's sums and semaphores
-// zeroed), the main kernel (one block per K/V block) and dQ's conversion to the input dtype, on `stream`.
+// The backward: the pre-pass (L_i log2 e and D_i into their padded scratch, dQ's sums and counters
+// zeroed), the main kernel (one block per K/V block) and dQ's conversion to the input dtype, which starts
+// while the main kernel runs and converts each piece of dQ once its sum is complete, on `stream`.
 // Reads q, k, v, o, lse, d_o; writes dq, dk, dv and the scratch. Checks the launches, does not
 // synchronize. std::invalid_argument for a head dim without a backward, a GPU that is not compute
 // capability 9.0, or missing scratch.
