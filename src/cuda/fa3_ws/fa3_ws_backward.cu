@@ -311,12 +311,16 @@ __device__ void produce(const Params& p, const BwdMaps& maps, const KeyBlock& kb
 
 // ---- consumer ---------------------------------------------------------------------------------------------
 
-// Spins until *counter == value (acquire: the K/V blocks counted there have finished their additions).
+// Spins until *counter == value (acquire: the K/V blocks counted there have finished their additions), with
+// kSleepNs of __nanosleep between polls where the poller has nothing else to do (dQ's conversion).
+template <unsigned kSleepNs = 0>
 __device__ __forceinline__ void wait_counter(const int* counter, int value) {
   int seen;
-  do {
+  while (true) {
     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
-  } while (seen != value);
+    if (seen == value) return;
+    if constexpr (kSleepNs > 0) __nanosleep(kSleepNs);
+  }
 }
 // Orders this thread's async-proxy (bulk copy) global accesses with its generic ones.
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
@@ -358,6 +362,8 @@ __device__ __forceinline__ void count_dq_addition(const Params& p, std::int64_t 
   asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(p.dq_semaphore + piece) : "memory");
 }
 
+// Where consumer c's piece of dQ_i (head h) lies in dQ_accum (in pieces) and among the counters: over (B, H_q, query
+// block i, piece), the one piece of a query block at d = 64.
 template <class Cfg>
 __device__ std::int64_t dq_piece_index(const Params& p, const KeyBlock& kb, int h, int i, int c) {
   return ((std::int64_t(kb.b) * p.heads_q + h) * kb.n_q + i) * Cfg::kDqPieces + (Cfg::kDqPieces > 1 ? c : 0);
@@ -578,8 +584,7 @@ struct Consumer {
   // before thread 0's release). Without a writer the conversion waits for the whole main kernel instead: counted
   // in default mode too, the barrier and fence each step made the d = 256 backward 40% slower on the H100.
   __device__ void add_dq_pieces(const float (&dq)[kPieces][kNQ], int h, int i) const {
-    const std::int64_t first =
-        ((std::int64_t(kb.b) * p.heads_q + h) * kb.n_q + i) * Cfg::kDqPieces + c * kPieces;
+    const std::int64_t first = dq_piece_index<Cfg>(p, kb, h, i, 0) + c * kPieces;
     if (p.deterministic) {
       if (tid == 0) {
         const int turn = dq_turn<kBr, kBc, Cfg::kDqPieces>(p, kb, i, c);
@@ -918,15 +923,8 @@ __global__ void __launch_bounds__(kConvertThreads) convert_dq_kernel(const Param
   for (int round = 0;; ++round) {
     if (threadIdx.x == 0) {
       const int piece = atomicAdd(ticket, 1);
-      if (Cfg::kDqWriter && piece < pieces) {
-        const int additions = dq_additions<Cfg::kBr, Cfg::kBc, Cfg::kDqPieces>(p, piece / Cfg::kDqPieces % n_q);
-        int seen;
-        while (true) {  // as wait_counter, but the main kernel's blocks are still running: poll gently
-          asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(p.dq_semaphore + piece) : "memory");
-          if (seen == additions) break;
-          __nanosleep(500);
-        }
-      }
+      if (Cfg::kDqWriter && piece < pieces)  // the main kernel's blocks are still running: poll gently
+        wait_counter<500>(p.dq_semaphore + piece, dq_additions<Cfg::kBr, Cfg::kBc, Cfg::kDqPieces>(p, piece / Cfg::kDqPieces % n_q));
       taken[round % 2] = piece;
     }
     __syncthreads();
