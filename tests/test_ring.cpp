@@ -449,3 +449,53 @@ TEST_CASE("ring attention refuses a schedule made for another problem, and dropo
                        "ring attention's CPU reference supports dropout_p = 0 only, got 0.100000", InputError);
   CHECK_NOTHROW(ring_forward<double>(ring, make_problem(s, CausalAlign::TopLeft), in));
 }
+
+// block_launch (the GPU ring's plan for a pair): what it computes, m queries against the first `keys` keys with
+// `align`, is exactly the pair's visible set, and with seq_q == seq_k every pair of every layout has a plan.
+TEST_CASE("block_launch: a pair as one block of the usual alignments, exactly its visible set, for every layout") {
+  for (RingLayout layout : {RingLayout::Contiguous, RingLayout::Zigzag, RingLayout::Striped})
+    for (CausalAlign causal : {CausalAlign::None, CausalAlign::TopLeft, CausalAlign::BottomRight})
+      for (int P : {1, 2, 3, 4, 8})
+        for (int n : {4 * P, 4 * P + 2, 8 * P + 6}) {
+          if (layout == RingLayout::Zigzag && n % (2 * P) != 0) continue;
+          const RingSchedule ring = ring_schedule(layout, P, n, n, causal);
+          for (const auto& step : ring.steps)
+            for (const RankStep& rs : step)
+              for (const BlockPair& pair : rs.pairs) {
+                INFO(to_string(layout) << " P=" << P << " N=" << n << " " << to_string(causal) << " offset "
+                                       << pair.causal_offset);
+                BlockLaunch plan;
+                REQUIRE_NOTHROW(plan = block_launch(pair));
+                REQUIRE(plan.keys <= pair.k.count);
+                std::int64_t seen = 0;
+                for (int a = 0; a < pair.q.count; ++a)
+                  for (int c = 0; c < pair.k.count; ++c) {
+                    const bool pair_sees = pair.visibility == Visibility::Full ||
+                                           (pair.visibility == Visibility::Diagonal && c <= a + pair.causal_offset);
+                    const bool plan_sees =
+                        !plan.skip && c < plan.keys && !is_masked(plan.align, a, c, pair.q.count, plan.keys);
+                    CHECK(pair_sees == plan_sees);
+                    seen += plan_sees;
+                  }
+                CHECK(seen == pair.visible_scores);
+              }
+        }
+}
+
+TEST_CASE("block_launch refuses a diagonal block whose last rows see all its keys, in one sentence") {
+  // 4 queries, 3 keys, offset 1: rows 2 and 3 see keys 0-2, all of them.
+  const BlockPair pair{.q = {.first = 0, .count = 4}, .k = {.first = 0, .count = 3}, .visibility = Visibility::Diagonal,
+                       .causal_offset = 1};
+  CHECK_THROWS_WITH_AS(block_launch(pair),
+                       "the GPU ring runs a diagonal block as one bottom-right block, and this one's last 2 rows see "
+                       "all of its 3 keys, which would need a block of their own: it supports causal masks with "
+                       "seq_q == seq_k (any layout) or no mask",
+                       InputError);
+  // Offset -1 over as many keys as queries: the first row sees nothing, and the last key no row.
+  const BlockPair striped{.q = {.first = 0, .count = 3}, .k = {.first = 1, .count = 3}, .visibility = Visibility::Diagonal,
+                          .causal_offset = -1};
+  const BlockLaunch plan = block_launch(striped);
+  CHECK_FALSE(plan.skip);
+  CHECK(plan.keys == 2);
+  CHECK(plan.align == CausalAlign::BottomRight);
+}

@@ -151,6 +151,23 @@ RingSchedule ring_schedule(RingLayout layout, int ranks, int seq_q, int seq_k, C
   return ring;
 }
 
+BlockLaunch block_launch(const BlockPair& pair) {
+  const int m = pair.q.count, n = pair.k.count;
+  switch (pair.visibility) {
+    case Visibility::Skipped: return BlockLaunch{.skip = true};
+    case Visibility::Full: return BlockLaunch{.keys = n, .align = CausalAlign::None};
+    case Visibility::Diagonal: break;
+  }
+  const std::int64_t reach = std::int64_t(m) + pair.causal_offset;  // keys the last row would see, unclipped
+  if (reach <= 0 || m == 0 || n == 0) return BlockLaunch{.skip = true};
+  if (reach > n)
+    throw InputError("the GPU ring runs a diagonal block as one bottom-right block, and this one's last " +
+                     std::to_string(reach - n) + " rows see all of its " + std::to_string(n) +
+                     " keys, which would need a block of their own: it supports causal masks with seq_q == seq_k "
+                     "(any layout) or no mask");
+  return BlockLaunch{.keys = static_cast<int>(reach), .align = CausalAlign::BottomRight};
+}
+
 std::int64_t kv_share_bytes(const Shape& s, int tokens, int bytes_per_element) {
   return std::int64_t(s.batch) * s.heads_kv * tokens * s.head_dim * bytes_per_element;
 }

@@ -82,6 +82,22 @@ struct RingSchedule {
 RingSchedule ring_schedule(RingLayout, int ranks, int seq_q, int seq_k, CausalAlign);
 
 // ---------------------------------------------------------------------------------------------
+// A pair on a block kernel that knows only the two usual alignments (the GPU ring, cuda/ring.hpp): the
+// pair's m queries against the first `keys` keys of its range, with `align`. A Diagonal pair's rule
+// c <= a + causal_offset is bottom-right on m queries and m + causal_offset keys, so keys past that are
+// dropped; rows that would see the range's every key (when it has fewer than m + causal_offset) would need
+// a block of their own, and block_launch refuses them instead.
+struct BlockLaunch {
+  bool skip = false;  // no (query, key) pair of it is visible: nothing to compute
+  int keys = 0;       // the first `keys` of the pair's key range
+  CausalAlign align = CausalAlign::None;
+};
+
+// Throws InputError, in one sentence, for a Diagonal pair whose last rows see all of its keys (this only
+// happens with seq_q != seq_k under a causal mask).
+BlockLaunch block_launch(const BlockPair&);
+
+// ---------------------------------------------------------------------------------------------
 // The cost model: what each step moves and computes, and how long it takes when every rank computes
 // while it sends (a step lasts as long as its slowest rank's compute or its slowest link).
 
