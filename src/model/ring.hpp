@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/hd.hpp"
 #include "core/problem.hpp"
 #include "model/traffic.hpp"  // Pass
 
@@ -33,7 +34,7 @@ RingLayout parse_ring_layout(const std::string&);  // throws InputError naming t
 // range has stride 1; a striped share has stride P.
 struct TokenRange {
   int first = 0, count = 0, stride = 1;
-  int token(int local) const { return first + local * stride; }
+  FLASHLAB_HD int token(int local) const { return first + local * stride; }  // (the GPU ring packs by it)
   friend bool operator==(const TokenRange&, const TokenRange&) = default;
 };
 

@@ -1,0 +1,26 @@
+#pragma once
+// Ring attention on one GPU: the P ranks of model/ring.hpp's schedule emulated by P CUDA streams, so that
+// the ring is testable and measurable on one card (the CPU reference, cpu_reference/ring.hpp, is its
+// ground truth). Each rank keeps its queries; its K/V share moves to the next rank by a device-to-device
+// copy on a stream of its own, which overlaps the rank's compute on the share in hand; each block is
+// cuda-fa3-ws's forward, and each rank folds the block's O and L into its running fp32 (O, L) through the
+// logsumexp, as the CPU reference does.
+#include "core/device_io.hpp"
+#include "core/problem.hpp"
+#include "core/tensor.hpp"
+#include "model/ring.hpp"
+
+namespace flashlab {
+
+// O and L of attention on the device tensors of `io` (global (B, S, H, D) layout), computed by the ring of
+// `ring` (made for p's lengths and causal alignment). f16 or bf16, a head dim cuda-fa3-ws has, compute
+// capability 9.0, no dropout. Throws InputError, in one sentence, for what it refuses (block_launch's
+// diagonal blocks that would need their rows split; a schedule of other lengths; dropout), and
+// std::invalid_argument from the kernel's launcher for an unsupported head dim, dtype or GPU. Returns when
+// the device has finished.
+void cuda_ring_forward_on_device(const RingSchedule& ring, const Problem& p, DType dtype, const DeviceForwardIo& io);
+
+// The same from host tensors: upload, cuda_ring_forward_on_device, download.
+ForwardOut cuda_ring_forward(const RingSchedule& ring, const Problem& p, DType dtype, const Qkv& in);
+
+}  // namespace flashlab

@@ -1,0 +1,102 @@
+// Ring attention on one GPU (cuda/ring.hpp: P ranks as P streams, K/V shares moved by device-to-device copies,
+// cuda-fa3-ws as the block kernel, the LSE merge in fp32) against naive attention in double, by the
+// FlashAttention rule of core/tolerance.hpp for O and L: every layout, P = 1..4 and 8, no mask and both causal
+// alignments, GQA, batch > 1, odd lengths where the layout allows them. The outputs are poisoned with NaN
+// before the run, so a token no rank writes fails. And what it refuses, in one sentence.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "core/tolerance.hpp"
+#include "cpu_reference/naive.hpp"
+#include "cuda/ring.hpp"
+#include "gpu/flashattention_rule.hpp"
+#include "gpu/fresh_inputs.hpp"
+#include "model/ring.hpp"
+#include "registry/variants.hpp"
+
+namespace {
+
+using namespace flashlab;
+
+bool skip_unless_hopper() {
+  if (cuda_compute_capability() == 90) return false;
+  MESSAGE("skipped: the GPU ring's blocks are cuda-fa3-ws's, which run on compute capability 9.0 only, and this GPU is "
+          << cuda_device_name());
+  return true;
+}
+
+void check_ring(RingLayout layout, int P, Shape shape, CausalAlign causal, DType dtype) {
+  const std::uint64_t seed = fresh_seed();
+  Problem p{.shape = shape, .options = Options{.causal = causal}};
+  INFO(to_string(layout) << " P=" << P << " " << describe(p, dtype, seed));
+  const Qkv in = random_qkv(shape, dtype, seed);
+  const ForwardOut ref = naive_forward<double>(p, in);
+  const ForwardOut lowp = naive_forward_lowp(p, dtype, in);
+  const RingSchedule ring = ring_schedule(layout, P, shape.seq_q, shape.seq_k, causal);
+  const ForwardOut out = cuda_ring_forward(ring, p, dtype, in);
+  check_output("O", dtype, Quantity::Forward, out.o, ref.o, lowp.o);
+  check_output("L", dtype, Quantity::Forward, out.lse, ref.lse, lowp.lse);
+}
+
+Shape shape(int batch, int heads_q, int heads_kv, int seq, int head_dim) {
+  return Shape{.batch = batch, .heads_q = heads_q, .heads_kv = heads_kv, .seq_q = seq, .seq_k = seq, .head_dim = head_dim};
+}
+
+}  // namespace
+
+TEST_CASE("the GPU ring equals naive attention on every layout, P = 1..4 and 8, with and without a causal mask") {
+  if (skip_unless_hopper()) return;
+  for (RingLayout layout : {RingLayout::Contiguous, RingLayout::Zigzag, RingLayout::Striped})
+    for (int P : {1, 2, 3, 4, 8})
+      for (CausalAlign causal : {CausalAlign::None, CausalAlign::TopLeft, CausalAlign::BottomRight})
+        check_ring(layout, P, shape(1, 2, 2, 240, 64), causal, DType::BF16);
+}
+
+TEST_CASE("the GPU ring: odd lengths (contiguous, striped), GQA, batch > 1, f16, head dims 128 and 256") {
+  if (skip_unless_hopper()) return;
+  for (RingLayout layout : {RingLayout::Contiguous, RingLayout::Striped})
+    for (CausalAlign causal : {CausalAlign::None, CausalAlign::TopLeft}) {
+      check_ring(layout, 3, shape(2, 4, 2, 301, 128), causal, DType::BF16);
+      check_ring(layout, 4, shape(3, 2, 1, 257, 64), causal, DType::F16);
+    }
+  check_ring(RingLayout::Zigzag, 4, shape(2, 4, 1, 392, 128), CausalAlign::BottomRight, DType::F16);
+  check_ring(RingLayout::Zigzag, 2, shape(1, 2, 2, 512, 256), CausalAlign::TopLeft, DType::BF16);
+  // Non-causal, seq_q != seq_k: every pair is fully visible.
+  Shape cross = shape(2, 2, 2, 200, 64);
+  cross.seq_k = 333;
+  const Problem p{.shape = cross, .options = {}};
+  const std::uint64_t seed = fresh_seed();
+  INFO(describe(p, DType::BF16, seed));
+  const Qkv in = random_qkv(cross, DType::BF16, seed);
+  const ForwardOut ref = naive_forward<double>(p, in), lowp = naive_forward_lowp(p, DType::BF16, in);
+  const ForwardOut out = cuda_ring_forward(ring_schedule(RingLayout::Striped, 3, 200, 333, CausalAlign::None), p,
+                                           DType::BF16, in);
+  check_output("O", DType::BF16, Quantity::Forward, out.o, ref.o, lowp.o);
+  check_output("L", DType::BF16, Quantity::Forward, out.lse, ref.lse, lowp.lse);
+}
+
+TEST_CASE("the GPU ring refuses, in one sentence: split diagonal blocks, another problem's schedule, dropout, f32") {
+  const Shape s = shape(1, 2, 2, 96, 64);
+  const Qkv in = random_qkv(s, DType::BF16, 1);
+  Shape cross = s;
+  cross.seq_k = 160;
+  const Qkv in_cross = random_qkv(cross, DType::BF16, 2);
+  const Problem causal_cross{.shape = cross, .options = Options{.causal = CausalAlign::BottomRight}};
+  CHECK(refusal([&] {
+          cuda_ring_forward(ring_schedule(RingLayout::Contiguous, 2, 96, 160, CausalAlign::BottomRight), causal_cross,
+                            DType::BF16, in_cross);
+        }).find("which would need a block of their own: it supports causal masks with seq_q == seq_k") != std::string::npos);
+  const Problem plain{.shape = s, .options = {}};
+  CHECK(refusal([&] {
+          cuda_ring_forward(ring_schedule(RingLayout::Contiguous, 2, 96, 96, CausalAlign::TopLeft), plain, DType::BF16, in);
+        }).find("the ring's schedule was made for") == 0);
+  const Problem dropout{.shape = s, .options = Options{.dropout_p = 0.1}};
+  CHECK(refusal([&] {
+          cuda_ring_forward(ring_schedule(RingLayout::Striped, 2, 96, 96, CausalAlign::None), dropout, DType::BF16, in);
+        }).find("the GPU ring has no dropout") == 0);
+  CHECK(refusal([&] {
+          cuda_ring_forward(ring_schedule(RingLayout::Striped, 2, 96, 96, CausalAlign::None), plain, DType::F32, in);
+        }).find("take f16 or bf16, not f32") != std::string::npos);
+}
