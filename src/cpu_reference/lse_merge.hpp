@@ -11,17 +11,10 @@
 // associative and commutative up to rounding, so the order the shares arrive in does not matter.
 #include <cmath>
 
+#include "core/logsumexp.hpp"  // stable_sigmoid, log_add_exp
 #include "cpu_reference/attention_math.hpp"
 
 namespace flashlab {
-
-// sigmoid(x) = 1 / (1 + e^-x), evaluated on the side where the exponential cannot overflow.
-template <class T>
-T stable_sigmoid(T x) {
-  if (x >= T(0)) return T(1) / (T(1) + std::exp(-x));
-  const T e = std::exp(x);
-  return e / (T(1) + e);
-}
 
 // Folds the block result (O_b, L_b) into rows [row0, row0 + O_b.rows()) of the running (O, L).
 // A row with L = -inf has seen no key yet and takes the block's result; a block row with L_b = -inf saw
@@ -39,7 +32,7 @@ void merge_attention_partial(detail::Mat<T>& O, detail::Col<T>& L, Eigen::Index 
     }
     const T diff = L_b(r) - L_run;
     O.row(row0 + r) += stable_sigmoid(diff) * (O_b.row(r) - O.row(row0 + r));
-    L_run = std::max(L_run, L_b(r)) + std::log1p(std::exp(-std::abs(diff)));
+    L_run = log_add_exp(L_run, L_b(r));
   }
 }
 

@@ -5,9 +5,9 @@
 //    `count` tokens. Its K/V share is packed the same way, into slot 0 of two.
 //  * At step s rank r computes its queries against the share in hand (slot s % 2), pair by pair: each pair
 //    is one launch of cuda-fa3-ws's forward (block_launch decides how: no mask, or bottom-right on the keys its
-//    last row sees), whose O and L the rank folds into its running fp32 (O, L) with the logsumexp merge of
-//    cpu_reference/lse_merge.hpp. Meanwhile the link stream into rank r + 1 copies that share into r + 1's other
-//    slot, so the copy overlaps the compute, as NCCL's send / recv would.
+//    last row sees), whose O and L the rank folds into its running fp32 (O, L) with the CPU reference's
+//    logsumexp merge (core/logsumexp.hpp). Meanwhile the link stream into rank r + 1 copies that share into
+//    r + 1's other slot, so the copy overlaps the compute, as NCCL's send / recv would.
 //  * At the end each rank writes O (in the input dtype) and L back to their tokens' places in the global
 //    tensors.
 // Events order it, the way a multi-GPU ring's messages would: rank r's copy for step s + 1 waits until the
@@ -16,13 +16,18 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <vector>
 
+#include "core/logsumexp.hpp"
 #include "cuda/common.cuh"
+#include "cuda/constraints.hpp"
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
+#include "cuda/fa3_ws/host_checks.hpp"
 #include "cuda/host_passes.cuh"
 #include "cuda/ring.hpp"
 
@@ -45,8 +50,9 @@ __global__ void gather_rows_kernel(uint4* dst, const uint4* src, int batch, int 
 }
 
 // The running (O, L) of a range's rows, fp32 (B, count, H, D) and (B, H, count), folded with a block's (O_b in T,
-// L_b): L = max + log1p(exp(-|L_b - L|)), O += sigmoid(L_b - L) (O_b - O). A row with L = -inf takes the block's,
-// a block row with L_b = -inf changes nothing. One warp per (b, a, h) row, 8 columns a lane.
+// L_b) as the CPU reference folds them (core/logsumexp.hpp): O += sigmoid(L_b - L) (O_b - O), L = log(e^L + e^L_b).
+// A row with L = -inf takes the block's, a block row with L_b = -inf changes nothing. One warp per (b, a, h) row,
+// 8 columns a lane.
 template <class T>
 __global__ void merge_block_kernel(float* o, float* l, const T* o_b, const float* l_b, int batch, int count, int heads,
                                    int head_dim) {
@@ -58,18 +64,15 @@ __global__ void merge_block_kernel(float* o, float* l, const T* o_b, const float
   const std::int64_t at_l = (std::int64_t(b) * heads + h) * count + a;
   const float l_run = l[at_l], l_blk = l_b[at_l];
   if (l_blk == -INFINITY) return;
-  float w = 1.f;  // the block's weight: sigmoid(L_b - L), 1 when the row has seen nothing yet
-  if (l_run != -INFINITY) {
-    const float diff = l_blk - l_run;
-    w = diff >= 0.f ? 1.f / (1.f + expf(-diff)) : expf(diff) / (1.f + expf(diff));
-  }
+  // The block's weight, 1 when the row has seen nothing yet.
+  const float w = l_run == -INFINITY ? 1.f : stable_sigmoid(l_blk - l_run);
   for (int c = lane * 8; c < head_dim; c += 32 * 8) {
     float* out = o + row * head_dim + c;
     const T* in = o_b + row * head_dim + c;
 #pragma unroll
     for (int e = 0; e < 8; ++e) out[e] += w * (static_cast<float>(in[e]) - out[e]);
   }
-  if (lane == 0) l[at_l] = l_run == -INFINITY ? l_blk : fmaxf(l_run, l_blk) + log1pf(expf(-fabsf(l_blk - l_run)));
+  if (lane == 0) l[at_l] = l_run == -INFINITY ? l_blk : log_add_exp(l_run, l_blk);
 }
 
 // The range's rows of the global O (B, S_q, H, D) in T and L (B, H, S_q) from the running fp32 ones.
@@ -300,6 +303,14 @@ void cuda_ring_forward_on_device(const RingSchedule& ring, const Problem& p, DTy
   if (dtype != DType::F16 && dtype != DType::BF16)
     throw InputError(std::string("the GPU ring's blocks are cuda-fa3-ws's, which take f16 or bf16, not ") +
                      to_string(dtype));
+  const auto& dims = cuda::fa3_ws::kHeadDims;
+  if (std::find(std::begin(dims), std::end(dims), p.shape.head_dim) == std::end(dims)) {
+    std::string supported;
+    for (int d : dims) supported += (supported.empty() ? "" : ", ") + std::to_string(d);
+    throw InputError("the GPU ring's blocks are cuda-fa3-ws's, which support head dims " + supported + ", not " +
+                     std::to_string(p.shape.head_dim));
+  }
+  fa3::require_hopper();  // before any work, rather than at the first block
   if (p.shape.batch == 0 || p.shape.heads_q == 0) return;
   if (dtype == DType::BF16) ring_forward<__nv_bfloat16>(ring, p, dtype, io);
   else ring_forward<__half>(ring, p, dtype, io);

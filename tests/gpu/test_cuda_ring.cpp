@@ -77,7 +77,7 @@ TEST_CASE("the GPU ring: odd lengths (contiguous, striped), GQA, batch > 1, f16,
   check_output("L", DType::BF16, Quantity::Forward, out.lse, ref.lse, lowp.lse);
 }
 
-TEST_CASE("the GPU ring refuses, in one sentence: split diagonal blocks, another problem's schedule, dropout, f32") {
+TEST_CASE("the GPU ring refuses, in one sentence: split diagonal blocks, another problem's schedule, dropout, f32, d = 32") {
   const Shape s = shape(1, 2, 2, 96, 64);
   const Qkv in = random_qkv(s, DType::BF16, 1);
   Shape cross = s;
@@ -99,4 +99,9 @@ TEST_CASE("the GPU ring refuses, in one sentence: split diagonal blocks, another
   CHECK(refusal([&] {
           cuda_ring_forward(ring_schedule(RingLayout::Striped, 2, 96, 96, CausalAlign::None), plain, DType::F32, in);
         }).find("take f16 or bf16, not f32") != std::string::npos);
+  const Shape d32 = shape(1, 2, 2, 96, 32);
+  CHECK(refusal([&] {
+          cuda_ring_forward(ring_schedule(RingLayout::Striped, 2, 96, 96, CausalAlign::None),
+                            Problem{.shape = d32, .options = {}}, DType::BF16, random_qkv(d32, DType::BF16, 3));
+        }) == "the GPU ring's blocks are cuda-fa3-ws's, which support head dims 64, 128, 256, not 32");
 }
