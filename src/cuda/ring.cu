@@ -1,128 +1,56 @@
-// Ring attention's forward on one GPU (ring.hpp): the P ranks of model/ring.hpp's schedule as P CUDA
-// streams. What a multi-GPU ring does is all here, only the link is a device-to-device copy:
-//  * Each rank packs its own tokens, range by range (one range for contiguous and striped, two for zigzag),
-//    each range a (B, count, H, D) tensor: a block kernel then sees every range as an ordinary problem of
-//    `count` tokens. Its K/V share is packed the same way, into slot 0 of two.
-//  * At step s rank r computes its queries against the share in hand (slot s % 2), pair by pair: each pair
-//    is one launch of cuda-fa3-ws's forward (block_launch decides how: no mask, or bottom-right on the keys its
-//    last row sees), whose O and L the rank folds into its running fp32 (O, L) with the CPU reference's
-//    logsumexp merge (core/logsumexp.hpp). Meanwhile the link stream into rank r + 1 copies that share into
-//    r + 1's other slot, so the copy overlaps the compute, as NCCL's send / recv would.
-//  * At the end each rank writes O (in the input dtype) and L back to their tokens' places in the global
-//    tensors.
-// Events order it, the way a multi-GPU ring's messages would: rank r's copy for step s + 1 waits until the
+// Ring attention on one GPU (ring.hpp): the P ranks of model/ring.hpp's schedule as P CUDA streams. What a
+// multi-GPU ring does is all here, only the link is a device-to-device copy; what each rank keeps and computes at
+// a step is ring_rank.cuh's, this file is the transport.
+//  * Forward: at step s rank r computes its queries against the share in hand (slot s % 2; ForwardRank::step),
+//    while the link stream into rank r + 1 copies that share into r + 1's other slot, so the copy overlaps the
+//    compute, as NCCL's send / recv would.
+//  * Backward: the K/V shares travel the same way, and each carries its dK/dV partial sums (fp32). At step s
+//    rank r computes its pairs' dK/dV into a fresh partial (BackwardRank::step) while the partial of the ranks
+//    before arrives from r - 1 on the gradient link; then it adds the two, and that sum leaves for r + 1 while r
+//    computes step s + 1. After the last step one more hop brings each share's complete partials home.
+// Events order it, the way a multi-GPU ring's messages would: rank r's K/V copy for step s + 1 waits until the
 // share has arrived at r - 1 (the copy of step s) and until r is done with the slot it overwrites (its compute
-// of step s - 1, and the copy out of that slot into r + 1).
+// of step s - 1, and the copy out of that slot into r + 1); a partial's copy waits until the sender has added it
+// up and the receiver has added the previous one.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "core/logsumexp.hpp"
-#include "cuda/common.cuh"
 #include "cuda/constraints.hpp"
-#include "cuda/fa3_ws/fa3_ws_params.hpp"
 #include "cuda/fa3_ws/host_checks.hpp"
 #include "cuda/host_passes.cuh"
 #include "cuda/ring.hpp"
+#include "cuda/ring_rank.cuh"
 
 namespace flashlab {
 namespace {
 
 namespace fa3 = cuda::fa3ws;
+using cuda::ring::BackwardRank;
+using cuda::ring::ForwardRank;
+using cuda::ring::LaunchPlans;
 
-// ---- kernels: packing, merging, unpacking ----------------------------------------------------------------
-
-// dst (B, count, H, D) <- the rows token(0..count) of src (B, S, H, D); 16-byte vectors, one per thread.
-__global__ void gather_rows_kernel(uint4* dst, const uint4* src, int batch, int seq, int row_vecs, TokenRange range) {
-  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // over (b, a, vec)
-  const std::int64_t total = std::int64_t(batch) * range.count * row_vecs;
-  if (i >= total) return;
-  const int vec = static_cast<int>(i % row_vecs);
-  const std::int64_t row = i / row_vecs;
-  const int a = static_cast<int>(row % range.count), b = static_cast<int>(row / range.count);
-  dst[i] = src[(std::int64_t(b) * seq + range.token(a)) * row_vecs + vec];
-}
-
-// The running (O, L) of a range's rows, fp32 (B, count, H, D) and (B, H, count), folded with a block's (O_b in T,
-// L_b) as the CPU reference folds them (core/logsumexp.hpp): O += sigmoid(L_b - L) (O_b - O), L = log(e^L + e^L_b).
-// A row with L = -inf takes the block's, a block row with L_b = -inf changes nothing. One warp per (b, a, h) row,
-// 8 columns a lane.
-template <class T>
-__global__ void merge_block_kernel(float* o, float* l, const T* o_b, const float* l_b, int batch, int count, int heads,
-                                   int head_dim) {
-  const std::int64_t row = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;  // over (b, a, h)
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  if (row >= std::int64_t(batch) * count * heads) return;
-  const int h = static_cast<int>(row % heads);
-  const int a = static_cast<int>(row / heads % count), b = static_cast<int>(row / heads / count);
-  const std::int64_t at_l = (std::int64_t(b) * heads + h) * count + a;
-  const float l_run = l[at_l], l_blk = l_b[at_l];
-  if (l_blk == -INFINITY) return;
-  // The block's weight, 1 when the row has seen nothing yet.
-  const float w = l_run == -INFINITY ? 1.f : stable_sigmoid(l_blk - l_run);
-  for (int c = lane * 8; c < head_dim; c += 32 * 8) {
-    float* out = o + row * head_dim + c;
-    const T* in = o_b + row * head_dim + c;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) out[e] += w * (static_cast<float>(in[e]) - out[e]);
-  }
-  if (lane == 0) l[at_l] = l_run == -INFINITY ? l_blk : log_add_exp(l_run, l_blk);
-}
-
-// The range's rows of the global O (B, S_q, H, D) in T and L (B, H, S_q) from the running fp32 ones.
-template <class T>
-__global__ void scatter_rows_kernel(T* o, float* lse, const float* o_run, const float* l_run, int batch, int seq, int heads,
-                                    int head_dim, TokenRange range) {
-  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // over (b, a, h, column)
-  const std::int64_t row_elems = std::int64_t(heads) * head_dim;
-  if (i >= std::int64_t(batch) * range.count * row_elems) return;
-  const std::int64_t row = i / row_elems, within = i % row_elems;
-  const int a = static_cast<int>(row % range.count), b = static_cast<int>(row / range.count);
-  o[(std::int64_t(b) * seq + range.token(a)) * row_elems + within] = static_cast<T>(o_run[i]);
-  if (within % head_dim == 0) {
-    const int h = static_cast<int>(within / head_dim);
-    lse[(std::int64_t(b) * heads + h) * seq + range.token(a)] = l_run[(std::int64_t(b) * heads + h) * range.count + a];
-  }
-}
-
-__global__ void fill_kernel(float* x, std::int64_t n, float value) {
-  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) x[i] = value;
-}
-
-constexpr int kThreads = 256;
-unsigned blocks_for(std::int64_t threads) { return static_cast<unsigned>((threads + kThreads - 1) / kThreads); }
-
-// ---- the ring ---------------------------------------------------------------------------------------------
-
-// Where each range of a rank's packed tokens starts, in tokens (ranges in order).
-std::vector<int> range_starts(const std::vector<TokenRange>& ranges) {
-  std::vector<int> starts;
-  int at = 0;
-  for (const TokenRange& r : ranges) {
-    starts.push_back(at);
-    at += r.count;
-  }
-  return starts;
-}
-
+// One stream set a rank: compute[r] runs rank r's kernels; link[r] carries the K/V copies into rank r, grad_link[r]
+// the dK/dV partials into rank r.
 struct Streams {
-  std::vector<cudaStream_t> compute, link;  // [rank]; link[r] carries the copies into rank r
-  explicit Streams(int ranks) : compute(ranks), link(ranks) {
-    for (int r = 0; r < ranks; ++r) {
-      CUDA_CHECK(cudaStreamCreate(&compute[r]));  // blocking: ordered with the legacy default stream
-      CUDA_CHECK(cudaStreamCreate(&link[r]));
-    }
+  std::vector<cudaStream_t> compute, link, grad_link;
+  explicit Streams(int ranks) : compute(ranks), link(ranks), grad_link(ranks) {
+    for (auto* set : {&compute, &link, &grad_link})
+      for (cudaStream_t& s : *set) CUDA_CHECK(cudaStreamCreate(&s));  // blocking: ordered with the legacy default stream
   }
   ~Streams() {
-    for (cudaStream_t s : compute) cudaStreamDestroy(s);
-    for (cudaStream_t s : link) cudaStreamDestroy(s);
+    for (auto* set : {&compute, &link, &grad_link})
+      for (cudaStream_t s : *set) cudaStreamDestroy(s);
+  }
+  void synchronize() const {
+    for (auto* set : {&compute, &link, &grad_link})
+      for (cudaStream_t s : *set) CUDA_CHECK(cudaStreamSynchronize(s));
   }
   Streams(const Streams&) = delete;
   Streams& operator=(const Streams&) = delete;
@@ -143,156 +71,151 @@ struct EventGrid {
   EventGrid& operator=(const EventGrid&) = delete;
 };
 
+// The K/V hop of step `step` (every share one rank on, into the receiver's slot (step + 1) % 2), when the share
+// travels on. arrived[r][s]: the share of step s is in rank r's slot s % 2; computed[r][s]: r is done with step s.
+template <class Rank>
+void send_kv_on(const RingSchedule& ring, int step, std::vector<Rank>& ranks, const Streams& streams, const EventGrid& arrived,
+                const EventGrid& computed, std::int64_t kv_row_bytes, int batch) {
+  if (!ring.kv_travels_on(step)) return;
+  const int P = ring.ranks;
+  for (int r = 0; r < P; ++r) {
+    const int from = (r - 1 + P) % P, to_slot = (step + 1) % 2;
+    cudaStream_t link = streams.link[r];
+    CUDA_CHECK(cudaStreamWaitEvent(link, arrived.at[from][step]));
+    if (step > 0) {
+      CUDA_CHECK(cudaStreamWaitEvent(link, computed.at[r][step - 1]));       // r is done reading the slot
+      CUDA_CHECK(cudaStreamWaitEvent(link, arrived.at[(r + 1) % P][step]));  // and r + 1 has its copy of it
+    }
+    const std::size_t bytes = std::size_t(batch) * ring.kv_tokens(ring.steps[step][from].kv_origin) * kv_row_bytes;
+    CUDA_CHECK(cudaMemcpyAsync(ranks[r].k[to_slot].data(), ranks[from].k[step % 2].data(), bytes, cudaMemcpyDeviceToDevice, link));
+    CUDA_CHECK(cudaMemcpyAsync(ranks[r].v[to_slot].data(), ranks[from].v[step % 2].data(), bytes, cudaMemcpyDeviceToDevice, link));
+    CUDA_CHECK(cudaEventRecord(arrived.at[r][step + 1], link));
+  }
+}
+
+fa3::Params base_params(const Problem& p) {
+  fa3::Params base;
+  cuda::set_extents(base, p.shape);
+  cuda::set_softmax_and_dropout(base, p);
+  return base;
+}
+
+// The ring of one pass on one GPU, made once (its ranks' buffers, streams and events) and run any number of times.
 template <class T>
-struct Rank {
-  cuda::DeviceBuffer<T> q;                // its query tokens, packed by range
-  cuda::DeviceBuffer<T> k[2], v[2];       // two slots for the K/V share in hand and the one arriving
-  cuda::DeviceBuffer<float> o_run, l_run;  // running O (B, tokens, H, D) and L (B, H, tokens) per range, packed
-  cuda::DeviceBuffer<T> o_blk;            // a block's O and L, the largest range's size
-  cuda::DeviceBuffer<float> l_blk;
-  cuda::DeviceBuffer<int> tile_counter;   // cuda-fa3-ws's persistent grid: one per stream that launches it
+class ForwardRing {
+ public:
+  ForwardRing(const RingSchedule& ring, const Problem& p, DType dtype)
+      : ring_(ring), p_(p), dtype_(dtype), plans_(cuda::ring::launch_plans(ring)), streams_(ring.ranks),
+        arrived_(ring.ranks, ring.ranks), computed_(ring.ranks, ring.ranks) {
+    for (int r = 0; r < ring.ranks; ++r) ranks_.emplace_back(ring, r, p.shape);
+  }
+
+  void run(const DeviceForwardIo& io) {
+    const Shape& s = p_.shape;
+    const int P = ring_.ranks;
+    for (int r = 0; r < P; ++r) {
+      ranks_[r].pack(ring_, r, s, io, streams_.compute[r]);
+      CUDA_CHECK(cudaEventRecord(arrived_.at[r][0], streams_.compute[r]));
+    }
+    const fa3::Params base = base_params(p_);
+    for (int step = 0; step < P; ++step) {
+      send_kv_on(ring_, step, ranks_, streams_, arrived_, computed_, cuda::ring::RowElems(s).kv * sizeof(T), s.batch);
+      for (int r = 0; r < P; ++r) {
+        cudaStream_t st = streams_.compute[r];
+        CUDA_CHECK(cudaStreamWaitEvent(st, arrived_.at[r][step]));
+        ranks_[r].step(ring_.steps[step][r], plans_[step][r], step % 2, base, s, dtype_, st);
+        CUDA_CHECK(cudaEventRecord(computed_.at[r][step], st));
+      }
+    }
+    for (int r = 0; r < P; ++r) ranks_[r].unpack(ring_, r, s, io, streams_.compute[r]);
+    streams_.synchronize();
+  }
+
+ private:
+  const RingSchedule& ring_;
+  Problem p_;
+  DType dtype_;
+  LaunchPlans plans_;  // first: a refusal comes before any allocation
+  std::vector<ForwardRank<T>> ranks_;
+  Streams streams_;
+  EventGrid arrived_, computed_;
 };
 
 template <class T>
-void ring_forward(const RingSchedule& ring, const Problem& p, DType dtype, const DeviceForwardIo& io) {
-  const Shape& s = p.shape;
-  const int P = ring.ranks, B = s.batch, H = s.heads_q, Hkv = s.heads_kv, D = s.head_dim;
-  const std::int64_t q_row = std::int64_t(H) * D, kv_row = std::int64_t(Hkv) * D;  // elements per token
-  const int q_vecs = static_cast<int>(q_row * sizeof(T) / 16), kv_vecs = static_cast<int>(kv_row * sizeof(T) / 16);
-
-  // Plans first, so that a refusal comes before any work.
-  std::vector<std::vector<std::vector<BlockLaunch>>> plans(P, std::vector<std::vector<BlockLaunch>>(P));
-  for (int step = 0; step < P; ++step)
-    for (int r = 0; r < P; ++r)
-      for (const BlockPair& pair : ring.steps[step][r].pairs) plans[step][r].push_back(block_launch(pair));
-
-  int max_share = 0;
-  for (int origin = 0; origin < P; ++origin) max_share = std::max(max_share, ring.kv_tokens(origin));
-  std::vector<Rank<T>> ranks(P);
-  for (int r = 0; r < P; ++r) {
-    Rank<T>& rk = ranks[r];
-    const int tokens = ring.q_tokens(r);
-    int largest = 0;
-    for (const TokenRange& range : ring.q_ranges[r]) largest = std::max(largest, range.count);
-    rk.q = cuda::DeviceBuffer<T>(std::size_t(B) * tokens * q_row);
-    for (int slot = 0; slot < 2; ++slot) {
-      rk.k[slot] = cuda::DeviceBuffer<T>(std::size_t(B) * max_share * kv_row);
-      rk.v[slot] = cuda::DeviceBuffer<T>(std::size_t(B) * max_share * kv_row);
-    }
-    rk.o_run = cuda::DeviceBuffer<float>(std::size_t(B) * tokens * q_row);
-    rk.l_run = cuda::DeviceBuffer<float>(std::size_t(B) * H * tokens);
-    rk.o_blk = cuda::DeviceBuffer<T>(std::size_t(B) * largest * q_row);
-    rk.l_blk = cuda::DeviceBuffer<float>(std::size_t(B) * H * largest);
-    rk.tile_counter = cuda::DeviceBuffer<int>(2);
-    cuda::zero(rk.tile_counter);
+class BackwardRing {
+ public:
+  BackwardRing(const RingSchedule& ring, const Problem& p, DType dtype)
+      : ring_(ring), p_(p), dtype_(dtype), plans_(cuda::ring::launch_plans(ring)), streams_(ring.ranks),
+        arrived_(ring.ranks, ring.ranks), computed_(ring.ranks, ring.ranks), grads_in_(ring.ranks, ring.ranks + 1) {
+    for (int r = 0; r < ring.ranks; ++r) ranks_.emplace_back(ring, r, p.shape);
   }
 
-  Streams streams(P);
-  EventGrid arrived(P, P), computed(P, P);  // share of step s in rank r's slot s % 2; rank r done with step s
-  // Packing: queries, the own K/V share into slot 0, the running (O, L) = (0, -inf).
-  for (int r = 0; r < P; ++r) {
-    Rank<T>& rk = ranks[r];
-    cudaStream_t st = streams.compute[r];
-    const std::vector<int> q_at = range_starts(ring.q_ranges[r]), kv_at = range_starts(ring.kv_ranges[r]);
-    for (std::size_t i = 0; i < ring.q_ranges[r].size(); ++i) {
-      const TokenRange& range = ring.q_ranges[r][i];
-      gather_rows_kernel<<<blocks_for(std::int64_t(B) * range.count * q_vecs), kThreads, 0, st>>>(
-          reinterpret_cast<uint4*>(rk.q.data() + std::int64_t(B) * q_at[i] * q_row), static_cast<const uint4*>(io.q), B,
-          s.seq_q, q_vecs, range);
-      CUDA_CHECK_LAUNCH();
-    }
-    for (std::size_t i = 0; i < ring.kv_ranges[r].size(); ++i) {
-      const TokenRange& range = ring.kv_ranges[r][i];
-      for (const auto& [dst, src] : {std::pair{rk.k[0].data(), io.k}, std::pair{rk.v[0].data(), io.v}}) {
-        gather_rows_kernel<<<blocks_for(std::int64_t(B) * range.count * kv_vecs), kThreads, 0, st>>>(
-            reinterpret_cast<uint4*>(dst + std::int64_t(B) * kv_at[i] * kv_row), static_cast<const uint4*>(src), B,
-            s.seq_k, kv_vecs, range);
-        CUDA_CHECK_LAUNCH();
-      }
-    }
-    CUDA_CHECK(cudaMemsetAsync(rk.o_run.data(), 0, rk.o_run.bytes(), st));
-    fill_kernel<<<blocks_for(rk.l_run.size()), kThreads, 0, st>>>(rk.l_run.data(), rk.l_run.size(), -INFINITY);
-    CUDA_CHECK_LAUNCH();
-    CUDA_CHECK(cudaEventRecord(arrived.at[r][0], st));
-  }
-
-  fa3::Params base;
-  cuda::set_extents(base, s);
-  cuda::set_softmax_and_dropout(base, p);
-  for (int step = 0; step < P; ++step) {
-    // The link: every share moves one rank on, into the slot the receiver is done with.
-    if (ring.kv_travels_on(step))
-      for (int r = 0; r < P; ++r) {
-        const int from = (r - 1 + P) % P, to_slot = (step + 1) % 2;
-        cudaStream_t link = streams.link[r];
-        CUDA_CHECK(cudaStreamWaitEvent(link, arrived.at[from][step]));
-        if (step > 0) {
-          CUDA_CHECK(cudaStreamWaitEvent(link, computed.at[r][step - 1]));  // r is done reading the slot
-          CUDA_CHECK(cudaStreamWaitEvent(link, arrived.at[(r + 1) % P][step]));  // and r + 1 has its copy of it
-        }
-        const std::size_t bytes = std::size_t(B) * ring.kv_tokens(ring.steps[step][from].kv_origin) * kv_row * sizeof(T);
-        CUDA_CHECK(cudaMemcpyAsync(ranks[r].k[to_slot].data(), ranks[from].k[step % 2].data(), bytes,
-                                   cudaMemcpyDeviceToDevice, link));
-        CUDA_CHECK(cudaMemcpyAsync(ranks[r].v[to_slot].data(), ranks[from].v[step % 2].data(), bytes,
-                                   cudaMemcpyDeviceToDevice, link));
-        CUDA_CHECK(cudaEventRecord(arrived.at[r][step + 1], link));
-      }
-    // The compute: each rank's pairs against the share in hand.
+  // As the forward's events, and grads_in[r][s]: the partials of the share r holds at step s, summed over steps
+  // < s, are in r's dk_in / dv_in (s = P: its own share's complete ones, home).
+  void run(const DeviceBackwardIo& io) {
+    const Shape& s = p_.shape;
+    const int P = ring_.ranks;
+    const cuda::ring::RowElems row(s);
     for (int r = 0; r < P; ++r) {
-      Rank<T>& rk = ranks[r];
-      cudaStream_t st = streams.compute[r];
-      CUDA_CHECK(cudaStreamWaitEvent(st, arrived.at[r][step]));
-      const RankStep& rs = ring.steps[step][r];
-      for (std::size_t i = 0; i < rs.pairs.size(); ++i) {
-        const BlockPair& pair = rs.pairs[i];
-        const BlockLaunch& plan = plans[step][r][i];
-        if (plan.skip) continue;
-        const int m = pair.q.count, n = pair.k.count;
-        fa3::Params prm = base;
-        prm.tile_counter = rk.tile_counter.data();
-        prm.align = plan.align;
-        prm.seq_q = m;
-        prm.seq_k = plan.keys;
-        const T* q = rk.q.data() + std::int64_t(B) * pair.q_offset * q_row;
-        const T* k = rk.k[step % 2].data() + std::int64_t(B) * pair.k_offset * kv_row;
-        const T* v = rk.v[step % 2].data() + std::int64_t(B) * pair.k_offset * kv_row;
-        // Fewer keys than the range holds: each batch's keys are a prefix of its own rows, so one launch a batch.
-        const int launches = plan.keys < n ? B : 1;
-        prm.batch = B / launches;
-        for (int b = 0; b < launches; ++b) {
-          prm.q = q + std::int64_t(b) * m * q_row;
-          prm.k = k + std::int64_t(b) * n * kv_row;
-          prm.v = v + std::int64_t(b) * n * kv_row;
-          prm.o = rk.o_blk.data() + std::int64_t(b) * m * q_row;
-          prm.lse = rk.l_blk.data() + std::int64_t(b) * H * m;
-          fa3::launch_forward(dtype, prm, st);
+      ranks_[r].pack(ring_, r, s, io, streams_.compute[r]);
+      CUDA_CHECK(cudaEventRecord(arrived_.at[r][0], streams_.compute[r]));
+    }
+    const fa3::Params base = base_params(p_);
+    const auto share_elems = [&](int step, int r) {
+      return std::int64_t(s.batch) * ring_.kv_tokens(ring_.steps[step][r].kv_origin) * row.kv;
+    };
+    for (int step = 0; step < P; ++step) {
+      send_kv_on(ring_, step, ranks_, streams_, arrived_, computed_, row.kv * sizeof(T), s.batch);
+      for (int r = 0; r < P; ++r) {
+        cudaStream_t st = streams_.compute[r];
+        const int slot = step % 2;
+        CUDA_CHECK(cudaStreamWaitEvent(st, arrived_.at[r][step]));
+        if (step >= 2) CUDA_CHECK(cudaStreamWaitEvent(st, grads_in_.at[(r + 1) % P][step - 1]));  // the slot's last sum left
+        ranks_[r].step(ring_.steps[step][r], plans_[step][r], slot, base, s, dtype_, st);
+        if (step > 0) {
+          CUDA_CHECK(cudaStreamWaitEvent(st, grads_in_.at[r][step]));
+          ranks_[r].add_arrived(slot, share_elems(step, r), st);
         }
-        merge_block_kernel<T><<<blocks_for(std::int64_t(B) * m * H * 32), kThreads, 0, st>>>(
-            rk.o_run.data() + std::int64_t(B) * pair.q_offset * q_row, rk.l_run.data() + std::int64_t(B) * H * pair.q_offset,
-            rk.o_blk.data(), rk.l_blk.data(), B, m, H, D);
-        CUDA_CHECK_LAUNCH();
+        CUDA_CHECK(cudaEventRecord(computed_.at[r][step], st));
       }
-      CUDA_CHECK(cudaEventRecord(computed.at[r][step], st));
+      // The partials leave: r's sum of this step into r + 1's dk_in / dv_in, once r + 1 has added its previous ones.
+      for (int r = 0; r < P; ++r) {
+        const int to = (r + 1) % P;
+        cudaStream_t link = streams_.grad_link[to];
+        CUDA_CHECK(cudaStreamWaitEvent(link, computed_.at[r][step]));
+        CUDA_CHECK(cudaStreamWaitEvent(link, computed_.at[to][step]));
+        const std::size_t bytes = share_elems(step, r) * sizeof(float);
+        CUDA_CHECK(cudaMemcpyAsync(ranks_[to].dk_in.data(), ranks_[r].dk[step % 2].data(), bytes, cudaMemcpyDeviceToDevice, link));
+        CUDA_CHECK(cudaMemcpyAsync(ranks_[to].dv_in.data(), ranks_[r].dv[step % 2].data(), bytes, cudaMemcpyDeviceToDevice, link));
+        CUDA_CHECK(cudaEventRecord(grads_in_.at[to][step + 1], link));
+      }
     }
-  }
-  // Unpacking: O and L to their tokens' places.
-  for (int r = 0; r < P; ++r) {
-    const std::vector<int> q_at = range_starts(ring.q_ranges[r]);
-    for (std::size_t i = 0; i < ring.q_ranges[r].size(); ++i) {
-      const TokenRange& range = ring.q_ranges[r][i];
-      scatter_rows_kernel<T><<<blocks_for(std::int64_t(B) * range.count * q_row), kThreads, 0, streams.compute[r]>>>(
-          static_cast<T*>(io.o), io.lse, ranks[r].o_run.data() + std::int64_t(B) * q_at[i] * q_row,
-          ranks[r].l_run.data() + std::int64_t(B) * H * q_at[i], B, s.seq_q, H, D, range);
-      CUDA_CHECK_LAUNCH();
+    for (int r = 0; r < P; ++r) {
+      CUDA_CHECK(cudaStreamWaitEvent(streams_.compute[r], grads_in_.at[r][P]));
+      ranks_[r].unpack(ring_, r, s, io, streams_.compute[r]);
     }
+    streams_.synchronize();
   }
-  for (cudaStream_t st : streams.compute) CUDA_CHECK(cudaStreamSynchronize(st));
-  for (cudaStream_t st : streams.link) CUDA_CHECK(cudaStreamSynchronize(st));
+
+ private:
+  const RingSchedule& ring_;
+  Problem p_;
+  DType dtype_;
+  LaunchPlans plans_;
+  std::vector<BackwardRank<T>> ranks_;
+  Streams streams_;
+  EventGrid arrived_, computed_, grads_in_;
+};
+
+// f.template operator()<T>() with T the element type of an f16 or bf16 dtype (the only ones the ring takes).
+template <class F>
+decltype(auto) with_16bit_type(DType dtype, F&& f) {
+  if (dtype == DType::BF16) return f.template operator()<__nv_bfloat16>();
+  return f.template operator()<__half>();
 }
 
-}  // namespace
-
-void cuda_ring_forward_on_device(const RingSchedule& ring, const Problem& p, DType dtype, const DeviceForwardIo& io) {
+// What both passes refuse, before any work.
+void check_ring_problem(const RingSchedule& ring, const Problem& p, DType dtype, bool backward) {
   if (ring.seq_q != p.shape.seq_q || ring.seq_k != p.shape.seq_k || ring.causal != p.options.causal)
     throw InputError("the ring's schedule was made for seq_q = " + std::to_string(ring.seq_q) + ", seq_k = " +
                      std::to_string(ring.seq_k) + ", causal " + to_string(ring.causal) + ", not for this problem's " +
@@ -303,17 +226,30 @@ void cuda_ring_forward_on_device(const RingSchedule& ring, const Problem& p, DTy
   if (dtype != DType::F16 && dtype != DType::BF16)
     throw InputError(std::string("the GPU ring's blocks are cuda-fa3-ws's, which take f16 or bf16, not ") +
                      to_string(dtype));
-  const auto& dims = cuda::fa3_ws::kHeadDims;
-  if (std::find(std::begin(dims), std::end(dims), p.shape.head_dim) == std::end(dims)) {
+  const auto check_dims = [&](const auto& dims, const char* what) {
+    if (std::find(std::begin(dims), std::end(dims), p.shape.head_dim) != std::end(dims)) return;
     std::string supported;
     for (int d : dims) supported += (supported.empty() ? "" : ", ") + std::to_string(d);
-    throw InputError("the GPU ring's blocks are cuda-fa3-ws's, which support head dims " + supported + ", not " +
-                     std::to_string(p.shape.head_dim));
-  }
+    throw InputError(std::string("the GPU ring's blocks are cuda-fa3-ws's, whose ") + what + " supports head dims " +
+                     supported + ", not " + std::to_string(p.shape.head_dim));
+  };
+  check_dims(cuda::fa3_ws::kHeadDims, "forward");
+  if (backward) check_dims(fa3::kBackwardHeadDims, "backward");
   fa3::require_hopper();  // before any work, rather than at the first block
+}
+
+}  // namespace
+
+void cuda_ring_forward_on_device(const RingSchedule& ring, const Problem& p, DType dtype, const DeviceForwardIo& io) {
+  check_ring_problem(ring, p, dtype, /*backward=*/false);
   if (p.shape.batch == 0 || p.shape.heads_q == 0) return;
-  if (dtype == DType::BF16) ring_forward<__nv_bfloat16>(ring, p, dtype, io);
-  else ring_forward<__half>(ring, p, dtype, io);
+  with_16bit_type(dtype, [&]<class T>() { ForwardRing<T>(ring, p, dtype).run(io); });
+}
+
+void cuda_ring_backward_on_device(const RingSchedule& ring, const Problem& p, DType dtype, const DeviceBackwardIo& io) {
+  check_ring_problem(ring, p, dtype, /*backward=*/true);
+  if (p.shape.batch == 0 || p.shape.heads_q == 0) return;
+  with_16bit_type(dtype, [&]<class T>() { BackwardRing<T>(ring, p, dtype).run(io); });
 }
 
 ForwardOut cuda_ring_forward(const RingSchedule& ring, const Problem& p, DType dtype, const Qkv& in) {
@@ -321,6 +257,30 @@ ForwardOut cuda_ring_forward(const RingSchedule& ring, const Problem& p, DType d
     cuda_ring_forward_on_device(ring, problem, t, io);
   };
   return cuda::forward_from_host(run, p, dtype, in);
+}
+
+BenchResult cuda_ring_bench(const RingSchedule& ring, const Problem& p, DType dtype, const BenchSettings& settings) {
+  check_ring_problem(ring, p, dtype, settings.backward);
+  return with_16bit_type(dtype, [&]<class T>() {
+    const cuda::PeakScope scope;
+    auto t = cuda::DeviceAttention<T>::random(p.shape, settings.backward);
+    ForwardRing<T> forward(ring, p, dtype);
+    std::optional<BackwardRing<T>> backward;
+    if (settings.backward) backward.emplace(ring, p, dtype);
+    return cuda::bench_passes(
+        settings, scope, t, [&] { forward.run(t.forward_io()); },
+        [&] {
+          if (backward) backward->run(t.backward_io());
+        });
+  });
+}
+
+Grads cuda_ring_backward(const RingSchedule& ring, const Problem& p, DType dtype, const Qkv& in, const ForwardOut& fwd,
+                         const HostTensor& dO) {
+  const auto run = [&ring](const Problem& problem, DType t, const DeviceBackwardIo& io) {
+    cuda_ring_backward_on_device(ring, problem, t, io);
+  };
+  return cuda::backward_from_host(run, cuda::BackwardReads::o_and_lse, p, dtype, in, fwd, dO);
 }
 
 }  // namespace flashlab

@@ -4,7 +4,10 @@
 // ground truth). Each rank keeps its queries; its K/V share moves to the next rank by a device-to-device
 // copy on a stream of its own, which overlaps the rank's compute on the share in hand; each block is
 // cuda-fa3-ws's forward, and each rank folds the block's O and L into its running fp32 (O, L) through the
-// logsumexp, as the CPU reference does.
+// logsumexp, as the CPU reference does. The backward sends each share's dK/dV partial sums (fp32) along with
+// it, adds every rank's blocks into them (cuda-fa3-ws's backward in its accumulate mode) and brings them home with
+// one more hop; dQ stays where its queries are. Each of dQ, dK, dV is rounded to the input dtype once, at the end.
+#include "core/bench.hpp"
 #include "core/device_io.hpp"
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
@@ -20,7 +23,17 @@ namespace flashlab {
 // the device has finished.
 void cuda_ring_forward_on_device(const RingSchedule& ring, const Problem& p, DType dtype, const DeviceForwardIo& io);
 
-// The same from host tensors: upload, cuda_ring_forward_on_device, download.
+// dQ, dK, dV on the device tensors of `io` from the forward's O and L (the global ones, as any forward wrote
+// them) and dO, computed by the ring. Refuses what the forward refuses, and head dims cuda-fa3-ws's backward lacks.
+void cuda_ring_backward_on_device(const RingSchedule& ring, const Problem& p, DType dtype, const DeviceBackwardIo& io);
+
+// Times the ring's forward (and backward, with settings.backward) on random inputs of the problem, as the kernels'
+// benches do (core/bench.hpp): its buffers made once, then warm-up and timed runs of whole ring passes.
+BenchResult cuda_ring_bench(const RingSchedule& ring, const Problem& p, DType dtype, const BenchSettings& settings);
+
+// The same from host tensors: upload, the device entry, download.
 ForwardOut cuda_ring_forward(const RingSchedule& ring, const Problem& p, DType dtype, const Qkv& in);
+Grads cuda_ring_backward(const RingSchedule& ring, const Problem& p, DType dtype, const Qkv& in, const ForwardOut& fwd,
+                         const HostTensor& dO);
 
 }  // namespace flashlab

@@ -1,7 +1,8 @@
-// Ring attention on one GPU (cuda/ring.hpp: P ranks as P streams, K/V shares moved by device-to-device copies,
-// cuda-fa3-ws as the block kernel, the LSE merge in fp32) against naive attention in double, by the
-// FlashAttention rule of core/tolerance.hpp for O and L: every layout, P = 1..4 and 8, no mask and both causal
-// alignments, GQA, batch > 1, odd lengths where the layout allows them. The outputs are poisoned with NaN
+// Ring attention on one GPU (cuda/ring.hpp: P ranks as P streams, K/V shares and their dK/dV partials moved by
+// device-to-device copies, cuda-fa3-ws as the block kernel, the LSE merge and the partial sums in fp32) against
+// naive attention in double, by the FlashAttention rule of core/tolerance.hpp for O, L and the backward's dQ, dK,
+// dV (from the ring's own O and L, as a ring would run them): every layout, P = 1..4 and 8, no mask and both
+// causal alignments, GQA, batch > 1, odd lengths where the layout allows them. The outputs are poisoned with NaN
 // before the run, so a token no rank writes fails. And what it refuses, in one sentence.
 #include <doctest/doctest.h>
 
@@ -14,6 +15,7 @@
 #include "gpu/flashattention_rule.hpp"
 #include "gpu/fresh_inputs.hpp"
 #include "model/ring.hpp"
+#include "registry/ring.hpp"
 #include "registry/variants.hpp"
 
 namespace {
@@ -27,6 +29,18 @@ bool skip_unless_hopper() {
   return true;
 }
 
+// The ring's backward from its own forward's O and L, against naive attention's backward.
+void check_ring_backward(const RingSchedule& ring, const Problem& p, DType dtype, const Qkv& in, std::uint64_t seed,
+                         const ForwardOut& out, const ForwardOut& ref, const ForwardOut& lowp) {
+  const HostTensor dO = random_like_o(p.shape, dtype, seed);
+  const Grads gref = naive_backward<double>(p, in, ref, dO);
+  const Grads glowp = naive_backward_lowp(p, dtype, in, lowp, dO);
+  const Grads g = cuda_ring_backward(ring, p, dtype, in, out, dO);
+  check_output("dQ", dtype, Quantity::Gradient, g.dq, gref.dq, glowp.dq);
+  check_output("dK", dtype, Quantity::Gradient, g.dk, gref.dk, glowp.dk);
+  check_output("dV", dtype, Quantity::Gradient, g.dv, gref.dv, glowp.dv);
+}
+
 void check_ring(RingLayout layout, int P, Shape shape, CausalAlign causal, DType dtype) {
   const std::uint64_t seed = fresh_seed();
   Problem p{.shape = shape, .options = Options{.causal = causal}};
@@ -38,6 +52,7 @@ void check_ring(RingLayout layout, int P, Shape shape, CausalAlign causal, DType
   const ForwardOut out = cuda_ring_forward(ring, p, dtype, in);
   check_output("O", dtype, Quantity::Forward, out.o, ref.o, lowp.o);
   check_output("L", dtype, Quantity::Forward, out.lse, ref.lse, lowp.lse);
+  check_ring_backward(ring, p, dtype, in, seed, out, ref, lowp);
 }
 
 Shape shape(int batch, int heads_q, int heads_kv, int seq, int head_dim) {
@@ -71,10 +86,22 @@ TEST_CASE("the GPU ring: odd lengths (contiguous, striped), GQA, batch > 1, f16,
   INFO(describe(p, DType::BF16, seed));
   const Qkv in = random_qkv(cross, DType::BF16, seed);
   const ForwardOut ref = naive_forward<double>(p, in), lowp = naive_forward_lowp(p, DType::BF16, in);
-  const ForwardOut out = cuda_ring_forward(ring_schedule(RingLayout::Striped, 3, 200, 333, CausalAlign::None), p,
-                                           DType::BF16, in);
+  const RingSchedule ring = ring_schedule(RingLayout::Striped, 3, 200, 333, CausalAlign::None);
+  const ForwardOut out = cuda_ring_forward(ring, p, DType::BF16, in);
   check_output("O", DType::BF16, Quantity::Forward, out.o, ref.o, lowp.o);
   check_output("L", DType::BF16, Quantity::Forward, out.lse, ref.lse, lowp.lse);
+  check_ring_backward(ring, p, DType::BF16, in, seed, out, ref, lowp);
+}
+
+TEST_CASE("bench_ring_on_one_gpu times both passes and counts the ranks' buffers in its peak memory") {
+  if (skip_unless_hopper()) return;
+  const Problem p{.shape = shape(1, 4, 4, 1024, 128), .options = Options{.causal = CausalAlign::BottomRight}};
+  const BenchResult r = bench_ring_on_one_gpu(RingLayout::Zigzag, 4, p, DType::BF16,
+                                              BenchSettings{.warmup = 0, .iters = 2, .backward = true});
+  CHECK(r.forward_ms > 0);
+  CHECK(r.backward_ms > 0);
+  // Beyond q, k, v, o, lse, dO, dq, dk, dv: at least each rank's packed queries and two K/V slots.
+  CHECK(r.peak_bytes > r.io_bytes + std::size_t(1024) * 4 * 128 * 2 * 3);
 }
 
 TEST_CASE("the GPU ring refuses, in one sentence: split diagonal blocks, another problem's schedule, dropout, f32, d = 32") {
@@ -103,5 +130,21 @@ TEST_CASE("the GPU ring refuses, in one sentence: split diagonal blocks, another
   CHECK(refusal([&] {
           cuda_ring_forward(ring_schedule(RingLayout::Striped, 2, 96, 96, CausalAlign::None),
                             Problem{.shape = d32, .options = {}}, DType::BF16, random_qkv(d32, DType::BF16, 3));
-        }) == "the GPU ring's blocks are cuda-fa3-ws's, which support head dims 64, 128, 256, not 32");
+        }) == "the GPU ring's blocks are cuda-fa3-ws's, whose forward supports head dims 64, 128, 256, not 32");
+  // The backward refuses what the forward does, before any work.
+  const ForwardOut fwd = cuda_ring_forward(ring_schedule(RingLayout::Striped, 2, 96, 96, CausalAlign::None), plain,
+                                           DType::BF16, in);
+  const HostTensor dO = random_like_o(s, DType::BF16, 4);
+  CHECK(refusal([&] {
+          cuda_ring_backward(ring_schedule(RingLayout::Contiguous, 2, 160, 96, CausalAlign::None), plain, DType::BF16, in,
+                             fwd, dO);
+        }).find("the ring's schedule was made for") == 0);
+  CHECK(refusal([&] {
+          cuda_ring_backward(ring_schedule(RingLayout::Striped, 2, 96, 96, CausalAlign::None), dropout, DType::BF16, in,
+                             fwd, dO);
+        }).find("the GPU ring has no dropout") == 0);
+  CHECK(refusal([&] {
+          cuda_ring_backward(ring_schedule(RingLayout::Contiguous, 2, 96, 160, CausalAlign::BottomRight), causal_cross,
+                             DType::BF16, in_cross, fwd, dO);
+        }).find("which would need a block of their own") != std::string::npos);
 }

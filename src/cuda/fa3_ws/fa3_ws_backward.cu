@@ -792,6 +792,24 @@ struct Consumer {
   // rows past the end of the keys dropped. Stored straight from the registers (two columns a thread, eight rows
   // a warp per store), they took 5.6 us of a 105-us block at d = 128, N = 2k on the H100.
   __device__ void epilogue(float (&dk)[kNKV], float (&dv)[kNKV]) const {
+    if (p.dk_sum != nullptr) {  // accumulate mode: add to the fp32 sums straight from the registers (a ring's block)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int key = key_of(hf);
+        if (key >= p.seq_k) continue;
+        const std::int64_t row = ((std::int64_t(kb.b) * p.seq_k + key) * p.heads_kv + kb.h_kv) * D;
+#pragma unroll
+        for (int ii = 0; ii < kNKV / 4; ++ii) {
+          const int col = kv_col0() + 8 * ii + 2 * t;
+          auto* at_k = reinterpret_cast<float2*>(p.dk_sum + row + col);
+          auto* at_v = reinterpret_cast<float2*>(p.dv_sum + row + col);
+          const float2 sk = *at_k, sv = *at_v;
+          *at_k = make_float2(sk.x + dk[4 * ii + 2 * hf] * p.scale, sk.y + dk[4 * ii + 2 * hf + 1] * p.scale);
+          *at_v = make_float2(sv.x + dv[4 * ii + 2 * hf], sv.y + dv[4 * ii + 2 * hf + 1]);
+        }
+      }
+      return;
+    }
     static_assert(2 * Cfg::kKVBytes <= 2 * kStages * Cfg::kQBytes && Cfg::kDOOffset == Cfg::kQOffset + kStages * Cfg::kQBytes,
                   "dK_j and dV_j fit the Q_i and dO_i stages");
     // The other consumer's last GEMMs may still read the stages: both meet first (the consumers' one shared barrier;
@@ -951,8 +969,14 @@ __global__ void __launch_bounds__(kConvertThreads) convert_dq_kernel(const Param
       for (int hf = 0; hf < 2; ++hf) {
         const int s = i * Cfg::kBr + r + 8 * hf;
         if (s >= p.seq_q) continue;
-        T* at = static_cast<T*>(p.dq) + ((std::int64_t(b) * p.seq_q + s) * p.heads_q + h) * D + col;
-        *reinterpret_cast<std::uint32_t*>(at) = pack2<T>(pair[hf][0] * p.scale, pair[hf][1] * p.scale);
+        const std::int64_t at = ((std::int64_t(b) * p.seq_q + s) * p.heads_q + h) * D + col;
+        if (p.dq_sum != nullptr) {  // accumulate mode
+          float2* sum = reinterpret_cast<float2*>(p.dq_sum + at);
+          const float2 was = *sum;
+          *sum = make_float2(was.x + pair[hf][0] * p.scale, was.y + pair[hf][1] * p.scale);
+        } else {
+          *reinterpret_cast<std::uint32_t*>(static_cast<T*>(p.dq) + at) = pack2<T>(pair[hf][0] * p.scale, pair[hf][1] * p.scale);
+        }
       }
     }
   }
@@ -1021,6 +1045,10 @@ void launch(DType dtype, const Params& p, cudaStream_t stream) {
   if (p.lse_log2 == nullptr || p.D_i == nullptr || p.dq_accum == nullptr || p.dq_semaphore == nullptr)
     throw std::invalid_argument("cuda-fa3-ws's backward needs its scratch (lse_log2, D_i, dq_accum and dq_semaphore; "
                                 "sizes from backward_scratch).");
+  const int sums = (p.dq_sum != nullptr) + (p.dk_sum != nullptr) + (p.dv_sum != nullptr);
+  if (sums != 0 && sums != 3)
+    throw std::invalid_argument("cuda-fa3-ws's backward accumulates into fp32 sums only with all three of dq_sum, dk_sum "
+                                "and dv_sum set.");
   if (reinterpret_cast<std::uintptr_t>(p.o) % 16 != 0 || reinterpret_cast<std::uintptr_t>(p.d_o) % 16 != 0)
     throw std::invalid_argument("cuda-fa3-ws's backward reads O and dO in 16-byte vectors: both must start at a 16-byte "
                                 "aligned address.");

@@ -49,6 +49,12 @@ struct Params {
   void* dq = nullptr;         // (B, S_q, H_q, D)
   void* dk = nullptr;         // (B, S_k, H_kv, D)
   void* dv = nullptr;         // (B, S_k, H_kv, D)
+  // Accumulate mode (a ring's block, cuda/ring.cu): with all three set, dq, dk and dv are not written; instead
+  // the block's dQ, dK and dV are added, in fp32, into these (B, S, H, D) fp32 tensors of the same extents, so
+  // that partial sums over many K/V (or Q) blocks are rounded to the input dtype once, at the end.
+  float* dq_sum = nullptr;
+  float* dk_sum = nullptr;
+  float* dv_sum = nullptr;
   // Scratch the caller allocates with the sizes backward_scratch gives:
   float* lse_log2 = nullptr;  // (B, H_q, padded S_q): L_i log2(e); +inf past the end and for rows that saw no key
   float* D_i = nullptr;       // (B, H_q, padded S_q): rowsum(dO_i o O_i); 0 past the end
@@ -118,7 +124,7 @@ void launch_forward_timeline(DType dtype, const Params&, cudaStream_t stream, La
 // while the main kernel runs and converts each piece of dQ once its sum is complete, on `stream`.
 // Reads q, k, v, o, lse, d_o; writes dq, dk, dv and the scratch. Checks the launches, does not
 // synchronize. std::invalid_argument for a head dim without a backward, a GPU that is not compute
-// capability 9.0, or missing scratch.
+// capability 9.0, missing scratch, or an accumulate mode with some of its three sums missing.
 void launch_backward(DType dtype, const Params&, cudaStream_t stream);
 
 // The backward with the timeline hook compiled in (fa3_ws/timeline_lane.cuh; its kernels are instantiated beside
