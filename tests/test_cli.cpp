@@ -668,6 +668,17 @@ TEST_CASE("bench --one-pass: one pass on a GPU for Nsight Compute, with no timin
   CHECK(cli({"bench", "--help"}).out.find("--one-pass") != std::string::npos);
 }
 
+TEST_CASE("bench --ring: one sentence for what it does not take") {
+  expect_bad_input({"bench", "--ring", "0"}, "--ring takes the number of ranks P, at least 1, not 0");
+  expect_bad_input({"bench", "--ring", "4", "--device", "cpu"}, "it takes --device cuda");
+  expect_bad_input({"bench", "--ring", "4", "--variants", "cuda-fa2"}, "--ring's block kernel is cuda-fa3-ws");
+  expect_bad_input({"bench", "--ring", "4", "--one-pass"}, "--ring times whole ring passes");
+  expect_bad_input({"bench", "--ring", "4", "--csv", "x.csv"}, "not CSV");
+  expect_bad_input({"bench", "--ring", "4", "--layouts", "spiral"}, "spiral");
+  expect_bad_input({"bench", "--ring", "4", "--layouts", ","}, "--layouts names no layout");
+  if (!cuda_device_present()) expect_bad_input({"bench", "--ring", "4"}, "--ring needs a CUDA GPU");
+}
+
 TEST_CASE("bench --help documents --timeline") {
   const CliResult r = cli({"bench", "--help"});
   CHECK(r.code == 0);

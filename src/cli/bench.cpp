@@ -188,26 +188,6 @@ std::string cpu_model() {
   return "unknown CPU";
 }
 
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-double tflops(double flops, double ms) { return ms > 0 ? flops / (ms * 1e-3) / 1e12 : -1; }
-
-// One line, redrawn with \r; the label is padded so a shorter one fully covers a longer one.
-void progress(std::ostream& err, int done, int total, const std::string& what) {
-  constexpr int kWidth = 30, kLabelWidth = 32;
-  const int filled = total ? done * kWidth / total : kWidth;
-  std::string label = what;
-  if (label.size() < kLabelWidth) label.append(kLabelWidth - label.size(), ' ');
-  err << "\rbench [" << std::string(filled, '#') << std::string(kWidth - filled, '.') << "] " << done << "/" << total
-      << " " << label << std::flush;
-}
 
 nlohmann::ordered_json to_json(const Row& r, bool backward) {
   nlohmann::ordered_json j;
@@ -262,8 +242,9 @@ std::string timeline_line(const BenchTimeline& t, double plain_ms) {
 }  // namespace
 
 void BenchCommand::add_to(CLI::App& app) {
-  app.add_option("--device", device, "cpu or cuda")->capture_default_str();
-  app.add_option("--variants", variants, "comma-separated variant names (default: every variant on the device)");
+  device_option = app.add_option("--device", device, "cpu or cuda")->capture_default_str();
+  variants_option =
+      app.add_option("--variants", variants, "comma-separated variant names (default: every variant on the device)");
   app.add_option("--seq", seq, "comma-separated sequence lengths N (S_q = S_k = N)")->capture_default_str();
   app.add_option("--head-dim", head_dim, "head dimension d")->capture_default_str();
   app.add_option("--causal", causal, "none, top-left or bottom-right")->capture_default_str();
@@ -286,9 +267,16 @@ void BenchCommand::add_to(CLI::App& app) {
                  "first thread blocks, a lane per warpgroup), into FILE.json as Trace Event JSON (the app's Pipeline "
                  "panel, Perfetto) and print what recording costs; one cuda-fa3-ws variant (--device cuda), one --seq")
       ->type_name("FILE.json");
+  ring_option = app.add_option("--ring", ring,
+                 "time ring attention of P ranks on this one GPU (P streams; cuda-fa3-ws blocks) beside the one-shot "
+                 "cuda-fa3-ws kernel: time, TFLOP/s, and efficiency (the one-shot time over the ring's)")
+      ->type_name("P");
+  app.add_option("--layouts", layouts, "with --ring: comma-separated layouts (contiguous, zigzag, striped)")
+      ->capture_default_str();
 }
 
 int BenchCommand::run(std::ostream& out, std::ostream& err) const {
+  if (ring_option->count() > 0) return run_ring(out, err);
   Device dev;
   if (device == "cpu") {
     dev = Device::Cpu;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <random>
 #include <sstream>
 
@@ -150,6 +151,27 @@ void Table::print(std::ostream& os) const {
   for (std::size_t c = 0; c < header_.size(); ++c) rule += (c + 1 < header_.size() ? width[c] + 2 : header_[c].size());
   os << std::string(rule, '-') << "\n";
   for (const auto& row : rows_) print_row(row);
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+double tflops(double flops, double ms) { return ms > 0 ? flops / (ms * 1e-3) / 1e12 : -1; }
+
+// One line, redrawn with \r; the label is padded so a shorter one fully covers a longer one.
+void progress(std::ostream& err, int done, int total, const std::string& what) {
+  constexpr int kWidth = 30, kLabelWidth = 32;
+  const int filled = total ? done * kWidth / total : kWidth;
+  std::string label = what;
+  if (label.size() < kLabelWidth) label.append(kLabelWidth - label.size(), ' ');
+  err << "\rbench [" << std::string(filled, '#') << std::string(kWidth - filled, '.') << "] " << done << "/" << total
+      << " " << label << std::flush;
 }
 
 }  // namespace flashlab::cli

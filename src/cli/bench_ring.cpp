@@ -1,0 +1,183 @@
+// flashlab bench --ring P: ring attention of P ranks on this one GPU (the ranks as streams, cuda/ring.hpp)
+// beside the one-shot cuda-fa3-ws kernel, at each --seq, for each layout. On one GPU the P ranks share the
+// device, so the ideal ring takes the one-shot kernel's time: efficiency = one-shot time / ring time is the
+// price of splitting the sequence (smaller blocks, the LSE merges, packing, the copies that stand in for the
+// links, and the idle time of causal imbalance). With P GPUs the same ratio, times P, is the ring's rate over
+// P x one GPU's. Beside it, the model's imbalance (model/ring.hpp: max over ranks of their FLOPs / mean).
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "core/flops.hpp"
+#include "model/ring.hpp"
+#include "registry/ring.hpp"
+
+namespace flashlab::cli {
+namespace {
+
+struct RingRow {
+  int seq = 0;
+  std::string layout;  // "one-shot" for the kernel alone
+  std::string status = "ok", reason;
+  BenchResult result;
+  double imbalance = 1;  // the model's, for the forward
+};
+
+std::string fixed(double x, const char* fmt) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, fmt, x);
+  return buf;
+}
+
+}  // namespace
+
+int BenchCommand::run_ring(std::ostream& out, std::ostream& err) const {
+  if (ring < 1) throw InputError("--ring takes the number of ranks P, at least 1, not " + std::to_string(ring));
+  if (device_option->count() > 0 && device != "cuda")
+    throw InputError("--ring times ring attention on a GPU: it takes --device cuda (or no --device)");
+  if (variants_option->count() > 0 && variants != "cuda-fa3-ws")
+    throw InputError("--ring's block kernel is cuda-fa3-ws, the one kernel it times against: give no --variants");
+  if (one_pass || !timeline_path.empty() || deterministic)
+    throw InputError("--ring times whole ring passes: it takes none of --one-pass, --timeline, --deterministic");
+  if (!csv_path.empty()) throw InputError("--ring writes its results as JSON (--json), not CSV");
+  if (warmup < 0 || iters < 1) throw InputError("--warmup must be >= 0 and --iters >= 1");
+  std::vector<RingLayout> chosen;
+  for (const std::string& name : split_list(layouts)) chosen.push_back(parse_ring_layout(name));
+  if (chosen.empty()) throw InputError("--layouts names no layout: give contiguous, zigzag or striped");
+  const std::vector<int> seqs = parse_int_list(seq, "--seq");
+  const DType dt = dtype.empty() ? DType::BF16 : parse_dtype(dtype);
+  if (!cuda_device_present())
+    throw InputError("--ring needs a CUDA GPU and " +
+                     std::string(cuda_device_name().empty() ? "none is available on this machine" : "it is not usable"));
+  const std::string started = utc_now();
+
+  Problem base;
+  base.shape = Shape{batch, heads > 0 ? heads : 16, 0, seqs.front(), seqs.front(), head_dim};
+  base.shape.heads_kv = base.shape.heads_q;
+  base.options.causal = parse_causal(causal);
+  base.options.seed = 1;
+  validate(base);
+  const BenchSettings settings{.warmup = warmup, .iters = iters, .backward = backward};
+
+  std::vector<RingRow> rows;
+  const int total = int(seqs.size() * (chosen.size() + 1));
+  int done = 0;
+  for (int n : seqs) {
+    Problem p = base;
+    p.shape.seq_q = p.shape.seq_k = n;
+    const auto measure = [&](RingRow& row, const auto& bench) {
+      try {
+        row.result = bench();
+      } catch (const InputError& e) {
+        row.status = "skipped";
+        row.reason = e.what();
+      } catch (const std::exception& e) {
+        row.status = "error";
+        row.reason = e.what();
+      }
+      rows.push_back(row);
+      ++done;
+    };
+    RingRow one;
+    one.seq = n;
+    one.layout = "one-shot";
+    progress(err, done, total, "cuda-fa3-ws N=" + std::to_string(n));
+    measure(one, [&] {
+      const Variant& fa3 = find_variant("cuda-fa3-ws");
+      check_supported(fa3, p, dt, backward);
+      return fa3.bench(p, dt, settings);
+    });
+    for (RingLayout layout : chosen) {
+      RingRow row;
+      row.seq = n;
+      row.layout = to_string(layout);
+      progress(err, done, total, std::string("ring ") + to_string(layout) + " N=" + std::to_string(n));
+      measure(row, [&] {
+        const RingSchedule schedule = ring_schedule(layout, ring, n, n, p.options.causal);
+        row.imbalance = ring_cost(schedule, p.shape, Pass::Forward, RingMachine{}).imbalance;
+        return bench_ring_on_one_gpu(layout, ring, p, dt, settings);
+      });
+    }
+  }
+  progress(err, done, total, "done");
+  err << "\n";
+
+  const std::string device_name = cuda_device_name();
+  out << "ring attention of " << ring << " ranks on one GPU (" << device_name << "): batch " << base.shape.batch
+      << ", heads " << base.shape.heads_q << ", head_dim " << head_dim << ", causal " << to_string(base.options.causal)
+      << ", " << to_string(dt) << ", median of " << iters << " after " << warmup << " warm-up\n"
+      << "efficiency: the one-shot kernel's time over the ring's (the ranks share this GPU: 1 means splitting the "
+         "sequence costs nothing)\nimbalance: the model's, max over ranks of their FLOPs / mean\n\n";
+  std::vector<std::string> header = {"N", "layout", "fwd ms", "fwd TFLOP/s", "fwd efficiency"};
+  if (backward) header.insert(header.end(), {"bwd ms", "bwd TFLOP/s", "bwd efficiency"});
+  header.insert(header.end(), {"imbalance", "peak memory"});
+  Table table(header);
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  const RingRow* one_shot = nullptr;
+  for (const RingRow& r : rows) {
+    if (r.layout == "one-shot") one_shot = &r;
+    const bool shot_ok = one_shot != nullptr && one_shot->status == "ok" && one_shot->seq == r.seq;
+    Shape s = base.shape;
+    s.seq_q = s.seq_k = r.seq;
+    nlohmann::ordered_json j{{"seq", r.seq}, {"layout", r.layout}, {"ranks", r.layout == "one-shot" ? 1 : ring},
+                             {"status", r.status}};
+    std::vector<std::string> cells = {std::to_string(r.seq), r.layout};
+    if (r.status != "ok") {
+      j["reason"] = r.reason;
+      cells.push_back(r.status + ": " + r.reason);
+      table.add(cells);
+      list.push_back(j);
+      continue;
+    }
+    const double fwd_tf = tflops(forward_flops(s, base.options.causal), r.result.forward_ms);
+    const double fwd_eff = shot_ok ? one_shot->result.forward_ms / r.result.forward_ms : -1;
+    cells.insert(cells.end(), {fixed(r.result.forward_ms, "%.3f"), fixed(fwd_tf, "%.1f"), fixed(fwd_eff, "%.3f")});
+    j["forward_ms"] = r.result.forward_ms;
+    j["forward_tflops"] = fwd_tf;
+    j["forward_efficiency"] = fwd_eff;
+    if (backward) {
+      const double bwd_tf = tflops(backward_flops(s, base.options.causal), r.result.backward_ms);
+      const double bwd_eff = shot_ok ? one_shot->result.backward_ms / r.result.backward_ms : -1;
+      cells.insert(cells.end(), {fixed(r.result.backward_ms, "%.3f"), fixed(bwd_tf, "%.1f"), fixed(bwd_eff, "%.3f")});
+      j["backward_ms"] = r.result.backward_ms;
+      j["backward_tflops"] = bwd_tf;
+      j["backward_efficiency"] = bwd_eff;
+    }
+    cells.insert(cells.end(), {fixed(r.imbalance, "%.3f"), format_bytes(double(r.result.peak_bytes))});
+    j["imbalance_model"] = r.imbalance;
+    j["peak_bytes"] = r.result.peak_bytes;
+    table.add(cells);
+    list.push_back(j);
+  }
+  table.print(out);
+
+  if (!json_path.empty()) {
+    nlohmann::ordered_json j;
+    j["device"] = device_name;
+    j["device_kind"] = "cuda";
+    j["command"] = command_line;
+    j["date"] = started;
+    j["settings"] = {{"ring_ranks", ring},
+                     {"transport", "one GPU: ranks as streams, hops as device-to-device copies"},
+                     {"block_kernel", "cuda-fa3-ws"},
+                     {"batch", base.shape.batch},
+                     {"heads", base.shape.heads_q},
+                     {"head_dim", head_dim},
+                     {"causal", to_string(base.options.causal)},
+                     {"dtype", to_string(dt)},
+                     {"backward", backward},
+                     {"warmup", warmup},
+                     {"iters", iters}};
+    j["notes"] = "times: CUDA events around whole passes, median. efficiency: the one-shot kernel's time over the "
+                 "ring's at the same N (the ranks share one GPU). imbalance_model: model/ring.hpp's, max over ranks of "
+                 "their forward FLOPs / mean";
+    j["rows"] = list;
+    std::ofstream f(json_path);
+    f << j.dump(2) << "\n";
+    if (!f) throw InputError("cannot write the JSON results to '" + json_path + "'");
+    out << "\nwrote " << json_path << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace flashlab::cli
