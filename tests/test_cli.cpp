@@ -679,6 +679,24 @@ TEST_CASE("bench --ring: one sentence for what it does not take") {
   if (!cuda_device_present()) expect_bad_input({"bench", "--ring", "4"}, "--ring needs a CUDA GPU");
 }
 
+TEST_CASE("ring: one sentence for what it refuses before starting any rank") {
+  expect_bad_input({"ring"}, "--gpus is required");
+  expect_bad_input({"ring", "--gpus", "0"}, "--gpus takes the number of ranks P, at least 1, not 0");
+  expect_bad_input({"ring", "--gpus", "2", "--layout", "spiral"}, "unknown ring layout 'spiral'");
+  expect_bad_input({"ring", "--gpus", "2", "--check", "--json", "x.json"}, "--check times nothing");
+  expect_bad_input({"ring", "--gpus", "2", "--dtype", "f64"}, "flashlab ring takes f16 or bf16");
+  expect_bad_input({"ring", "--gpus", "3", "--layout", "zigzag", "--seq-q", "100"}, "is not a multiple of it");
+#ifndef FLASHLAB_HAVE_CUDA
+  expect_bad_input({"ring", "--gpus", "2"}, "this flashlab was built without CUDA, so it has no GPU ring");
+#elif !defined(FLASHLAB_HAVE_NCCL)
+  expect_bad_input({"ring", "--gpus", "2"}, "this flashlab was built without NCCL");
+#else
+  if (cuda_device_count() < 2)
+    expect_bad_input({"ring", "--gpus", "2"}, "a ring of 2 ranks over NCCL needs 2 GPUs, one process per GPU, and this "
+                                              "machine has " + std::to_string(cuda_device_count()));
+#endif
+}
+
 TEST_CASE("bench --help documents --timeline") {
   const CliResult r = cli({"bench", "--help"});
   CHECK(r.code == 0);

@@ -8,7 +8,6 @@
 #include "registry/check.hpp"
 
 namespace flashlab::cli {
-namespace {
 
 void print_check_table(std::ostream& out, const CheckReport& report) {
   Table table({"variant", "device", "dtype", "output", "max abs err", "rel err", "bound", "result"});
@@ -19,6 +18,8 @@ void print_check_table(std::ostream& out, const CheckReport& report) {
   table.print(out);
   out << "\n" << report.passed << " passed, " << report.failed << " failed, " << report.skipped << " skipped\n";
 }
+
+namespace {
 
 void print_variant_list(std::ostream& out) {
   Table t({"variant", "device", "dtypes", "causal", "dropout", "GQA", "backward", "head dims", "available", "summary"});

@@ -1,4 +1,4 @@
-// The `flashlab` command: four subcommands on one CLI11 app. Errors are one line on stderr,
+// The `flashlab` command: five subcommands on one CLI11 app. Errors are one line on stderr,
 // "flashlab: <sentence>", and exit code 2; a check that fails exits 1.
 #include "cli/cli.hpp"
 
@@ -18,6 +18,7 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
   RunCommand run;
   TraceCommand trace;
   BenchCommand bench;
+  RingCommand ring;
   check.add_to(
       *app.add_subcommand("check", "run every variant on the same random inputs against naive attention in double"));
   run.add_to(*app.add_subcommand(
@@ -25,7 +26,10 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
       "run one variant on .npy inputs (B, S, H, D) and write .npy outputs (bf16 results are written as float32)"));
   trace.add_to(*app.add_subcommand("trace", "count an algorithm's HBM <-> SRAM traffic per tensor"));
   bench.add_to(*app.add_subcommand("bench", "time variants against sequence length: time, TFLOP/s, memory, HBM bytes"));
+  ring.add_to(*app.add_subcommand(
+      "ring", "ring attention over NCCL: the sequence split over P GPUs, one process each, K/V passed round the ring"));
   for (int n = 0; n < argc; ++n) bench.command_line += (n ? " " : "") + std::string(argv[n]);
+  ring.argv.assign(argv, argv + argc);
 
   // CLI11 would say only "a subcommand is required" for a mistyped command name.
   const std::string first = argc > 1 ? argv[1] : "";
@@ -46,6 +50,7 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
     if (app.got_subcommand("check")) return check.run(out, err);
     if (app.got_subcommand("run")) return run.run(out, err);
     if (app.got_subcommand("trace")) return trace.run(out, err);
+    if (app.got_subcommand("ring")) return ring.run(out, err);
     return bench.run(out, err);
   } catch (const InputError& e) {
     out.flush();

@@ -1,5 +1,5 @@
 #pragma once
-// The four subcommands. Each registers its flags on a CLI11 subcommand and runs from them; each
+// The subcommands. Each registers its flags on a CLI11 subcommand and runs from them; each
 // returns an exit code and throws InputError for bad input (cli.cpp turns it into one line on stderr).
 #include <CLI/CLI.hpp>
 #include <ostream>
@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/common.hpp"
+#include "registry/check.hpp"
 
 namespace flashlab::cli {
 
@@ -89,5 +90,26 @@ struct BenchCommand {
   int run(std::ostream& out, std::ostream& err) const;
   int run_ring(std::ostream& out, std::ostream& err) const;  // --ring
 };
+
+// flashlab ring: ring attention over NCCL, one process per GPU (ring.cpp). As typed it is the launcher: it
+// starts P ranks (this executable again, told its rank through the environment) and joins them.
+struct RingCommand {
+  int gpus = 0;
+  std::string layout = "zigzag";
+  ShapeFlags shape;
+  std::string causal = "none";
+  std::string dtype = "bf16";
+  bool backward = false, check = false, no_one_shot = false;
+  std::uint64_t seed = 0;
+  CLI::Option* seed_option = nullptr;
+  int warmup = 1, iters = 3;
+  std::string json_path;
+  std::vector<std::string> argv;  // as typed: the ranks are started with it
+  void add_to(CLI::App& app);
+  int run(std::ostream& out, std::ostream& err) const;
+};
+
+// check's table of rows (check.cpp), which ring --check prints too.
+void print_check_table(std::ostream& out, const CheckReport& report);
 
 }  // namespace flashlab::cli

@@ -214,8 +214,9 @@ decltype(auto) with_16bit_type(DType dtype, F&& f) {
   return f.template operator()<__half>();
 }
 
-// What both passes refuse, before any work.
-void check_ring_problem(const RingSchedule& ring, const Problem& p, DType dtype, bool backward) {
+}  // namespace
+
+void check_gpu_ring_problem(const RingSchedule& ring, const Problem& p, DType dtype, bool backward) {
   if (ring.seq_q != p.shape.seq_q || ring.seq_k != p.shape.seq_k || ring.causal != p.options.causal)
     throw InputError("the ring's schedule was made for seq_q = " + std::to_string(ring.seq_q) + ", seq_k = " +
                      std::to_string(ring.seq_k) + ", causal " + to_string(ring.causal) + ", not for this problem's " +
@@ -238,16 +239,14 @@ void check_ring_problem(const RingSchedule& ring, const Problem& p, DType dtype,
   fa3::require_hopper();  // before any work, rather than at the first block
 }
 
-}  // namespace
-
 void cuda_ring_forward_on_device(const RingSchedule& ring, const Problem& p, DType dtype, const DeviceForwardIo& io) {
-  check_ring_problem(ring, p, dtype, /*backward=*/false);
+  check_gpu_ring_problem(ring, p, dtype, /*backward=*/false);
   if (p.shape.batch == 0 || p.shape.heads_q == 0) return;
   with_16bit_type(dtype, [&]<class T>() { ForwardRing<T>(ring, p, dtype).run(io); });
 }
 
 void cuda_ring_backward_on_device(const RingSchedule& ring, const Problem& p, DType dtype, const DeviceBackwardIo& io) {
-  check_ring_problem(ring, p, dtype, /*backward=*/true);
+  check_gpu_ring_problem(ring, p, dtype, /*backward=*/true);
   if (p.shape.batch == 0 || p.shape.heads_q == 0) return;
   with_16bit_type(dtype, [&]<class T>() { BackwardRing<T>(ring, p, dtype).run(io); });
 }
@@ -260,7 +259,7 @@ ForwardOut cuda_ring_forward(const RingSchedule& ring, const Problem& p, DType d
 }
 
 BenchResult cuda_ring_bench(const RingSchedule& ring, const Problem& p, DType dtype, const BenchSettings& settings) {
-  check_ring_problem(ring, p, dtype, settings.backward);
+  check_gpu_ring_problem(ring, p, dtype, settings.backward);
   return with_16bit_type(dtype, [&]<class T>() {
     const cuda::PeakScope scope;
     auto t = cuda::DeviceAttention<T>::random(p.shape, settings.backward);

@@ -15,6 +15,12 @@
 
 namespace flashlab {
 
+// Throws InputError, in one sentence, for a problem the GPU ring refuses before any work (a schedule of other
+// lengths or alignment; dropout; a dtype or head dim cuda-fa3-ws lacks, for the backward when `backward`; a GPU
+// that is not compute capability 9.0). Diagonal blocks that would need their rows split are refused by the
+// launch plans, also before any work.
+void check_gpu_ring_problem(const RingSchedule& ring, const Problem& p, DType dtype, bool backward);
+
 // O and L of attention on the device tensors of `io` (global (B, S, H, D) layout), computed by the ring of
 // `ring` (made for p's lengths and causal alignment). f16 or bf16, a head dim cuda-fa3-ws has, compute
 // capability 9.0, no dropout. Throws InputError, in one sentence, for what it refuses (block_launch's

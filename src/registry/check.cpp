@@ -35,16 +35,22 @@ struct Reference {
   std::map<std::string, ErrorStats> lowp_error;  // by output name
 };
 
+CheckInputs rounded(DType dtype, const Qkv& in64, const HostTensor& dO64, bool backward) {
+  CheckInputs c{in64, backward ? dO64 : HostTensor()};
+  round_to(c.in.q, dtype);
+  round_to(c.in.k, dtype);
+  round_to(c.in.v, dtype);
+  if (backward) round_to(c.d_o, dtype);
+  return c;
+}
+
 Reference make_reference(const Problem& p, DType dtype, const Qkv& in64, const HostTensor& dO64, bool backward) {
   Reference r;
-  r.inputs = in64;
-  round_to(r.inputs.q, dtype);
-  round_to(r.inputs.k, dtype);
-  round_to(r.inputs.v, dtype);
+  CheckInputs c = rounded(dtype, in64, dO64, backward);
+  r.inputs = std::move(c.in);
   r.forward = naive_forward<double>(p, r.inputs);
   if (backward) {
-    r.dO = dO64;
-    round_to(r.dO, dtype);
+    r.dO = std::move(c.d_o);
     r.grads = naive_backward<double>(p, r.inputs, r.forward, r.dO);
   }
   if (is_low_precision(dtype)) {
@@ -206,6 +212,33 @@ CheckReport Check::run() const {
     if (it == references.end())
       it = references.emplace(job.dtype, make_reference(p, job.dtype, in64, dO64, backward)).first;
     run_job(job, p, it->second, backward, recorder);
+  }
+  return report;
+}
+
+CheckInputs check_inputs(const Problem& p, DType dtype, bool backward) {
+  return rounded(dtype, random_qkv(p.shape, DType::F64, p.options.seed),
+                 backward ? random_like_o(p.shape, DType::F64, p.options.seed) : HostTensor(), backward);
+}
+
+CheckReport check_computed(const std::string& name, Device device, const Problem& p, DType dtype, const ForwardOut& fwd,
+                           const Grads* grads) {
+  const bool backward = grads != nullptr;
+  const Reference r = make_reference(p, dtype, random_qkv(p.shape, DType::F64, p.options.seed),
+                                     backward ? random_like_o(p.shape, DType::F64, p.options.seed) : HostTensor(),
+                                     backward);
+  Variant label;  // a row's name and device, as a variant's
+  label.name = name;
+  label.device = device;
+  const Job job{&label, dtype, "", ""};
+  CheckReport report;
+  Recorder recorder(report);
+  recorder.compare_output(job, "O", fwd.o, r.forward.o, Quantity::Forward, r);
+  recorder.compare_output(job, "LSE", fwd.lse, r.forward.lse, Quantity::Forward, r);
+  if (backward) {
+    recorder.compare_output(job, "dQ", grads->dq, r.grads.dq, Quantity::Gradient, r);
+    recorder.compare_output(job, "dK", grads->dk, r.grads.dk, Quantity::Gradient, r);
+    recorder.compare_output(job, "dV", grads->dv, r.grads.dv, Quantity::Gradient, r);
   }
   return report;
 }

@@ -58,4 +58,15 @@ class Check {
   std::vector<CheckJob> jobs_;
 };
 
+// Outputs computed outside the table (`flashlab ring --check`: the ring over NCCL), checked as Check checks a
+// variant's. check_inputs: the inputs Check would draw for the problem (options.seed), rounded to the dtype,
+// and dO with `backward`; check_computed: the rows of outputs computed from them, labelled `name` on `device`.
+struct CheckInputs {
+  Qkv in;
+  HostTensor d_o;
+};
+CheckInputs check_inputs(const Problem&, DType, bool backward);
+CheckReport check_computed(const std::string& name, Device device, const Problem&, DType, const ForwardOut&,
+                           const Grads* grads);
+
 }  // namespace flashlab

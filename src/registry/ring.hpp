@@ -1,10 +1,15 @@
 #pragma once
 // Ring attention as the command line reaches it: model/ring.hpp's schedule run on a transport, with the problem
 // checked first. On one GPU the P ranks are P streams and the hops device-to-device copies (cuda/ring.hpp);
-// the block kernel is cuda-fa3-ws, so a problem must be one cuda-fa3-ws runs.
+// the block kernel is cuda-fa3-ws, so a problem must be one cuda-fa3-ws runs. Over NCCL each rank is a process
+// on a GPU of its own (cuda/ring_nccl.hpp), started by `flashlab ring --gpus P`.
+#include <optional>
+#include <string>
+
 #include "core/bench.hpp"
 #include "core/problem.hpp"
 #include "model/ring.hpp"
+#include "registry/check.hpp"
 
 namespace flashlab {
 
@@ -15,5 +20,37 @@ namespace flashlab {
 // need their rows split), and when the device runs out of memory.
 BenchResult bench_ring_on_one_gpu(RingLayout layout, int ranks, const Problem& p, DType dtype,
                                   const BenchSettings& settings);
+
+// ---- over NCCL --------------------------------------------------------------------------------------------
+
+// Throws InputError, in one sentence, unless a ring of P ranks of `layout` over NCCL could run the problem: built
+// with CUDA and NCCL, at least P GPUs, each a Hopper one, and what the GPU ring and cuda-fa3-ws refuse.
+void check_nccl_ring(RingLayout layout, int ranks, const Problem& p, DType dtype, bool backward);
+// A fresh rendezvous id for one ring's processes, as hex (NcclRingId).
+std::string new_nccl_ring_id();
+
+struct RingRankRequest {
+  RingLayout layout = RingLayout::Zigzag;
+  int ranks = 1, rank = 0;
+  std::string nccl_id;  // new_nccl_ring_id()'s, the same for every rank
+  Problem problem;
+  DType dtype = DType::BF16;
+  bool backward = false;
+  bool check = false;     // one run on check_inputs(), checked against the reference on rank 0; else timed runs
+  int warmup = 1, iters = 3;
+  bool one_shot = true;   // timed runs: rank 0 also times cuda-fa3-ws on the whole problem, alone on its GPU
+};
+
+struct RingRankReport {
+  double forward_ms = -1, backward_ms = -1;  // median of the slowest rank's pass
+  std::optional<CheckReport> check;          // rank 0 of a check
+  std::optional<BenchResult> one_shot;       // rank 0 of timed runs with one_shot
+  std::string one_shot_skipped;              // why it could not run (out of memory at a length only the ring fits)
+};
+
+// What this process does as rank `rank` of the ring, on GPU `rank`. Every rank must call it with the same
+// request but its rank; it returns when this rank is done. Throws as check_nccl_ring, and std::runtime_error
+// naming a failed NCCL or CUDA call.
+RingRankReport run_ring_rank(const RingRankRequest&);
 
 }  // namespace flashlab

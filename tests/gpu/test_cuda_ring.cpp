@@ -6,12 +6,17 @@
 // before the run, so a token no rank writes fails. And what it refuses, in one sentence.
 #include <doctest/doctest.h>
 
+#include <sys/wait.h>
+
 #include <cstdint>
+#include <cstdio>
+#include <utility>
 #include <string>
 
 #include "core/tolerance.hpp"
 #include "cpu_reference/naive.hpp"
 #include "cuda/ring.hpp"
+#include "cuda/ring_nccl.hpp"
 #include "gpu/flashattention_rule.hpp"
 #include "gpu/fresh_inputs.hpp"
 #include "model/ring.hpp"
@@ -102,6 +107,46 @@ TEST_CASE("bench_ring_on_one_gpu times both passes and counts the ranks' buffers
   CHECK(r.backward_ms > 0);
   // Beyond q, k, v, o, lse, dO, dq, dk, dv: at least each rank's packed queries and two K/V slots.
   CHECK(r.peak_bytes > r.io_bytes + std::size_t(1024) * 4 * 128 * 2 * 3);
+}
+
+// `flashlab ring ARGS` as a command (its ranks are processes): exit code and stdout + stderr.
+std::pair<int, std::string> flashlab_ring(const std::string& args) {
+  const std::string command = std::string(FLASHLAB_CLI) + " ring " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string output;
+  char buf[4096];
+  for (std::size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) output.append(buf, n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+TEST_CASE("flashlab ring over NCCL with one rank (the smoke test NCCL allows on one GPU): checked, timed, and refused") {
+  if (skip_unless_hopper()) return;
+  if (!nccl_available()) {
+    MESSAGE("skipped: this build has no NCCL");
+    return;
+  }
+  for (const char* layout : {"contiguous", "zigzag", "striped"}) {
+    const auto [code, output] = flashlab_ring(std::string("--gpus 1 --check --backward --layout ") + layout +
+                                              " --seq-q 300 --heads 4 --heads-kv 2 --head-dim 128 --causal bottom-right");
+    INFO(output);
+    CHECK(code == 0);
+    CHECK(output.find("5 passed, 0 failed") != std::string::npos);
+  }
+  {
+    const auto [code, output] = flashlab_ring("--gpus 1 --backward --seq-q 2048 --heads 4 --head-dim 64 --iters 2");
+    INFO(output);
+    CHECK(code == 0);
+    CHECK(output.find("forward") != std::string::npos);
+    CHECK(output.find("backward") != std::string::npos);
+  }
+  if (cuda_device_count() < 2) {
+    const auto [code, output] = flashlab_ring("--gpus 2 --check");
+    CHECK(code == 2);
+    CHECK(output.find("a ring of 2 ranks over NCCL needs 2 GPUs, one process per GPU, and this machine has 1") !=
+          std::string::npos);
+  }
 }
 
 TEST_CASE("the GPU ring refuses, in one sentence: split diagonal blocks, another problem's schedule, dropout, f32, d = 32") {

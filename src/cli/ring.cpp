@@ -1,0 +1,209 @@
+// flashlab ring --gpus P: ring attention over NCCL, one process per GPU (registry/ring.hpp, cuda/ring_nccl.hpp).
+// The command as typed is the launcher: it checks the problem once (so a refusal is one sentence, not P), makes
+// the ring's NCCL id, and starts P copies of this same executable (/proc/self/exe) with the same flags, each
+// told its rank and the id through the environment (FLASHLAB_RING_RANK, FLASHLAB_RING_ID), with
+// NCCL_NVLS_ENABLE=0 (NVLink multicast off, as multi-GPU hosts here require). Then it waits for them; if one
+// fails, it stops the others, which would otherwise wait in NCCL for it. Rank 0 prints the results.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "core/flops.hpp"
+#include "registry/ring.hpp"
+
+extern char** environ;
+
+namespace flashlab::cli {
+namespace {
+
+constexpr const char* kRankVariable = "FLASHLAB_RING_RANK";
+constexpr const char* kIdVariable = "FLASHLAB_RING_ID";
+
+std::string fixed(double x, const char* fmt) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, fmt, x);
+  return buf;
+}
+
+// Starts the ranks and waits for them; returns the exit code the command ends with.
+int launch(const std::vector<std::string>& args, int ranks, const std::string& id, std::ostream& err) {
+  // argv and each rank's environment, made before fork: the child only calls execve.
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<std::string> inherited;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string var = *e;
+    if (var.rfind(std::string(kRankVariable) + "=", 0) == 0 || var.rfind(std::string(kIdVariable) + "=", 0) == 0 ||
+        var.rfind("NCCL_NVLS_ENABLE=", 0) == 0)
+      continue;
+    inherited.push_back(var);
+  }
+  std::vector<std::vector<std::string>> envs(ranks, inherited);
+  std::vector<std::vector<char*>> envps(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    envs[r].push_back(std::string(kRankVariable) + "=" + std::to_string(r));
+    envs[r].push_back(std::string(kIdVariable) + "=" + id);
+    envs[r].push_back("NCCL_NVLS_ENABLE=0");
+    for (std::string& s : envs[r]) envps[r].push_back(s.data());
+    envps[r].push_back(nullptr);
+  }
+  std::vector<pid_t> pids;
+  std::cout.flush();
+  std::cerr.flush();
+  for (int r = 0; r < ranks; ++r) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      for (pid_t p : pids) kill(p, SIGTERM);
+      throw std::runtime_error("fork failed while starting rank " + std::to_string(r));
+    }
+    if (pid == 0) {
+      execve("/proc/self/exe", argv.data(), envps[r].data());
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  int code = kExitOk, running = ranks;
+  bool stopped_others = false;
+  while (running > 0) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, 0);
+    if (pid < 0) break;
+    const auto it = std::find(pids.begin(), pids.end(), pid);
+    if (it == pids.end()) continue;
+    --running;
+    const int r = int(it - pids.begin());
+    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (ok) continue;
+    if (WIFSIGNALED(status)) {
+      if (!stopped_others) err << "flashlab: rank " << r << " was killed by signal " << WTERMSIG(status) << "\n";
+      code = std::max(code, kExitCheckFailed);
+    } else {
+      if (WEXITSTATUS(status) == 127) err << "flashlab: rank " << r << " could not be started (execve of /proc/self/exe)\n";
+      code = std::max(code, WEXITSTATUS(status) == kExitCheckFailed ? kExitCheckFailed : kExitBadInput);
+    }
+    if (!stopped_others && running > 0) {  // the others would wait in NCCL for this one
+      stopped_others = true;
+      for (std::size_t i = 0; i < pids.size(); ++i)
+        if (int(i) != r) kill(pids[i], SIGTERM);
+    }
+  }
+  return code;
+}
+
+}  // namespace
+
+void RingCommand::add_to(CLI::App& app) {
+  app.add_option("--gpus", gpus, "ranks P, one process per GPU (GPUs 0 .. P-1)")->required();
+  app.add_option("--layout", layout, "contiguous, zigzag or striped")->capture_default_str();
+  shape.add_to(app);
+  app.add_option("--causal", causal, "none, top-left or bottom-right")->capture_default_str();
+  app.add_option("--dtype", dtype, "f16 or bf16")->capture_default_str();
+  app.add_flag("--backward", backward, "also the backward pass");
+  app.add_flag("--check", check,
+               "one run on random inputs, checked against naive attention in double as `flashlab check` checks "
+               "(small problems), instead of timed runs");
+  seed_option = app.add_option("--seed", seed, "--check's inputs (default: fresh)");
+  app.add_option("--warmup", warmup, "untimed runs first")->capture_default_str();
+  app.add_option("--iters", iters, "timed runs (the median of the slowest rank is reported)")->capture_default_str();
+  app.add_flag("--no-one-shot", no_one_shot, "do not time cuda-fa3-ws on the whole problem on GPU 0 beside the ring");
+  app.add_option("--json", json_path, "write the timings as JSON to this file (rank 0)");
+}
+
+int RingCommand::run(std::ostream& out, std::ostream& err) const {
+  RingRankRequest q;
+  q.ranks = gpus;
+  if (gpus < 1) throw InputError("--gpus takes the number of ranks P, at least 1, not " + std::to_string(gpus));
+  q.layout = parse_ring_layout(layout);
+  q.problem.shape = shape.shape();
+  q.problem.options.causal = parse_causal(causal);
+  q.dtype = parse_dtype(dtype);
+  if (q.dtype != DType::F16 && q.dtype != DType::BF16)
+    throw InputError("flashlab ring takes f16 or bf16 (its blocks are cuda-fa3-ws's), not " + dtype);
+  q.backward = backward;
+  q.check = check;
+  q.warmup = warmup;
+  q.iters = iters;
+  q.one_shot = !no_one_shot;
+  if (warmup < 0 || iters < 1) throw InputError("--warmup must be >= 0 and --iters >= 1");
+  if (check && !json_path.empty()) throw InputError("--json writes timings, and --check times nothing: give one of them");
+
+  const char* rank_text = std::getenv(kRankVariable);
+  if (rank_text == nullptr) {  // the launcher
+    q.problem.options.seed = seed_option->count() > 0 ? seed : fresh_seed();
+    validate(q.problem);
+    ring_schedule(q.layout, gpus, q.problem.shape.seq_q, q.problem.shape.seq_k, q.problem.options.causal);
+    check_nccl_ring(q.layout, gpus, q.problem, q.dtype, backward);
+    std::vector<std::string> args = argv;
+    args[0] = "flashlab";
+    if (seed_option->count() == 0) args.insert(args.end(), {"--seed", std::to_string(q.problem.options.seed)});
+    return launch(args, gpus, new_nccl_ring_id(), err);
+  }
+
+  // A rank.
+  q.rank = std::atoi(rank_text);
+  const char* id = std::getenv(kIdVariable);
+  if (id == nullptr) throw InputError(std::string(kRankVariable) + " is set but " + kIdVariable + " is not: start the ring with `flashlab ring`");
+  q.nccl_id = id;
+  q.problem.options.seed = seed;
+  validate(q.problem);
+  const RingRankReport report = run_ring_rank(q);
+  if (q.rank != 0) return kExitOk;
+
+  const Shape& s = q.problem.shape;
+  out << "flashlab ring: " << gpus << (gpus == 1 ? " rank" : " ranks") << " over NCCL, one GPU each (" << cuda_device_name() << "), layout " << layout
+      << ", " << describe(s) << ", causal " << to_string(q.problem.options.causal) << ", " << to_string(q.dtype) << "\n";
+  if (check) {
+    out << "seed " << q.problem.options.seed << " (repeat with --seed " << q.problem.options.seed
+        << "); reference: naive attention in double on the inputs rounded to " << to_string(q.dtype) << "\n\n";
+    print_check_table(out, *report.check);
+    return report.check->failed ? kExitCheckFailed : kExitOk;
+  }
+  out << "median of " << iters << " after " << warmup << " warm-up, each pass's slowest rank; efficiency: the ring's "
+      << "rate over " << gpus << " x cuda-fa3-ws's rate on the whole problem, alone on GPU 0\n\n";
+  const double fwd_flops = forward_flops(s, q.problem.options.causal), bwd_flops = backward_flops(s, q.problem.options.causal);
+  const auto efficiency = [&](double one_ms, double ring_ms) { return one_ms > 0 ? one_ms / (gpus * ring_ms) : -1.0; };
+  Table table({"pass", "ring ms", "ring TFLOP/s", "one-shot ms", "efficiency"});
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  const auto add = [&](const char* pass, double ring_ms, double flops, double one_ms) {
+    table.add({pass, fixed(ring_ms, "%.3f"), fixed(tflops(flops, ring_ms), "%.1f"),
+               one_ms > 0 ? fixed(one_ms, "%.3f") : "-", one_ms > 0 ? fixed(efficiency(one_ms, ring_ms), "%.3f") : "-"});
+    rows.push_back({{"pass", pass}, {"ring_ms", ring_ms}, {"ring_tflops", tflops(flops, ring_ms)},
+                    {"one_shot_ms", one_ms}, {"efficiency", efficiency(one_ms, ring_ms)}});
+  };
+  add("forward", report.forward_ms, fwd_flops, report.one_shot ? report.one_shot->forward_ms : -1);
+  if (backward) add("backward", report.backward_ms, bwd_flops, report.one_shot ? report.one_shot->backward_ms : -1);
+  table.print(out);
+  if (!report.one_shot_skipped.empty()) out << "\none-shot skipped: " << report.one_shot_skipped << "\n";
+  if (!json_path.empty()) {
+    nlohmann::ordered_json j;
+    j["device"] = cuda_device_name();
+    j["command"] = join(argv, " ");
+    j["date"] = utc_now();
+    j["settings"] = {{"ranks", gpus},      {"transport", "NCCL, one process per GPU"}, {"layout", layout},
+                     {"batch", s.batch},   {"heads", s.heads_q},  {"heads_kv", s.heads_kv},
+                     {"seq_q", s.seq_q},   {"seq_k", s.seq_k},    {"head_dim", s.head_dim},
+                     {"causal", to_string(q.problem.options.causal)}, {"dtype", to_string(q.dtype)},
+                     {"warmup", warmup},   {"iters", iters}};
+    j["notes"] = "ring_ms: median over the timed runs of the slowest rank's pass (host clock around a whole pass, each "
+                 "run after a barrier). one_shot_ms: cuda-fa3-ws on the whole problem alone on GPU 0 (CUDA events). "
+                 "efficiency: one_shot_ms / (ranks x ring_ms)";
+    if (!report.one_shot_skipped.empty()) j["one_shot_skipped"] = report.one_shot_skipped;
+    j["rows"] = rows;
+    std::ofstream f(json_path);
+    f << j.dump(2) << "\n";
+    if (!f) throw InputError("cannot write the JSON results to '" + json_path + "'");
+    out << "\nwrote " << json_path << "\n";
+  }
+  (void)err;
+  return kExitOk;
+}
+
+}  // namespace flashlab::cli

@@ -1,0 +1,54 @@
+#pragma once
+// Ring attention over NCCL: one rank of model/ring.hpp's schedule in this process, on the current GPU, one
+// process per GPU (`flashlab ring --gpus P` starts them). What each rank keeps and computes is the one-GPU
+// ring's (ring_rank.cuh); only the transport differs: the K/V share goes to rank + 1 with NCCL's grouped
+// send / recv on a communication stream, overlapped with the compute on the share in hand, and in the backward
+// each share's fp32 dK/dV partials follow it. NCCL refuses two ranks on one GPU, so on one GPU this runs with
+// one rank (a smoke test of the path) and the P-rank ring runs as streams instead (ring.hpp).
+//
+// Every rank holds the problem's whole q, k, v (and dO) in device memory, in the global (B, S, H, D) layout,
+// and writes only its own tokens of the outputs.
+#include <array>
+#include <memory>
+#include <string>
+
+#include "core/bench.hpp"
+#include "core/problem.hpp"
+#include "core/tensor.hpp"
+#include "model/ring.hpp"
+
+namespace flashlab {
+
+// The rendezvous of a ring's processes: NCCL's unique id, made once by the launcher and handed to every rank.
+struct NcclRingId {
+  std::array<unsigned char, 128> bytes{};
+  std::string to_hex() const;
+  static NcclRingId from_hex(const std::string&);  // throws InputError for anything but 256 hex digits
+};
+bool nccl_available();  // false when built without NCCL
+NcclRingId nccl_ring_id();  // ncclGetUniqueId; throws InputError when built without NCCL
+
+// What one rank runs: the timed passes on random inputs, or, with `inputs`, one forward (and backward) on them.
+struct NcclRankPlan {
+  bool backward = false;
+  int warmup = 1, iters = 3;
+  const Qkv* inputs = nullptr;  // host inputs (every rank the same): run once, outputs gathered on rank 0
+  const HostTensor* d_o = nullptr;  // with inputs and backward
+};
+
+// What it reports. Times: the median over iterations of each pass's slowest rank (ms); outputs: on rank 0
+// of a run with inputs, every rank's tokens gathered (a sum over ranks of outputs each rank zeroed and then
+// wrote its tokens of).
+struct NcclRankOutcome {
+  double forward_ms = -1, backward_ms = -1;
+  ForwardOut forward;
+  Grads grads;
+};
+
+// Joins the ring as rank `rank` of ring.ranks on the current GPU and runs the plan. f16 or bf16, cuda-fa3-ws's
+// head dims, compute capability 9.0, no dropout (as the one-GPU ring). Throws InputError for what it refuses,
+// std::runtime_error naming the NCCL or CUDA call that failed.
+NcclRankOutcome nccl_ring_rank(const RingSchedule& ring, int rank, const NcclRingId& id, const Problem& p, DType dtype,
+                               const NcclRankPlan& plan);
+
+}  // namespace flashlab
