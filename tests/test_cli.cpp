@@ -671,7 +671,7 @@ TEST_CASE("bench --one-pass: one pass on a GPU for Nsight Compute, with no timin
 TEST_CASE("bench --ring: one sentence for what it does not take") {
   expect_bad_input({"bench", "--ring", "0"}, "--ring takes the number of ranks P, at least 1, not 0");
   expect_bad_input({"bench", "--ring", "4", "--device", "cpu"}, "it takes --device cuda");
-  expect_bad_input({"bench", "--ring", "4", "--variants", "cuda-fa2"}, "--ring's block kernel is cuda-fa3-ws");
+  expect_bad_input({"bench", "--ring", "4", "--variants", "cuda-fa1"}, "--variants names one of them, not cuda-fa1");
   expect_bad_input({"bench", "--ring", "4", "--one-pass"}, "--ring times whole ring passes");
   expect_bad_input({"bench", "--ring", "4", "--csv", "x.csv"}, "not CSV");
   expect_bad_input({"bench", "--ring", "4", "--layouts", "spiral"}, "spiral");
@@ -685,6 +685,7 @@ TEST_CASE("ring: one sentence for what it refuses before starting any rank") {
   expect_bad_input({"ring", "--gpus", "2", "--layout", "spiral"}, "unknown ring layout 'spiral'");
   expect_bad_input({"ring", "--gpus", "2", "--check", "--json", "x.json"}, "--check times nothing");
   expect_bad_input({"ring", "--gpus", "2", "--dtype", "f64"}, "flashlab ring takes f16 or bf16");
+  expect_bad_input({"ring", "--gpus", "2", "--blocks", "cuda-fa1"}, "the ring's blocks run on cuda-fa3-ws or cuda-fa2, not cuda-fa1");
   expect_bad_input({"ring", "--gpus", "3", "--layout", "zigzag", "--seq-q", "100"}, "is not a multiple of it");
 #ifndef FLASHLAB_HAVE_CUDA
   expect_bad_input({"ring", "--gpus", "2"}, "this flashlab was built without CUDA, so it has no GPU ring");

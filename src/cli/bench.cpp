@@ -268,8 +268,9 @@ void BenchCommand::add_to(CLI::App& app) {
                  "panel, Perfetto) and print what recording costs; one cuda-fa3-ws variant (--device cuda), one --seq")
       ->type_name("FILE.json");
   ring_option = app.add_option("--ring", ring,
-                 "time ring attention of P ranks on this one GPU (P streams; cuda-fa3-ws blocks) beside the one-shot "
-                 "cuda-fa3-ws kernel: time, TFLOP/s, and efficiency (the one-shot time over the ring's)")
+                 "time ring attention of P ranks on this one GPU (P streams) beside its block kernel alone on the whole "
+                 "problem (cuda-fa3-ws; --variants cuda-fa2 for cuda-fa2 blocks): time, TFLOP/s, and efficiency (the "
+                 "one-shot time over the ring's)")
       ->type_name("P");
   app.add_option("--layouts", layouts, "with --ring: comma-separated layouts (contiguous, zigzag, striped)")
       ->capture_default_str();

@@ -1,5 +1,6 @@
 // flashlab bench --ring P: ring attention of P ranks on this one GPU (the ranks as streams, cuda/ring.hpp)
-// beside the one-shot cuda-fa3-ws kernel, at each --seq, for each layout. On one GPU the P ranks share the
+// beside its block kernel alone on the whole problem (cuda-fa3-ws, or cuda-fa2 with --variants cuda-fa2), at
+// each --seq, for each layout. On one GPU the P ranks share the
 // device, so the ideal ring takes the one-shot kernel's time: efficiency = one-shot time / ring time is the
 // price of splitting the sequence (smaller blocks, the LSE merges, packing, the copies that stand in for the
 // links, and the idle time of causal imbalance). With P GPUs the same ratio, times P, is the ring's rate over
@@ -35,8 +36,10 @@ int BenchCommand::run_ring(std::ostream& out, std::ostream& err) const {
   if (ring < 1) throw InputError("--ring takes the number of ranks P, at least 1, not " + std::to_string(ring));
   if (device_option->count() > 0 && device != "cuda")
     throw InputError("--ring times ring attention on a GPU: it takes --device cuda (or no --device)");
-  if (variants_option->count() > 0 && variants != "cuda-fa3-ws")
-    throw InputError("--ring's block kernel is cuda-fa3-ws, the one kernel it times against: give no --variants");
+  const std::string blocks = variants_option->count() > 0 ? variants : kRingBlockKernels[0];
+  if (blocks != kRingBlockKernels[0] && blocks != kRingBlockKernels[1])
+    throw InputError("--ring times the ring on one block kernel, cuda-fa3-ws (the default) or cuda-fa2, beside that "
+                     "kernel alone: --variants names one of them, not " + variants);
   if (one_pass || !timeline_path.empty() || deterministic)
     throw InputError("--ring times whole ring passes: it takes none of --one-pass, --timeline, --deterministic");
   if (!csv_path.empty()) throw InputError("--ring writes its results as JSON (--json), not CSV");
@@ -81,11 +84,11 @@ int BenchCommand::run_ring(std::ostream& out, std::ostream& err) const {
     RingRow one;
     one.seq = n;
     one.layout = "one-shot";
-    progress(err, done, total, "cuda-fa3-ws N=" + std::to_string(n));
+    progress(err, done, total, blocks + " N=" + std::to_string(n));
     measure(one, [&] {
-      const Variant& fa3 = find_variant("cuda-fa3-ws");
-      check_supported(fa3, p, dt, backward);
-      return fa3.bench(p, dt, settings);
+      const Variant& kernel = find_variant(blocks);
+      check_supported(kernel, p, dt, backward);
+      return kernel.bench(p, dt, settings);
     });
     for (RingLayout layout : chosen) {
       RingRow row;
@@ -95,7 +98,7 @@ int BenchCommand::run_ring(std::ostream& out, std::ostream& err) const {
       measure(row, [&] {
         const RingSchedule schedule = ring_schedule(layout, ring, n, n, p.options.causal);
         row.imbalance = ring_cost(schedule, p.shape, Pass::Forward, RingMachine{}).imbalance;
-        return bench_ring_on_one_gpu(layout, ring, p, dt, settings);
+        return bench_ring_on_one_gpu(layout, ring, p, dt, settings, blocks);
       });
     }
   }
@@ -103,7 +106,7 @@ int BenchCommand::run_ring(std::ostream& out, std::ostream& err) const {
   err << "\n";
 
   const std::string device_name = cuda_device_name();
-  out << "ring attention of " << ring << " ranks on one GPU (" << device_name << "): batch " << base.shape.batch
+  out << "ring attention of " << ring << " ranks on one GPU (" << device_name << "), " << blocks << " blocks: batch " << base.shape.batch
       << ", heads " << base.shape.heads_q << ", head_dim " << head_dim << ", causal " << to_string(base.options.causal)
       << ", " << to_string(dt) << ", median of " << iters << " after " << warmup << " warm-up\n"
       << "efficiency: the one-shot kernel's time over the ring's (the ranks share this GPU: 1 means splitting the "
@@ -159,7 +162,7 @@ int BenchCommand::run_ring(std::ostream& out, std::ostream& err) const {
     j["date"] = started;
     j["settings"] = {{"ring_ranks", ring},
                      {"transport", "one GPU: ranks as streams, hops as device-to-device copies"},
-                     {"block_kernel", "cuda-fa3-ws"},
+                     {"block_kernel", blocks},
                      {"batch", base.shape.batch},
                      {"heads", base.shape.heads_q},
                      {"head_dim", head_dim},

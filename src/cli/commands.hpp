@@ -99,6 +99,7 @@ struct RingCommand {
   ShapeFlags shape;
   std::string causal = "none";
   std::string dtype = "bf16";
+  std::string blocks = "cuda-fa3-ws";  // the block kernel
   bool backward = false, check = false, no_one_shot = false;
   std::uint64_t seed = 0;
   CLI::Option* seed_option = nullptr;

@@ -106,6 +106,7 @@ void RingCommand::add_to(CLI::App& app) {
   shape.add_to(app);
   app.add_option("--causal", causal, "none, top-left or bottom-right")->capture_default_str();
   app.add_option("--dtype", dtype, "f16 or bf16")->capture_default_str();
+  app.add_option("--blocks", blocks, "the block kernel: cuda-fa3-ws (Hopper) or cuda-fa2")->capture_default_str();
   app.add_flag("--backward", backward, "also the backward pass");
   app.add_flag("--check", check,
                "one run on random inputs, checked against naive attention in double as `flashlab check` checks "
@@ -113,7 +114,7 @@ void RingCommand::add_to(CLI::App& app) {
   seed_option = app.add_option("--seed", seed, "--check's inputs (default: fresh)");
   app.add_option("--warmup", warmup, "untimed runs first")->capture_default_str();
   app.add_option("--iters", iters, "timed runs (the median of the slowest rank is reported)")->capture_default_str();
-  app.add_flag("--no-one-shot", no_one_shot, "do not time cuda-fa3-ws on the whole problem on GPU 0 beside the ring");
+  app.add_flag("--no-one-shot", no_one_shot, "do not time the block kernel on the whole problem on GPU 0 beside the ring");
   app.add_option("--json", json_path, "write the timings as JSON to this file (rank 0)");
 }
 
@@ -126,7 +127,10 @@ int RingCommand::run(std::ostream& out, std::ostream& err) const {
   q.problem.options.causal = parse_causal(causal);
   q.dtype = parse_dtype(dtype);
   if (q.dtype != DType::F16 && q.dtype != DType::BF16)
-    throw InputError("flashlab ring takes f16 or bf16 (its blocks are cuda-fa3-ws's), not " + dtype);
+    throw InputError("flashlab ring takes f16 or bf16 (its block kernels' dtypes), not " + dtype);
+  if (blocks != kRingBlockKernels[0] && blocks != kRingBlockKernels[1])
+    throw InputError("the ring's blocks run on cuda-fa3-ws or cuda-fa2, not " + blocks);
+  q.blocks = blocks;
   q.backward = backward;
   q.check = check;
   q.warmup = warmup;
@@ -140,7 +144,7 @@ int RingCommand::run(std::ostream& out, std::ostream& err) const {
     q.problem.options.seed = seed_option->count() > 0 ? seed : fresh_seed();
     validate(q.problem);
     ring_schedule(q.layout, gpus, q.problem.shape.seq_q, q.problem.shape.seq_k, q.problem.options.causal);
-    check_nccl_ring(q.layout, gpus, q.problem, q.dtype, backward);
+    check_nccl_ring(q.layout, gpus, q.problem, q.dtype, backward, blocks);
     std::vector<std::string> args = argv;
     args[0] = "flashlab";
     if (seed_option->count() == 0) args.insert(args.end(), {"--seed", std::to_string(q.problem.options.seed)});
@@ -159,7 +163,8 @@ int RingCommand::run(std::ostream& out, std::ostream& err) const {
 
   const Shape& s = q.problem.shape;
   out << "flashlab ring: " << gpus << (gpus == 1 ? " rank" : " ranks") << " over NCCL, one GPU each (" << cuda_device_name() << "), layout " << layout
-      << ", " << describe(s) << ", causal " << to_string(q.problem.options.causal) << ", " << to_string(q.dtype) << "\n";
+      << ", " << blocks << " blocks, " << describe(s) << ", causal " << to_string(q.problem.options.causal) << ", "
+      << to_string(q.dtype) << "\n";
   if (check) {
     out << "seed " << q.problem.options.seed << " (repeat with --seed " << q.problem.options.seed
         << "); reference: naive attention in double on the inputs rounded to " << to_string(q.dtype) << "\n\n";
@@ -167,7 +172,7 @@ int RingCommand::run(std::ostream& out, std::ostream& err) const {
     return report.check->failed ? kExitCheckFailed : kExitOk;
   }
   out << "median of " << iters << " after " << warmup << " warm-up, each pass's slowest rank; efficiency: the ring's "
-      << "rate over " << gpus << " x cuda-fa3-ws's rate on the whole problem, alone on GPU 0\n\n";
+      << "rate over " << gpus << " x " << blocks << "'s rate on the whole problem, alone on GPU 0\n\n";
   const double fwd_flops = forward_flops(s, q.problem.options.causal), bwd_flops = backward_flops(s, q.problem.options.causal);
   const auto efficiency = [&](double one_ms, double ring_ms) { return one_ms > 0 ? one_ms / (gpus * ring_ms) : -1.0; };
   Table table({"pass", "ring ms", "ring TFLOP/s", "one-shot ms", "efficiency"});
@@ -188,12 +193,13 @@ int RingCommand::run(std::ostream& out, std::ostream& err) const {
     j["command"] = join(argv, " ");
     j["date"] = utc_now();
     j["settings"] = {{"ranks", gpus},      {"transport", "NCCL, one process per GPU"}, {"layout", layout},
+                     {"block_kernel", blocks},
                      {"batch", s.batch},   {"heads", s.heads_q},  {"heads_kv", s.heads_kv},
                      {"seq_q", s.seq_q},   {"seq_k", s.seq_k},    {"head_dim", s.head_dim},
                      {"causal", to_string(q.problem.options.causal)}, {"dtype", to_string(q.dtype)},
                      {"warmup", warmup},   {"iters", iters}};
     j["notes"] = "ring_ms: median over the timed runs of the slowest rank's pass (host clock around a whole pass, each "
-                 "run after a barrier). one_shot_ms: cuda-fa3-ws on the whole problem alone on GPU 0 (CUDA events). "
+                 "run after a barrier). one_shot_ms: the block kernel on the whole problem alone on GPU 0 (CUDA events). "
                  "efficiency: one_shot_ms / (ranks x ring_ms)";
     if (!report.one_shot_skipped.empty()) j["one_shot_skipped"] = report.one_shot_skipped;
     j["rows"] = rows;

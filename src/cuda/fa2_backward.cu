@@ -124,7 +124,9 @@ __global__ void D_i_kernel(const Params p) {
 template <class T>
 __global__ void convert_dq_kernel(const Params p, std::int64_t n) {
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) static_cast<T*>(p.dq)[i] = static_cast<T>(p.dq_accum[i] * p.scale);
+  if (i >= n) return;
+  if (p.dq_sum != nullptr) p.dq_sum[i] += p.dq_accum[i] * p.scale;  // accumulate mode
+  else static_cast<T*>(p.dq)[i] = static_cast<T>(p.dq_accum[i] * p.scale);
 }
 
 // dst[0..3] += v in global memory, atomically per element (dst 16-byte aligned). sm_90 has a vector
@@ -163,7 +165,9 @@ __device__ __forceinline__ void warp_mma_abt(float (&acc)[kMT][kNT][4], std::uin
   }
 }
 
-template <class T, int D, bool kDropout, bool kCompact>
+// kAccumulate: dK_j, dV_j added to p.dk_sum, p.dv_sum in fp32 (a ring's block) rather than written to p.dk, p.dv.
+// A template parameter, not a run-time branch: the branch made the d = 128 kernels spill.
+template <class T, int D, bool kDropout, bool kCompact, bool kAccumulate = false>
 __global__ void __launch_bounds__(BwdConfig<D, kCompact>::kThreads) backward_kernel(const Params p) {
   using Cfg = BwdConfig<D, kCompact>;
   constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kThreads = Cfg::kThreads, kPS = Cfg::kPitchS;
@@ -425,71 +429,90 @@ __global__ void __launch_bounds__(BwdConfig<D, kCompact>::kThreads) backward_ker
   cp_async_wait<0>();  // a block with no work never waited for K_j, V_j
 
   // dK_j = scale * sum_i dS_ij^T Q_i; dV_j as accumulated. Rows past the end of the keys are dropped.
-  T* dk = static_cast<T*>(p.dk) + kv_offset + col0 * kv_stride;
-  T* dv = static_cast<T*>(p.dv) + kv_offset + col0 * kv_stride;
+  // kAccumulate: added to the fp32 sums instead.
 #pragma unroll
   for (int mi = 0; mi < kKvMT; ++mi)
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const int r = kv_row0 + mi * 16 + g + 8 * hf;
       if (col0 + r >= p.seq_k) continue;
+      const std::int64_t row = kv_offset + (col0 + r) * kv_stride;
 #pragma unroll
       for (int nt = 0; nt < kKvNT; ++nt) {
         const int c = kv_col0 + nt * 8 + 2 * t;
-        *reinterpret_cast<std::uint32_t*>(dk + r * kv_stride + c) =
-            MmaType<T>::pack(acc_dk[mi][nt][2 * hf] * p.scale, acc_dk[mi][nt][2 * hf + 1] * p.scale);
-        *reinterpret_cast<std::uint32_t*>(dv + r * kv_stride + c) =
-            MmaType<T>::pack(acc_dv[mi][nt][2 * hf], acc_dv[mi][nt][2 * hf + 1]);
+        const float dk0 = acc_dk[mi][nt][2 * hf] * p.scale, dk1 = acc_dk[mi][nt][2 * hf + 1] * p.scale;
+        const float dv0 = acc_dv[mi][nt][2 * hf], dv1 = acc_dv[mi][nt][2 * hf + 1];
+        if constexpr (kAccumulate) {
+          float2* at_k = reinterpret_cast<float2*>(p.dk_sum + row + c);
+          float2* at_v = reinterpret_cast<float2*>(p.dv_sum + row + c);
+          const float2 sk = *at_k, sv = *at_v;
+          *at_k = make_float2(sk.x + dk0, sk.y + dk1);
+          *at_v = make_float2(sv.x + dv0, sv.y + dv1);
+        } else {
+          *reinterpret_cast<std::uint32_t*>(static_cast<T*>(p.dk) + row + c) = MmaType<T>::pack(dk0, dk1);
+          *reinterpret_cast<std::uint32_t*>(static_cast<T*>(p.dv) + row + c) = MmaType<T>::pack(dv0, dv1);
+        }
       }
     }
 }
 
-template <class T, int D, bool kDropout, bool kCompact>
-void launch_tiles(const Params& p) {
+template <class T, int D, bool kDropout, bool kCompact, bool kAccumulate>
+void launch_tiles(const Params& p, cudaStream_t stream) {
   using Cfg = BwdConfig<D, kCompact>;
-  auto kernel = backward_kernel<T, D, kDropout, kCompact>;
+  auto kernel = backward_kernel<T, D, kDropout, kCompact, kAccumulate>;
   require_shared_memory(Cfg::kSmemBytes, "cuda-fa2 backward at head dim " + std::to_string(D));
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const dim3 grid((p.seq_k + Cfg::kBc - 1) / Cfg::kBc, p.batch * p.heads_kv);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes>>>(p);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
   CUDA_CHECK_LAUNCH();
 }
 
-// The full tiles where they fit in the GPU's shared memory, else the compact ones (BwdConfig).
+// The full tiles where they fit in the GPU's shared memory, else the compact ones (BwdConfig). Accumulate mode
+// (a ring's block) is compiled without dropout only: the ring has none.
 template <class T, int D, bool kDropout>
-void launch_main(const Params& p) {
+void launch_main(const Params& p, cudaStream_t stream) {
+  const auto go = [&]<bool kCompact>() {
+    if constexpr (!kDropout) {
+      if (p.dk_sum != nullptr) return launch_tiles<T, D, kDropout, kCompact, true>(p, stream);
+    } else if (p.dk_sum != nullptr) {
+      throw std::logic_error("cuda-fa2 backward: accumulate mode has no dropout");
+    }
+    launch_tiles<T, D, kDropout, kCompact, false>(p, stream);
+  };
   using Full = BwdConfig<D, false>;
   // Compact tiles exist where the full ones outgrow an A100 (d = 32 and 96 fit, d = 256 fits no Ampere).
   if constexpr (D == 64 || D == 128) {
-    if (p.compact_backward || Full::kSmemBytes > shared_memory_per_block())
-      return launch_tiles<T, D, kDropout, true>(p);
+    if (p.compact_backward || Full::kSmemBytes > shared_memory_per_block()) return go.template operator()<true>();
   }
-  launch_tiles<T, D, kDropout, false>(p);
+  go.template operator()<false>();
 }
 
 template <class T>
-void launch_for_dtype(const Params& p) {
+void launch_for_dtype(const Params& p, cudaStream_t stream) {
   constexpr int kThreads = 256;
   const std::int64_t rows = std::int64_t(p.batch) * p.seq_q * p.heads_q;
-  D_i_kernel<T><<<static_cast<unsigned>((rows * 32 + kThreads - 1) / kThreads), kThreads>>>(p);
+  D_i_kernel<T><<<static_cast<unsigned>((rows * 32 + kThreads - 1) / kThreads), kThreads, 0, stream>>>(p);
   CUDA_CHECK_LAUNCH();
 
   dispatch_head_dim<kHeadDims>(p.head_dim, "cuda-fa2 backward", [&]<int D>() {
-    if (p.dropout) launch_main<T, D, true>(p);
-    else launch_main<T, D, false>(p);
+    if (p.dropout) launch_main<T, D, true>(p, stream);
+    else launch_main<T, D, false>(p, stream);
   });
 
   const std::int64_t n = rows * p.head_dim;
-  convert_dq_kernel<T><<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads>>>(p, n);
+  convert_dq_kernel<T><<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream>>>(p, n);
   CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void launch_backward(DType dtype, const Params& p) {
+void launch_backward(DType dtype, const Params& p, cudaStream_t stream) {
   if (p.seq_q == 0 || p.seq_k == 0 || p.batch == 0) return;
-  if (dtype == DType::F16) return launch_for_dtype<__half>(p);
-  if (dtype == DType::BF16) return launch_for_dtype<__nv_bfloat16>(p);
+  const int sums = (p.dq_sum != nullptr) + (p.dk_sum != nullptr) + (p.dv_sum != nullptr);
+  if (sums != 0 && sums != 3)
+    throw std::logic_error("cuda-fa2 backward: accumulate mode needs all three of dq_sum, dk_sum and dv_sum");
+  if (dtype == DType::F16) return launch_for_dtype<__half>(p, stream);
+  if (dtype == DType::BF16) return launch_for_dtype<__nv_bfloat16>(p, stream);
   throw std::logic_error("cuda-fa2 backward: dtype must be f16 or bf16");
 }
 

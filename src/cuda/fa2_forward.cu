@@ -304,30 +304,30 @@ __global__ void __launch_bounds__(FwdConfig<D>::kThreads, FwdConfig<D>::kBlocksP
 }
 
 template <class T, int D, bool kDropout>
-void launch(const Params& p) {
+void launch(const Params& p, cudaStream_t stream) {
   using Cfg = FwdConfig<D>;
   auto kernel = forward_kernel<T, D, kDropout>;
   require_shared_memory(Cfg::kSmemBytes, "cuda-fa2 forward at head dim " + std::to_string(D));
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
   const dim3 grid((p.seq_q + Cfg::kBr - 1) / Cfg::kBr, p.batch * p.heads_q);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes>>>(p);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
   CUDA_CHECK_LAUNCH();
 }
 
 template <class T>
-void launch_for_dtype(const Params& p) {
+void launch_for_dtype(const Params& p, cudaStream_t stream) {
   dispatch_head_dim<kHeadDims>(p.head_dim, "cuda-fa2 forward", [&]<int D>() {
-    if (p.dropout) launch<T, D, true>(p);
-    else launch<T, D, false>(p);
+    if (p.dropout) launch<T, D, true>(p, stream);
+    else launch<T, D, false>(p, stream);
   });
 }
 
 }  // namespace
 
-void launch_forward(DType dtype, const Params& p) {
+void launch_forward(DType dtype, const Params& p, cudaStream_t stream) {
   if (p.seq_q == 0 || p.batch == 0) return;
-  if (dtype == DType::F16) return launch_for_dtype<__half>(p);
-  if (dtype == DType::BF16) return launch_for_dtype<__nv_bfloat16>(p);
+  if (dtype == DType::F16) return launch_for_dtype<__half>(p, stream);
+  if (dtype == DType::BF16) return launch_for_dtype<__nv_bfloat16>(p, stream);
   throw std::logic_error("cuda-fa2 forward: dtype must be f16 or bf16");
 }
 

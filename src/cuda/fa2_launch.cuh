@@ -1,6 +1,8 @@
 #pragma once
 // What the host side of cuda-fa2 (fa2.cu) hands to the kernels (fa2_forward.cu, fa2_backward.cu):
 // raw device pointers in layout (B, S, H, D), the problem's extents and the derived constants.
+#include <cuda_runtime.h>
+
 #include <cstdint>
 
 #include "core/problem.hpp"
@@ -22,6 +24,11 @@ struct Params {
   void* dq = nullptr;          // (B, S_q, H_q, D)
   void* dk = nullptr;          // (B, S_k, H_kv, D)
   void* dv = nullptr;          // (B, S_k, H_kv, D)
+  // Accumulate mode (a ring's block, cuda/ring_rank.cuh): with all three set, dq, dk and dv are not written;
+  // the block's dQ, dK and dV are added, in fp32, into these (B, S, H, D) fp32 tensors of the same extents.
+  float* dq_sum = nullptr;
+  float* dk_sum = nullptr;
+  float* dv_sum = nullptr;
 
   int batch = 0, heads_q = 0, heads_kv = 0, seq_q = 0, seq_k = 0, head_dim = 0;
   CausalAlign align = CausalAlign::None;
@@ -35,10 +42,10 @@ struct Params {
   bool compact_backward = false;
 };
 
-// Launch on the default stream; `dtype` is F16 or BF16. Check launches, do not synchronize.
-void launch_forward(DType dtype, const Params&);
-// D_i = rowsum(dO_i o O_i), the K/V-outer main kernel (dK, dV; dQ into dq_accum), dQ conversion.
-// dq_accum must be zeroed by the caller.
-void launch_backward(DType dtype, const Params&);
+// Launch on `stream`; `dtype` is F16 or BF16. Check launches, do not synchronize.
+void launch_forward(DType dtype, const Params&, cudaStream_t stream = nullptr);
+// D_i = rowsum(dO_i o O_i), the K/V-outer main kernel (dK, dV; dQ into dq_accum), dQ conversion (or, in
+// accumulate mode, its addition into dq_sum). dq_accum must be zeroed by the caller.
+void launch_backward(DType dtype, const Params&, cudaStream_t stream = nullptr);
 
 }  // namespace flashlab::cuda::fa2

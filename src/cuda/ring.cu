@@ -1,6 +1,6 @@
 // Ring attention on one GPU (ring.hpp): the P ranks of model/ring.hpp's schedule as P CUDA streams. What a
 // multi-GPU ring does is all here, only the link is a device-to-device copy; what each rank keeps and computes at
-// a step is ring_rank.cuh's, this file is the transport.
+// a step is ring_rank.cuh's (each block one launch of cuda-fa3-ws or cuda-fa2), this file is the transport.
 //  * Forward: at step s rank r computes its queries against the share in hand (slot s % 2; ForwardRank::step),
 //    while the link stream into rank r + 1 copies that share into r + 1's other slot, so the copy overlaps the
 //    compute, as NCCL's send / recv would.
@@ -93,19 +93,13 @@ void send_kv_on(const RingSchedule& ring, int step, std::vector<Rank>& ranks, co
   }
 }
 
-fa3::Params base_params(const Problem& p) {
-  fa3::Params base;
-  cuda::set_extents(base, p.shape);
-  cuda::set_softmax_and_dropout(base, p);
-  return base;
-}
 
 // The ring of one pass on one GPU, made once (its ranks' buffers, streams and events) and run any number of times.
 template <class T>
 class ForwardRing {
  public:
-  ForwardRing(const RingSchedule& ring, const Problem& p, DType dtype)
-      : ring_(ring), p_(p), dtype_(dtype), plans_(cuda::ring::launch_plans(ring)), streams_(ring.ranks),
+  ForwardRing(const RingSchedule& ring, const Problem& p, DType dtype, RingBlockKernel kernel)
+      : ring_(ring), p_(p), dtype_(dtype), base_(kernel, p), plans_(cuda::ring::launch_plans(ring)), streams_(ring.ranks),
         arrived_(ring.ranks, ring.ranks), computed_(ring.ranks, ring.ranks) {
     for (int r = 0; r < ring.ranks; ++r) ranks_.emplace_back(ring, r, p.shape);
   }
@@ -117,13 +111,12 @@ class ForwardRing {
       ranks_[r].pack(ring_, r, s, io, streams_.compute[r]);
       CUDA_CHECK(cudaEventRecord(arrived_.at[r][0], streams_.compute[r]));
     }
-    const fa3::Params base = base_params(p_);
     for (int step = 0; step < P; ++step) {
       send_kv_on(ring_, step, ranks_, streams_, arrived_, computed_, cuda::ring::RowElems(s).kv * sizeof(T), s.batch);
       for (int r = 0; r < P; ++r) {
         cudaStream_t st = streams_.compute[r];
         CUDA_CHECK(cudaStreamWaitEvent(st, arrived_.at[r][step]));
-        ranks_[r].step(ring_.steps[step][r], plans_[step][r], step % 2, base, s, dtype_, st);
+        ranks_[r].step(ring_.steps[step][r], plans_[step][r], step % 2, base_, s, dtype_, st);
         CUDA_CHECK(cudaEventRecord(computed_.at[r][step], st));
       }
     }
@@ -135,6 +128,7 @@ class ForwardRing {
   const RingSchedule& ring_;
   Problem p_;
   DType dtype_;
+  cuda::ring::BlockKernel base_;
   LaunchPlans plans_;  // first: a refusal comes before any allocation
   std::vector<ForwardRank<T>> ranks_;
   Streams streams_;
@@ -144,10 +138,10 @@ class ForwardRing {
 template <class T>
 class BackwardRing {
  public:
-  BackwardRing(const RingSchedule& ring, const Problem& p, DType dtype)
-      : ring_(ring), p_(p), dtype_(dtype), plans_(cuda::ring::launch_plans(ring)), streams_(ring.ranks),
+  BackwardRing(const RingSchedule& ring, const Problem& p, DType dtype, RingBlockKernel kernel)
+      : ring_(ring), p_(p), dtype_(dtype), base_(kernel, p), plans_(cuda::ring::launch_plans(ring)), streams_(ring.ranks),
         arrived_(ring.ranks, ring.ranks), computed_(ring.ranks, ring.ranks), grads_in_(ring.ranks, ring.ranks + 1) {
-    for (int r = 0; r < ring.ranks; ++r) ranks_.emplace_back(ring, r, p.shape);
+    for (int r = 0; r < ring.ranks; ++r) ranks_.emplace_back(ring, r, p.shape, kernel);
   }
 
   // As the forward's events, and grads_in[r][s]: the partials of the share r holds at step s, summed over steps
@@ -160,7 +154,6 @@ class BackwardRing {
       ranks_[r].pack(ring_, r, s, io, streams_.compute[r]);
       CUDA_CHECK(cudaEventRecord(arrived_.at[r][0], streams_.compute[r]));
     }
-    const fa3::Params base = base_params(p_);
     const auto share_elems = [&](int step, int r) {
       return std::int64_t(s.batch) * ring_.kv_tokens(ring_.steps[step][r].kv_origin) * row.kv;
     };
@@ -171,7 +164,7 @@ class BackwardRing {
         const int slot = step % 2;
         CUDA_CHECK(cudaStreamWaitEvent(st, arrived_.at[r][step]));
         if (step >= 2) CUDA_CHECK(cudaStreamWaitEvent(st, grads_in_.at[(r + 1) % P][step - 1]));  // the slot's last sum left
-        ranks_[r].step(ring_.steps[step][r], plans_[step][r], slot, base, s, dtype_, st);
+        ranks_[r].step(ring_.steps[step][r], plans_[step][r], slot, base_, s, dtype_, st);
         if (step > 0) {
           CUDA_CHECK(cudaStreamWaitEvent(st, grads_in_.at[r][step]));
           ranks_[r].add_arrived(slot, share_elems(step, r), st);
@@ -201,6 +194,7 @@ class BackwardRing {
   const RingSchedule& ring_;
   Problem p_;
   DType dtype_;
+  cuda::ring::BlockKernel base_;
   LaunchPlans plans_;
   std::vector<BackwardRank<T>> ranks_;
   Streams streams_;
@@ -216,7 +210,10 @@ decltype(auto) with_16bit_type(DType dtype, F&& f) {
 
 }  // namespace
 
-void check_gpu_ring_problem(const RingSchedule& ring, const Problem& p, DType dtype, bool backward) {
+const char* to_string(RingBlockKernel k) { return k == RingBlockKernel::Fa2 ? "cuda-fa2" : "cuda-fa3-ws"; }
+
+void check_gpu_ring_problem(const RingSchedule& ring, const Problem& p, DType dtype, bool backward,
+                            RingBlockKernel kernel) {
   if (ring.seq_q != p.shape.seq_q || ring.seq_k != p.shape.seq_k || ring.causal != p.options.causal)
     throw InputError("the ring's schedule was made for seq_q = " + std::to_string(ring.seq_q) + ", seq_k = " +
                      std::to_string(ring.seq_k) + ", causal " + to_string(ring.causal) + ", not for this problem's " +
@@ -224,48 +221,56 @@ void check_gpu_ring_problem(const RingSchedule& ring, const Problem& p, DType dt
                      to_string(p.options.causal));
   if (p.options.dropout_p > 0)
     throw InputError("the GPU ring has no dropout: each rank would need the global token indices in its mask");
+  const std::string blocks = std::string("the GPU ring's blocks are ") + to_string(kernel) + "'s";
   if (dtype != DType::F16 && dtype != DType::BF16)
-    throw InputError(std::string("the GPU ring's blocks are cuda-fa3-ws's, which take f16 or bf16, not ") +
-                     to_string(dtype));
+    throw InputError(blocks + ", which take f16 or bf16, not " + to_string(dtype));
   const auto check_dims = [&](const auto& dims, const char* what) {
     if (std::find(std::begin(dims), std::end(dims), p.shape.head_dim) != std::end(dims)) return;
     std::string supported;
     for (int d : dims) supported += (supported.empty() ? "" : ", ") + std::to_string(d);
-    throw InputError(std::string("the GPU ring's blocks are cuda-fa3-ws's, whose ") + what + " supports head dims " +
-                     supported + ", not " + std::to_string(p.shape.head_dim));
+    throw InputError(blocks + ", whose " + what + " supports head dims " + supported + ", not " +
+                     std::to_string(p.shape.head_dim));
   };
+  if (kernel == RingBlockKernel::Fa2) {
+    check_dims(cuda::fa2::kHeadDims, "forward");  // its backward has the same ones
+    return;
+  }
   check_dims(cuda::fa3_ws::kHeadDims, "forward");
   if (backward) check_dims(fa3::kBackwardHeadDims, "backward");
   fa3::require_hopper();  // before any work, rather than at the first block
 }
 
-void cuda_ring_forward_on_device(const RingSchedule& ring, const Problem& p, DType dtype, const DeviceForwardIo& io) {
-  check_gpu_ring_problem(ring, p, dtype, /*backward=*/false);
+void cuda_ring_forward_on_device(const RingSchedule& ring, const Problem& p, DType dtype, const DeviceForwardIo& io,
+                                 RingBlockKernel kernel) {
+  check_gpu_ring_problem(ring, p, dtype, /*backward=*/false, kernel);
   if (p.shape.batch == 0 || p.shape.heads_q == 0) return;
-  with_16bit_type(dtype, [&]<class T>() { ForwardRing<T>(ring, p, dtype).run(io); });
+  with_16bit_type(dtype, [&]<class T>() { ForwardRing<T>(ring, p, dtype, kernel).run(io); });
 }
 
-void cuda_ring_backward_on_device(const RingSchedule& ring, const Problem& p, DType dtype, const DeviceBackwardIo& io) {
-  check_gpu_ring_problem(ring, p, dtype, /*backward=*/true);
+void cuda_ring_backward_on_device(const RingSchedule& ring, const Problem& p, DType dtype, const DeviceBackwardIo& io,
+                                  RingBlockKernel kernel) {
+  check_gpu_ring_problem(ring, p, dtype, /*backward=*/true, kernel);
   if (p.shape.batch == 0 || p.shape.heads_q == 0) return;
-  with_16bit_type(dtype, [&]<class T>() { BackwardRing<T>(ring, p, dtype).run(io); });
+  with_16bit_type(dtype, [&]<class T>() { BackwardRing<T>(ring, p, dtype, kernel).run(io); });
 }
 
-ForwardOut cuda_ring_forward(const RingSchedule& ring, const Problem& p, DType dtype, const Qkv& in) {
-  const auto run = [&ring](const Problem& problem, DType t, const DeviceForwardIo& io) {
-    cuda_ring_forward_on_device(ring, problem, t, io);
+ForwardOut cuda_ring_forward(const RingSchedule& ring, const Problem& p, DType dtype, const Qkv& in,
+                             RingBlockKernel kernel) {
+  const auto run = [&ring, kernel](const Problem& problem, DType t, const DeviceForwardIo& io) {
+    cuda_ring_forward_on_device(ring, problem, t, io, kernel);
   };
   return cuda::forward_from_host(run, p, dtype, in);
 }
 
-BenchResult cuda_ring_bench(const RingSchedule& ring, const Problem& p, DType dtype, const BenchSettings& settings) {
-  check_gpu_ring_problem(ring, p, dtype, settings.backward);
+BenchResult cuda_ring_bench(const RingSchedule& ring, const Problem& p, DType dtype, const BenchSettings& settings,
+                            RingBlockKernel kernel) {
+  check_gpu_ring_problem(ring, p, dtype, settings.backward, kernel);
   return with_16bit_type(dtype, [&]<class T>() {
     const cuda::PeakScope scope;
     auto t = cuda::DeviceAttention<T>::random(p.shape, settings.backward);
-    ForwardRing<T> forward(ring, p, dtype);
+    ForwardRing<T> forward(ring, p, dtype, kernel);
     std::optional<BackwardRing<T>> backward;
-    if (settings.backward) backward.emplace(ring, p, dtype);
+    if (settings.backward) backward.emplace(ring, p, dtype, kernel);
     return cuda::bench_passes(
         settings, scope, t, [&] { forward.run(t.forward_io()); },
         [&] {
@@ -275,9 +280,9 @@ BenchResult cuda_ring_bench(const RingSchedule& ring, const Problem& p, DType dt
 }
 
 Grads cuda_ring_backward(const RingSchedule& ring, const Problem& p, DType dtype, const Qkv& in, const ForwardOut& fwd,
-                         const HostTensor& dO) {
-  const auto run = [&ring](const Problem& problem, DType t, const DeviceBackwardIo& io) {
-    cuda_ring_backward_on_device(ring, problem, t, io);
+                         const HostTensor& dO, RingBlockKernel kernel) {
+  const auto run = [&ring, kernel](const Problem& problem, DType t, const DeviceBackwardIo& io) {
+    cuda_ring_backward_on_device(ring, problem, t, io, kernel);
   };
   return cuda::backward_from_host(run, cuda::BackwardReads::o_and_lse, p, dtype, in, fwd, dO);
 }

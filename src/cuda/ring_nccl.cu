@@ -65,7 +65,6 @@ NcclRankOutcome nccl_ring_rank(const RingSchedule&, int, const NcclRingId&, cons
 
 namespace {
 
-namespace fa3 = cuda::fa3ws;
 using cuda::ring::BackwardRank;
 using cuda::ring::ForwardRank;
 using cuda::ring::LaunchPlans;
@@ -98,10 +97,11 @@ struct Events {
 template <class T>
 class Rank {
  public:
-  Rank(const RingSchedule& ring, int rank, const NcclRingId& id, const Problem& p, DType dtype, bool backward)
-      : ring_(ring), rank_(rank), p_(p), dtype_(dtype), plans_(cuda::ring::launch_plans(ring)),
+  Rank(const RingSchedule& ring, int rank, const NcclRingId& id, const Problem& p, DType dtype, RingBlockKernel kernel,
+       bool backward)
+      : ring_(ring), rank_(rank), p_(p), dtype_(dtype), base_(kernel, p), plans_(cuda::ring::launch_plans(ring)),
         next_((rank + 1) % ring.ranks), prev_((rank - 1 + ring.ranks) % ring.ranks), fwd_(ring, rank, p.shape) {
-    if (backward) bwd_.emplace(ring, rank, p.shape);
+    if (backward) bwd_.emplace(ring, rank, p.shape, kernel);
     ncclUniqueId nid;
     std::copy(id.bytes.begin(), id.bytes.end(), reinterpret_cast<unsigned char*>(&nid));
     NCCL_CHECK(ncclCommInitRank(&comm_, ring.ranks, nid, rank));
@@ -121,11 +121,10 @@ class Rank {
     Events arrived(P), computed(P);  // arrived[s]: the share of step s is in slot s % 2
     fwd_.pack(ring_, rank_, p_.shape, io, compute_);
     CUDA_CHECK(cudaEventRecord(arrived.at[0], compute_));
-    const fa3::Params base = base_params();
     for (int step = 0; step < P; ++step) {
       if (ring_.kv_travels_on(step)) kv_hop(step, fwd_, arrived, computed);
       CUDA_CHECK(cudaStreamWaitEvent(compute_, arrived.at[step]));
-      fwd_.step(ring_.steps[step][rank_], plans_[step][rank_], step % 2, base, p_.shape, dtype_, compute_);
+      fwd_.step(ring_.steps[step][rank_], plans_[step][rank_], step % 2, base_, p_.shape, dtype_, compute_);
       CUDA_CHECK(cudaEventRecord(computed.at[step], compute_));
     }
     fwd_.unpack(ring_, rank_, p_.shape, io, compute_);
@@ -142,13 +141,12 @@ class Rank {
     Events arrived(P), computed(P), grads_in(P + 1);  // grads_in[s]: the partials for step s are in dk_in / dv_in
     b.pack(ring_, rank_, p_.shape, io, compute_);
     CUDA_CHECK(cudaEventRecord(arrived.at[0], compute_));
-    const fa3::Params base = base_params();
     for (int step = 0; step < P; ++step) {
       if (ring_.kv_travels_on(step)) kv_hop(step, b, arrived, computed);
       const int slot = step % 2;
       CUDA_CHECK(cudaStreamWaitEvent(compute_, arrived.at[step]));
       if (step >= 2) CUDA_CHECK(cudaStreamWaitEvent(compute_, grads_in.at[step - 1]));  // the slot's last sum has left
-      b.step(ring_.steps[step][rank_], plans_[step][rank_], slot, base, p_.shape, dtype_, compute_);
+      b.step(ring_.steps[step][rank_], plans_[step][rank_], slot, base_, p_.shape, dtype_, compute_);
       if (step > 0) {
         CUDA_CHECK(cudaStreamWaitEvent(compute_, grads_in.at[step]));
         b.add_arrived(slot, std::int64_t(share_elems(step, rank_)), compute_);
@@ -185,12 +183,6 @@ class Rank {
   void barrier() { max_over_ranks(0); }
 
  private:
-  fa3::Params base_params() const {
-    fa3::Params base;
-    cuda::set_extents(base, p_.shape);
-    cuda::set_softmax_and_dropout(base, p_);
-    return base;
-  }
 
   // The K/V share of step `step` to rank + 1, and the one of step + 1 from rank - 1 into the other slot.
   template <class R>
@@ -218,6 +210,7 @@ class Rank {
   int rank_;
   Problem p_;
   DType dtype_;
+  cuda::ring::BlockKernel base_;
   LaunchPlans plans_;
   int next_, prev_;
   ForwardRank<T> fwd_;
@@ -261,7 +254,7 @@ NcclRankOutcome run_rank(const RingSchedule& ring, int rank, const NcclRingId& i
       for (auto* buf : {&t.dq, &t.dk, &t.dv}) cuda::zero(*buf);
   }
   CUDA_CHECK(cudaDeviceSynchronize());  // made on the legacy stream; the rank's streams do not wait for it
-  Rank<T> me(ring, rank, id, p, dtype, plan.backward);
+  Rank<T> me(ring, rank, id, p, dtype, plan.kernel, plan.backward);
   if (plan.inputs == nullptr) {
     outcome.forward_ms = median_slowest_ms(me, plan.warmup, plan.iters, [&] { me.forward(t.forward_io()); });
     if (plan.backward)
@@ -296,7 +289,7 @@ NcclRingId nccl_ring_id() {
 
 NcclRankOutcome nccl_ring_rank(const RingSchedule& ring, int rank, const NcclRingId& id, const Problem& p, DType dtype,
                                const NcclRankPlan& plan) {
-  check_gpu_ring_problem(ring, p, dtype, plan.backward);  // (ring.hpp)
+  check_gpu_ring_problem(ring, p, dtype, plan.backward, plan.kernel);  // (ring.hpp)
   if (rank < 0 || rank >= ring.ranks)
     throw InputError("rank " + std::to_string(rank) + " is not one of the ring's " + std::to_string(ring.ranks));
   if (plan.inputs != nullptr && plan.backward && plan.d_o == nullptr)

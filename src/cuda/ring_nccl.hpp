@@ -15,6 +15,7 @@
 #include "core/bench.hpp"
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
+#include "cuda/ring.hpp"  // RingBlockKernel
 #include "model/ring.hpp"
 
 namespace flashlab {
@@ -30,6 +31,7 @@ NcclRingId nccl_ring_id();  // ncclGetUniqueId; throws InputError when built wit
 
 // What one rank runs: the timed passes on random inputs, or, with `inputs`, one forward (and backward) on them.
 struct NcclRankPlan {
+  RingBlockKernel kernel = RingBlockKernel::Fa3Ws;
   bool backward = false;
   int warmup = 1, iters = 3;
   const Qkv* inputs = nullptr;  // host inputs (every rank the same): run once, outputs gathered on rank 0
@@ -45,8 +47,8 @@ struct NcclRankOutcome {
   Grads grads;
 };
 
-// Joins the ring as rank `rank` of ring.ranks on the current GPU and runs the plan. f16 or bf16, cuda-fa3-ws's
-// head dims, compute capability 9.0, no dropout (as the one-GPU ring). Throws InputError for what it refuses,
+// Joins the ring as rank `rank` of ring.ranks on the current GPU and runs the plan. What the one-GPU ring takes
+// (check_gpu_ring_problem): f16 or bf16, the block kernel's head dims (and GPU), no dropout. Throws InputError for what it refuses,
 // std::runtime_error naming the NCCL or CUDA call that failed.
 NcclRankOutcome nccl_ring_rank(const RingSchedule& ring, int rank, const NcclRingId& id, const Problem& p, DType dtype,
                                const NcclRankPlan& plan);

@@ -5,13 +5,12 @@
 // for contiguous and striped, two for zigzag), each range a (B, count, H, D) tensor, so that a block kernel
 // sees every range as an ordinary problem of `count` tokens; the K/V share it holds is packed the same way.
 //
-//   ForwardRank   Q, two K/V slots, the running fp32 (O, L); forward_step folds each pair's cuda-fa3-ws
-//                 forward (O_b, L_b) into (O, L) with the logsumexp merge (core/logsumexp.hpp, as the CPU
-//                 reference merges)
+//   ForwardRank   Q, two K/V slots, the running fp32 (O, L); step() folds each pair's forward (O_b, L_b) into
+//                 (O, L) with the logsumexp merge (core/logsumexp.hpp, as the CPU reference merges)
 //   BackwardRank  Q, O, dO, L of its queries, two K/V slots, dQ's fp32 sum, and the travelling dK/dV partial
-//                 sums of the share in hand (fp32: they add P terms); backward_step adds each pair's
-//                 cuda-fa3-ws backward into dQ and the partials (the kernel's accumulate mode, one rounding to
-//                 the input dtype at the very end)
+//                 sums of the share in hand (fp32: they add P terms); step() adds each pair's backward into dQ
+//                 and the partials (the kernel's accumulate mode, one rounding to the input dtype at the end)
+// Each pair is one launch (or one a batch) of the block kernel, cuda-fa3-ws or cuda-fa2 (BlockKernel).
 //
 // Packed offsets: a pair's queries start at row q_offset of the rank's packed tokens, so its (B, m, H, D) block
 // starts at element B * q_offset * H * D (and its L at B * H * q_offset); the same for keys with k_offset.
@@ -25,12 +24,16 @@
 #include "core/logsumexp.hpp"
 #include "core/problem.hpp"
 #include "cuda/common.cuh"
+#include "cuda/fa2_launch.cuh"
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
+#include "cuda/host_passes.cuh"
+#include "cuda/ring.hpp"
 #include "model/ring.hpp"
 
 namespace flashlab::cuda::ring {
 
 namespace fa3 = ::flashlab::cuda::fa3ws;
+namespace fa2 = ::flashlab::cuda::fa2;
 
 // Everything here is internal to the .cu file that includes it (the kernels above all): each transport has its own copy.
 namespace {
@@ -192,11 +195,25 @@ PairRows pair_rows(int batch, int offset, int count, std::int64_t row_elems) {
   return {std::int64_t(batch) * offset * row_elems, std::int64_t(count) * row_elems};
 }
 
-// A pair on cuda-fa3-ws: one launch, or one a batch when its keys are a prefix of the range (each batch's
-// keys are then a prefix of that batch's rows). `launch(prm, b)` fills in the batch's pointers and launches.
-template <class Launch>
-void for_each_launch(const fa3::Params& base, const BlockPair& pair, const BlockLaunch& plan, int batch, Launch launch) {
-  fa3::Params prm = base;
+// The block kernel's parameters that every pair shares: the problem's extents, scale and alignment.
+struct BlockKernel {
+  RingBlockKernel kernel = RingBlockKernel::Fa3Ws;
+  fa3::Params fa3;
+  fa2::Params fa2;
+  BlockKernel(RingBlockKernel k, const Problem& p) : kernel(k) {
+    set_extents(fa3, p.shape);
+    set_softmax_and_dropout(fa3, p);
+    set_extents(fa2, p.shape);
+    set_softmax_and_dropout(fa2, p);
+  }
+};
+
+// A pair on the block kernel: one launch, or one a batch when its keys are a prefix of the range (each batch's
+// keys are then a prefix of that batch's rows). `launch(prm, b)` fills in the batch's pointers and launches; prm
+// is the kernel's own Params, whose tensor fields share their names.
+template <class Params, class Launch>
+void for_each_launch(const Params& base, const BlockPair& pair, const BlockLaunch& plan, int batch, Launch launch) {
+  Params prm = base;
   prm.align = plan.align;
   prm.seq_q = pair.q.count;
   prm.seq_k = plan.keys;
@@ -242,7 +259,7 @@ struct ForwardRank {
   }
 
   // Its queries against the share in slot `slot`, pair by pair, each folded into (O, L).
-  void step(const RankStep& rs, const std::vector<BlockLaunch>& plans, int slot, const fa3::Params& base, const Shape& s,
+  void step(const RankStep& rs, const std::vector<BlockLaunch>& plans, int slot, const BlockKernel& base, const Shape& s,
             DType dtype, cudaStream_t st) {
     const RowElems row(s);
     const int B = s.batch, H = s.heads_q;
@@ -252,15 +269,25 @@ struct ForwardRank {
       const PairRows qr = pair_rows(B, pair.q_offset, pair.q.count, row.q);
       const PairRows kr = pair_rows(B, pair.k_offset, pair.k.count, row.kv);
       const int m = pair.q.count;
-      for_each_launch(base, pair, plans[i], B, [&](fa3::Params prm, int b) {
-        prm.tile_counter = tile_counter.data();
+      const auto tensors = [&](auto& prm, int b) {
         prm.q = q.data() + qr.at + b * qr.batch_stride;
         prm.k = k[slot].data() + kr.at + b * kr.batch_stride;
         prm.v = v[slot].data() + kr.at + b * kr.batch_stride;
         prm.o = o_blk.data() + b * qr.batch_stride;
         prm.lse = l_blk.data() + std::int64_t(b) * H * m;
-        fa3::launch_forward(dtype, prm, st);
-      });
+      };
+      if (base.kernel == RingBlockKernel::Fa2) {
+        for_each_launch(base.fa2, pair, plans[i], B, [&](fa2::Params prm, int b) {
+          tensors(prm, b);
+          fa2::launch_forward(dtype, prm, st);
+        });
+      } else {
+        for_each_launch(base.fa3, pair, plans[i], B, [&](fa3::Params prm, int b) {
+          tensors(prm, b);
+          prm.tile_counter = tile_counter.data();
+          fa3::launch_forward(dtype, prm, st);
+        });
+      }
       merge_block_kernel<T><<<blocks_for(std::int64_t(B) * m * H * 32), kThreads, 0, st>>>(
           o_run.data() + qr.at, l_run.data() + std::int64_t(B) * H * pair.q_offset, o_blk.data(), l_blk.data(), B, m, H,
           s.head_dim);
@@ -290,10 +317,10 @@ struct BackwardRank {
   DeviceBuffer<float> dq;                  // dQ's fp32 sum over every share
   DeviceBuffer<float> dk[2], dv[2];        // the partial dK/dV of the share in hand (slot of the step), fp32
   DeviceBuffer<float> dk_in, dv_in;        // the share's partials from the ranks before, arriving
-  DeviceBuffer<float> lse_log2, D_i, dq_accum;  // cuda-fa3-ws's backward scratch, the largest range's size
+  DeviceBuffer<float> lse_log2, D_i, dq_accum;  // the block kernel's backward scratch, the largest range's size
   DeviceBuffer<int> dq_semaphore;
 
-  BackwardRank(const RingSchedule& ring, int rank, const Shape& s) {
+  BackwardRank(const RingSchedule& ring, int rank, const Shape& s, RingBlockKernel kernel) {
     const RowElems row(s);
     const std::size_t B = s.batch, tokens = ring.q_tokens(rank), share = largest_share(ring);
     q = DeviceBuffer<T>(B * tokens * row.q);
@@ -309,7 +336,13 @@ struct BackwardRank {
     }
     dk_in = DeviceBuffer<float>(B * share * row.kv);
     dv_in = DeviceBuffer<float>(B * share * row.kv);
-    const fa3::BackwardScratchSizes n = fa3::backward_scratch(s.batch, s.heads_q, largest_range(ring.q_ranges[rank]), s.head_dim);
+    const int largest = largest_range(ring.q_ranges[rank]);
+    if (kernel == RingBlockKernel::Fa2) {  // D_i (B, H, m) and dQ's fp32 atomics (B, m, H, D)
+      D_i = DeviceBuffer<float>(B * s.heads_q * largest);
+      dq_accum = DeviceBuffer<float>(B * largest * row.q);
+      return;
+    }
+    const fa3::BackwardScratchSizes n = fa3::backward_scratch(s.batch, s.heads_q, largest, s.head_dim);
     lse_log2 = DeviceBuffer<float>(n.row_stats);
     D_i = DeviceBuffer<float>(n.row_stats);
     dq_accum = DeviceBuffer<float>(n.dq_accum);
@@ -336,7 +369,7 @@ struct BackwardRank {
 
   // Its queries against the share in slot `slot`: the pairs' dQ into dq, their dK/dV into the slot's partials,
   // which start from zero. (The partials of the ranks before are added by add_arrived, once they are in.)
-  void step(const RankStep& rs, const std::vector<BlockLaunch>& plans, int slot, const fa3::Params& base, const Shape& s,
+  void step(const RankStep& rs, const std::vector<BlockLaunch>& plans, int slot, const BlockKernel& base, const Shape& s,
             DType dtype, cudaStream_t st) {
     const RowElems row(s);
     const int B = s.batch, H = s.heads_q;
@@ -348,7 +381,7 @@ struct BackwardRank {
       const PairRows qr = pair_rows(B, pair.q_offset, pair.q.count, row.q);
       const PairRows kr = pair_rows(B, pair.k_offset, pair.k.count, row.kv);
       const std::int64_t l_at = std::int64_t(B) * H * pair.q_offset, l_stride = std::int64_t(H) * pair.q.count;
-      for_each_launch(base, pair, plans[i], B, [&](fa3::Params prm, int b) {
+      const auto tensors = [&](auto& prm, int b) {
         prm.q = q.data() + qr.at + b * qr.batch_stride;
         prm.o = o.data() + qr.at + b * qr.batch_stride;
         prm.d_o = d_o.data() + qr.at + b * qr.batch_stride;
@@ -358,12 +391,23 @@ struct BackwardRank {
         prm.dq_sum = dq.data() + qr.at + b * qr.batch_stride;
         prm.dk_sum = dk[slot].data() + kr.at + b * kr.batch_stride;
         prm.dv_sum = dv[slot].data() + kr.at + b * kr.batch_stride;
-        prm.lse_log2 = lse_log2.data();
         prm.D_i = D_i.data();
         prm.dq_accum = dq_accum.data();
-        prm.dq_semaphore = dq_semaphore.data();
-        fa3::launch_backward(dtype, prm, st);
-      });
+      };
+      if (base.kernel == RingBlockKernel::Fa2) {
+        for_each_launch(base.fa2, pair, plans[i], B, [&](fa2::Params prm, int b) {
+          tensors(prm, b);
+          CUDA_CHECK(cudaMemsetAsync(dq_accum.data(), 0, dq_accum.bytes(), st));  // its dQ atomics start from 0
+          fa2::launch_backward(dtype, prm, st);
+        });
+      } else {
+        for_each_launch(base.fa3, pair, plans[i], B, [&](fa3::Params prm, int b) {
+          tensors(prm, b);
+          prm.lse_log2 = lse_log2.data();
+          prm.dq_semaphore = dq_semaphore.data();
+          fa3::launch_backward(dtype, prm, st);
+        });
+      }
     }
   }
 

@@ -11,14 +11,25 @@ namespace flashlab {
 
 #ifdef FLASHLAB_HAVE_CUDA
 
+namespace {
+RingBlockKernel block_kernel(const std::string& name) {
+  if (name == "cuda-fa3-ws") return RingBlockKernel::Fa3Ws;
+  if (name == "cuda-fa2") return RingBlockKernel::Fa2;
+  throw InputError("the ring's blocks run on cuda-fa3-ws or cuda-fa2, not " + name);
+}
+}  // namespace
+
 BenchResult bench_ring_on_one_gpu(RingLayout layout, int ranks, const Problem& p, DType dtype,
-                                  const BenchSettings& settings) {
-  check_supported(find_variant("cuda-fa3-ws"), p, dtype, settings.backward);  // a Hopper GPU, the dtype, the head dim
+                                  const BenchSettings& settings, const std::string& blocks) {
+  const RingBlockKernel kernel = block_kernel(blocks);
+  check_supported(find_variant(blocks), p, dtype, settings.backward);  // the GPU, the dtype, the head dim
   const RingSchedule ring = ring_schedule(layout, ranks, p.shape.seq_q, p.shape.seq_k, p.options.causal);
-  return cuda_ring_bench(ring, p, dtype, settings);
+  return cuda_ring_bench(ring, p, dtype, settings, kernel);
 }
 
-void check_nccl_ring(RingLayout layout, int ranks, const Problem& p, DType dtype, bool backward) {
+void check_nccl_ring(RingLayout layout, int ranks, const Problem& p, DType dtype, bool backward,
+                     const std::string& blocks) {
+  const RingBlockKernel kernel = block_kernel(blocks);
   if (!nccl_available())
     throw InputError("this flashlab was built without NCCL (nccl.h and libnccl from the CUDA toolkit), so it has no "
                      "multi-GPU ring; `flashlab bench --ring P` runs the ring on one GPU");
@@ -30,11 +41,11 @@ void check_nccl_ring(RingLayout layout, int ranks, const Problem& p, DType dtype
                      "` runs the ring with its ranks as streams");
   for (int g = 0; g < ranks; ++g) {
     const cuda::CurrentDevice on(g);
-    check_supported(find_variant("cuda-fa3-ws"), p, dtype, backward);
+    check_supported(find_variant(blocks), p, dtype, backward);
   }
   const RingSchedule ring = ring_schedule(layout, ranks, p.shape.seq_q, p.shape.seq_k, p.options.causal);
   const cuda::CurrentDevice on(0);
-  check_gpu_ring_problem(ring, p, dtype, backward);
+  check_gpu_ring_problem(ring, p, dtype, backward, kernel);
   for (int step = 0; step < ranks; ++step)
     for (int r = 0; r < ranks; ++r)
       for (const BlockPair& pair : ring.steps[step][r].pairs) block_launch(pair);
@@ -46,16 +57,16 @@ RingRankReport run_ring_rank(const RingRankRequest& q) {
   const Problem& p = q.problem;
   const RingSchedule ring = ring_schedule(q.layout, q.ranks, p.shape.seq_q, p.shape.seq_k, p.options.causal);
   const cuda::CurrentDevice on(q.rank);
-  check_supported(find_variant("cuda-fa3-ws"), p, q.dtype, q.backward);
+  check_supported(find_variant(q.blocks), p, q.dtype, q.backward);
   RingRankReport report;
-  NcclRankPlan plan{.backward = q.backward, .warmup = q.warmup, .iters = q.iters};
+  NcclRankPlan plan{.kernel = block_kernel(q.blocks), .backward = q.backward, .warmup = q.warmup, .iters = q.iters};
   if (!q.check) {
     const NcclRankOutcome o = nccl_ring_rank(ring, q.rank, NcclRingId::from_hex(q.nccl_id), p, q.dtype, plan);
     report.forward_ms = o.forward_ms;
     report.backward_ms = o.backward_ms;
     if (q.rank == 0 && q.one_shot) {
       try {
-        report.one_shot = find_variant("cuda-fa3-ws").bench(
+        report.one_shot = find_variant(q.blocks).bench(
             p, q.dtype, BenchSettings{.warmup = q.warmup, .iters = q.iters, .backward = q.backward});
       } catch (const InputError& e) {
         report.one_shot_skipped = e.what();
@@ -68,7 +79,8 @@ RingRankReport run_ring_rank(const RingRankRequest& q) {
   plan.d_o = &inputs.d_o;
   const NcclRankOutcome o = nccl_ring_rank(ring, q.rank, NcclRingId::from_hex(q.nccl_id), p, q.dtype, plan);
   if (q.rank == 0)
-    report.check = check_computed("ring " + std::string(to_string(q.layout)) + " x" + std::to_string(q.ranks) + " (NCCL)",
+    report.check = check_computed("ring " + std::string(to_string(q.layout)) + " x" + std::to_string(q.ranks) + " " +
+                                      q.blocks + " (NCCL)",
                                   Device::Cuda, p, q.dtype, o.forward, q.backward ? &o.grads : nullptr);
   return report;
 }
@@ -81,8 +93,10 @@ namespace {
 }
 }  // namespace
 
-BenchResult bench_ring_on_one_gpu(RingLayout, int, const Problem&, DType, const BenchSettings&) { no_cuda(); }
-void check_nccl_ring(RingLayout, int, const Problem&, DType, bool) { no_cuda(); }
+BenchResult bench_ring_on_one_gpu(RingLayout, int, const Problem&, DType, const BenchSettings&, const std::string&) {
+  no_cuda();
+}
+void check_nccl_ring(RingLayout, int, const Problem&, DType, bool, const std::string&) { no_cuda(); }
 std::string new_nccl_ring_id() { no_cuda(); }
 RingRankReport run_ring_rank(const RingRankRequest&) { no_cuda(); }
 

@@ -1,7 +1,8 @@
 #pragma once
 // Ring attention as the command line reaches it: model/ring.hpp's schedule run on a transport, with the problem
 // checked first. On one GPU the P ranks are P streams and the hops device-to-device copies (cuda/ring.hpp);
-// the block kernel is cuda-fa3-ws, so a problem must be one cuda-fa3-ws runs. Over NCCL each rank is a process
+// each block is one launch of a block kernel, cuda-fa3-ws (Hopper) or cuda-fa2 (kRingBlockKernels), so a problem must
+// be one that kernel runs. Over NCCL each rank is a process
 // on a GPU of its own (cuda/ring_nccl.hpp), started by `flashlab ring --gpus P`.
 #include <optional>
 #include <string>
@@ -13,19 +14,23 @@
 
 namespace flashlab {
 
+// The variants a ring's blocks can run on; the first is the default.
+inline constexpr const char* kRingBlockKernels[] = {"cuda-fa3-ws", "cuda-fa2"};
+
 // Times the ring of P ranks in `layout` on the current GPU: whole forward (and, with settings.backward,
 // backward) passes on random inputs, as Variant::bench times a kernel. Throws InputError, in one sentence, when
 // built without CUDA, for what cuda-fa3-ws refuses (GPU, dtype, head dim), for what the schedule refuses (a
 // length the layout cannot share out) and for what the GPU ring refuses (dropout; diagonal blocks that would
 // need their rows split), and when the device runs out of memory.
 BenchResult bench_ring_on_one_gpu(RingLayout layout, int ranks, const Problem& p, DType dtype,
-                                  const BenchSettings& settings);
+                                  const BenchSettings& settings, const std::string& blocks = kRingBlockKernels[0]);
 
 // ---- over NCCL --------------------------------------------------------------------------------------------
 
 // Throws InputError, in one sentence, unless a ring of P ranks of `layout` over NCCL could run the problem: built
-// with CUDA and NCCL, at least P GPUs, each a Hopper one, and what the GPU ring and cuda-fa3-ws refuse.
-void check_nccl_ring(RingLayout layout, int ranks, const Problem& p, DType dtype, bool backward);
+// with CUDA and NCCL, at least P GPUs, each one the block kernel runs on, and what the GPU ring refuses.
+void check_nccl_ring(RingLayout layout, int ranks, const Problem& p, DType dtype, bool backward,
+                     const std::string& blocks = kRingBlockKernels[0]);
 // A fresh rendezvous id for one ring's processes, as hex (NcclRingId).
 std::string new_nccl_ring_id();
 
@@ -35,10 +40,11 @@ struct RingRankRequest {
   std::string nccl_id;  // new_nccl_ring_id()'s, the same for every rank
   Problem problem;
   DType dtype = DType::BF16;
+  std::string blocks = kRingBlockKernels[0];  // the block kernel
   bool backward = false;
   bool check = false;     // one run on check_inputs(), checked against the reference on rank 0; else timed runs
   int warmup = 1, iters = 3;
-  bool one_shot = true;   // timed runs: rank 0 also times cuda-fa3-ws on the whole problem, alone on its GPU
+  bool one_shot = true;   // timed runs: rank 0 also times the block kernel on the whole problem, alone on its GPU
 };
 
 struct RingRankReport {

@@ -36,28 +36,30 @@ bool skip_unless_hopper() {
 
 // The ring's backward from its own forward's O and L, against naive attention's backward.
 void check_ring_backward(const RingSchedule& ring, const Problem& p, DType dtype, const Qkv& in, std::uint64_t seed,
-                         const ForwardOut& out, const ForwardOut& ref, const ForwardOut& lowp) {
+                         const ForwardOut& out, const ForwardOut& ref, const ForwardOut& lowp,
+                         RingBlockKernel kernel = RingBlockKernel::Fa3Ws) {
   const HostTensor dO = random_like_o(p.shape, dtype, seed);
   const Grads gref = naive_backward<double>(p, in, ref, dO);
   const Grads glowp = naive_backward_lowp(p, dtype, in, lowp, dO);
-  const Grads g = cuda_ring_backward(ring, p, dtype, in, out, dO);
+  const Grads g = cuda_ring_backward(ring, p, dtype, in, out, dO, kernel);
   check_output("dQ", dtype, Quantity::Gradient, g.dq, gref.dq, glowp.dq);
   check_output("dK", dtype, Quantity::Gradient, g.dk, gref.dk, glowp.dk);
   check_output("dV", dtype, Quantity::Gradient, g.dv, gref.dv, glowp.dv);
 }
 
-void check_ring(RingLayout layout, int P, Shape shape, CausalAlign causal, DType dtype) {
+void check_ring(RingLayout layout, int P, Shape shape, CausalAlign causal, DType dtype,
+                RingBlockKernel kernel = RingBlockKernel::Fa3Ws) {
   const std::uint64_t seed = fresh_seed();
   Problem p{.shape = shape, .options = Options{.causal = causal}};
-  INFO(to_string(layout) << " P=" << P << " " << describe(p, dtype, seed));
+  INFO(to_string(layout) << " P=" << P << " " << to_string(kernel) << " blocks, " << describe(p, dtype, seed));
   const Qkv in = random_qkv(shape, dtype, seed);
   const ForwardOut ref = naive_forward<double>(p, in);
   const ForwardOut lowp = naive_forward_lowp(p, dtype, in);
   const RingSchedule ring = ring_schedule(layout, P, shape.seq_q, shape.seq_k, causal);
-  const ForwardOut out = cuda_ring_forward(ring, p, dtype, in);
+  const ForwardOut out = cuda_ring_forward(ring, p, dtype, in, kernel);
   check_output("O", dtype, Quantity::Forward, out.o, ref.o, lowp.o);
   check_output("L", dtype, Quantity::Forward, out.lse, ref.lse, lowp.lse);
-  check_ring_backward(ring, p, dtype, in, seed, out, ref, lowp);
+  check_ring_backward(ring, p, dtype, in, seed, out, ref, lowp, kernel);
 }
 
 Shape shape(int batch, int heads_q, int heads_kv, int seq, int head_dim) {
@@ -107,6 +109,29 @@ TEST_CASE("bench_ring_on_one_gpu times both passes and counts the ranks' buffers
   CHECK(r.backward_ms > 0);
   // Beyond q, k, v, o, lse, dO, dq, dk, dv: at least each rank's packed queries and two K/V slots.
   CHECK(r.peak_bytes > r.io_bytes + std::size_t(1024) * 4 * 128 * 2 * 3);
+  const BenchResult fa2 = bench_ring_on_one_gpu(RingLayout::Striped, 3, p, DType::F16,
+                                                BenchSettings{.warmup = 0, .iters = 1, .backward = true}, "cuda-fa2");
+  CHECK(fa2.forward_ms > 0);
+  CHECK(fa2.backward_ms > 0);
+  CHECK(refusal([&] { bench_ring_on_one_gpu(RingLayout::Striped, 3, p, DType::F16, BenchSettings{}, "cuda-fa1"); }) ==
+        "the ring's blocks run on cuda-fa3-ws or cuda-fa2, not cuda-fa1");
+}
+
+TEST_CASE("the GPU ring on cuda-fa2 blocks (any GPU): every layout and alignment, GQA, odd lengths, head dims 32 and 96") {
+  for (RingLayout layout : {RingLayout::Contiguous, RingLayout::Zigzag, RingLayout::Striped})
+    for (int P : {2, 3, 4})
+      for (CausalAlign causal : {CausalAlign::None, CausalAlign::TopLeft, CausalAlign::BottomRight})
+        check_ring(layout, P, shape(1, 2, 2, 240, 64), causal, DType::BF16, RingBlockKernel::Fa2);
+  for (RingLayout layout : {RingLayout::Contiguous, RingLayout::Striped}) {
+    check_ring(layout, 3, shape(2, 4, 2, 301, 96), CausalAlign::TopLeft, DType::F16, RingBlockKernel::Fa2);
+    check_ring(layout, 4, shape(1, 2, 1, 257, 32), CausalAlign::None, DType::BF16, RingBlockKernel::Fa2);
+  }
+  check_ring(RingLayout::Zigzag, 2, shape(1, 2, 2, 512, 256), CausalAlign::BottomRight, DType::BF16, RingBlockKernel::Fa2);
+  CHECK(refusal([&] {
+          const Shape s = shape(1, 2, 2, 96, 48);
+          cuda_ring_forward(ring_schedule(RingLayout::Striped, 2, 96, 96, CausalAlign::None), Problem{.shape = s, .options = {}},
+                            DType::BF16, random_qkv(s, DType::BF16, 5), RingBlockKernel::Fa2);
+        }) == "the GPU ring's blocks are cuda-fa2's, whose forward supports head dims 32, 64, 96, 128, 256, not 48");
 }
 
 // `flashlab ring ARGS` as a command (its ranks are processes): exit code and stdout + stderr.
@@ -130,6 +155,13 @@ TEST_CASE("flashlab ring over NCCL with one rank (the smoke test NCCL allows on 
   for (const char* layout : {"contiguous", "zigzag", "striped"}) {
     const auto [code, output] = flashlab_ring(std::string("--gpus 1 --check --backward --layout ") + layout +
                                               " --seq-q 300 --heads 4 --heads-kv 2 --head-dim 128 --causal bottom-right");
+    INFO(output);
+    CHECK(code == 0);
+    CHECK(output.find("5 passed, 0 failed") != std::string::npos);
+  }
+  {
+    const auto [code, output] = flashlab_ring(
+        "--gpus 1 --check --backward --blocks cuda-fa2 --seq-q 200 --heads 2 --head-dim 96 --causal top-left");
     INFO(output);
     CHECK(code == 0);
     CHECK(output.find("5 passed, 0 failed") != std::string::npos);
