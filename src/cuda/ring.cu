@@ -71,134 +71,141 @@ struct EventGrid {
   EventGrid& operator=(const EventGrid&) = delete;
 };
 
-// The K/V hop of step `step` (every share one rank on, into the receiver's slot (step + 1) % 2), when the share
-// travels on. arrived[r][s]: the share of step s is in rank r's slot s % 2; computed[r][s]: r is done with step s.
+// What a pass's ring on one GPU holds, made once and run any number of times: the P ranks' buffers (Rank:
+// ring_rank.cuh's ForwardRank or BackwardRank), their streams, and the events arrived[r][s] (the share of step s
+// is in rank r's slot s % 2) and computed[r][s] (r is done with step s).
 template <class Rank>
-void send_kv_on(const RingSchedule& ring, int step, std::vector<Rank>& ranks, const Streams& streams, const EventGrid& arrived,
-                const EventGrid& computed, std::int64_t kv_row_bytes, int batch) {
-  if (!ring.kv_travels_on(step)) return;
-  const int P = ring.ranks;
-  for (int r = 0; r < P; ++r) {
-    const int from = (r - 1 + P) % P, to_slot = (step + 1) % 2;
-    cudaStream_t link = streams.link[r];
-    CUDA_CHECK(cudaStreamWaitEvent(link, arrived.at[from][step]));
-    if (step > 0) {
-      CUDA_CHECK(cudaStreamWaitEvent(link, computed.at[r][step - 1]));       // r is done reading the slot
-      CUDA_CHECK(cudaStreamWaitEvent(link, arrived.at[(r + 1) % P][step]));  // and r + 1 has its copy of it
-    }
-    const std::size_t bytes = std::size_t(batch) * ring.kv_tokens(ring.steps[step][from].kv_origin) * kv_row_bytes;
-    CUDA_CHECK(cudaMemcpyAsync(ranks[r].k[to_slot].data(), ranks[from].k[step % 2].data(), bytes, cudaMemcpyDeviceToDevice, link));
-    CUDA_CHECK(cudaMemcpyAsync(ranks[r].v[to_slot].data(), ranks[from].v[step % 2].data(), bytes, cudaMemcpyDeviceToDevice, link));
-    CUDA_CHECK(cudaEventRecord(arrived.at[r][step + 1], link));
-  }
-}
-
-
-// The ring of one pass on one GPU, made once (its ranks' buffers, streams and events) and run any number of times.
-template <class T>
-class ForwardRing {
- public:
-  ForwardRing(const RingSchedule& ring, const Problem& p, DType dtype, RingBlockKernel kernel)
+class OneGpuRing {
+ protected:
+  OneGpuRing(const RingSchedule& ring, const Problem& p, DType dtype, RingBlockKernel kernel)
       : ring_(ring), p_(p), dtype_(dtype), base_(kernel, p), plans_(cuda::ring::launch_plans(ring)), streams_(ring.ranks),
         arrived_(ring.ranks, ring.ranks), computed_(ring.ranks, ring.ranks) {
-    for (int r = 0; r < ring.ranks; ++r) ranks_.emplace_back(ring, r, p.shape);
+    for (int r = 0; r < ring.ranks; ++r) ranks_.emplace_back(ring, r, p.shape, kernel);
   }
 
-  void run(const DeviceForwardIo& io) {
-    const Shape& s = p_.shape;
-    const int P = ring_.ranks;
-    for (int r = 0; r < P; ++r) {
-      ranks_[r].pack(ring_, r, s, io, streams_.compute[r]);
+  // Every rank packs its tokens and its own share (into slot 0).
+  template <class Io>
+  void pack(const Io& io) {
+    for (int r = 0; r < ring_.ranks; ++r) {
+      ranks_[r].pack(ring_, r, p_.shape, io, streams_.compute[r]);
       CUDA_CHECK(cudaEventRecord(arrived_.at[r][0], streams_.compute[r]));
     }
-    for (int step = 0; step < P; ++step) {
-      send_kv_on(ring_, step, ranks_, streams_, arrived_, computed_, cuda::ring::RowElems(s).kv * sizeof(T), s.batch);
-      for (int r = 0; r < P; ++r) {
-        cudaStream_t st = streams_.compute[r];
-        CUDA_CHECK(cudaStreamWaitEvent(st, arrived_.at[r][step]));
-        ranks_[r].step(ring_.steps[step][r], plans_[step][r], step % 2, base_, s, dtype_, st);
-        CUDA_CHECK(cudaEventRecord(computed_.at[r][step], st));
-      }
-    }
-    for (int r = 0; r < P; ++r) ranks_[r].unpack(ring_, r, s, io, streams_.compute[r]);
-    streams_.synchronize();
   }
 
- private:
+  // The K/V hop of step `step` (every share one rank on, into the receiver's slot (step + 1) % 2), when the share
+  // travels on.
+  void send_kv_on(int step, std::size_t kv_row_bytes) {
+    if (!ring_.kv_travels_on(step)) return;
+    const int P = ring_.ranks;
+    for (int r = 0; r < P; ++r) {
+      const int from = (r - 1 + P) % P, to_slot = (step + 1) % 2;
+      cudaStream_t link = streams_.link[r];
+      CUDA_CHECK(cudaStreamWaitEvent(link, arrived_.at[from][step]));
+      if (step > 0) {
+        CUDA_CHECK(cudaStreamWaitEvent(link, computed_.at[r][step - 1]));       // r is done reading the slot
+        CUDA_CHECK(cudaStreamWaitEvent(link, arrived_.at[(r + 1) % P][step]));  // and r + 1 has its copy of it
+      }
+      const std::size_t bytes =
+          std::size_t(p_.shape.batch) * ring_.kv_tokens(ring_.steps[step][from].kv_origin) * kv_row_bytes;
+      CUDA_CHECK(cudaMemcpyAsync(ranks_[r].k[to_slot].data(), ranks_[from].k[step % 2].data(), bytes,
+                                 cudaMemcpyDeviceToDevice, link));
+      CUDA_CHECK(cudaMemcpyAsync(ranks_[r].v[to_slot].data(), ranks_[from].v[step % 2].data(), bytes,
+                                 cudaMemcpyDeviceToDevice, link));
+      CUDA_CHECK(cudaEventRecord(arrived_.at[r][step + 1], link));
+    }
+  }
+
+  // Rank r's blocks of step `step`, once its share has arrived.
+  void compute(int r, int step) {
+    cudaStream_t st = streams_.compute[r];
+    CUDA_CHECK(cudaStreamWaitEvent(st, arrived_.at[r][step]));
+    ranks_[r].step(ring_.steps[step][r], plans_[step][r], step % 2, base_, p_.shape, dtype_, st);
+  }
+
   const RingSchedule& ring_;
   Problem p_;
   DType dtype_;
   cuda::ring::BlockKernel base_;
-  LaunchPlans plans_;  // first: a refusal comes before any allocation
-  std::vector<ForwardRank<T>> ranks_;
+  LaunchPlans plans_;  // before the ranks: a refusal comes before any allocation
+  std::vector<Rank> ranks_;
   Streams streams_;
   EventGrid arrived_, computed_;
 };
 
 template <class T>
-class BackwardRing {
+class ForwardRing : OneGpuRing<ForwardRank<T>> {
+ public:
+  ForwardRing(const RingSchedule& ring, const Problem& p, DType dtype, RingBlockKernel kernel)
+      : OneGpuRing<ForwardRank<T>>(ring, p, dtype, kernel) {}
+
+  void run(const DeviceForwardIo& io) {
+    const Shape& s = this->p_.shape;
+    const int P = this->ring_.ranks;
+    this->pack(io);
+    for (int step = 0; step < P; ++step) {
+      this->send_kv_on(step, cuda::ring::RowElems(s).kv * sizeof(T));
+      for (int r = 0; r < P; ++r) {
+        this->compute(r, step);
+        CUDA_CHECK(cudaEventRecord(this->computed_.at[r][step], this->streams_.compute[r]));
+      }
+    }
+    for (int r = 0; r < P; ++r) this->ranks_[r].unpack(this->ring_, r, s, io, this->streams_.compute[r]);
+    this->streams_.synchronize();
+  }
+};
+
+template <class T>
+class BackwardRing : OneGpuRing<BackwardRank<T>> {
  public:
   BackwardRing(const RingSchedule& ring, const Problem& p, DType dtype, RingBlockKernel kernel)
-      : ring_(ring), p_(p), dtype_(dtype), base_(kernel, p), plans_(cuda::ring::launch_plans(ring)), streams_(ring.ranks),
-        arrived_(ring.ranks, ring.ranks), computed_(ring.ranks, ring.ranks), grads_in_(ring.ranks, ring.ranks + 1) {
-    for (int r = 0; r < ring.ranks; ++r) ranks_.emplace_back(ring, r, p.shape, kernel);
-  }
+      : OneGpuRing<BackwardRank<T>>(ring, p, dtype, kernel), grads_in_(ring.ranks, ring.ranks + 1) {}
 
-  // As the forward's events, and grads_in[r][s]: the partials of the share r holds at step s, summed over steps
-  // < s, are in r's dk_in / dv_in (s = P: its own share's complete ones, home).
   void run(const DeviceBackwardIo& io) {
-    const Shape& s = p_.shape;
-    const int P = ring_.ranks;
+    const Shape& s = this->p_.shape;
+    const RingSchedule& ring = this->ring_;
+    auto& ranks = this->ranks_;
+    auto& streams = this->streams_;
+    const int P = ring.ranks;
     const cuda::ring::RowElems row(s);
-    for (int r = 0; r < P; ++r) {
-      ranks_[r].pack(ring_, r, s, io, streams_.compute[r]);
-      CUDA_CHECK(cudaEventRecord(arrived_.at[r][0], streams_.compute[r]));
-    }
     const auto share_elems = [&](int step, int r) {
-      return std::int64_t(s.batch) * ring_.kv_tokens(ring_.steps[step][r].kv_origin) * row.kv;
+      return std::int64_t(s.batch) * ring.kv_tokens(ring.steps[step][r].kv_origin) * row.kv;
     };
+    this->pack(io);
     for (int step = 0; step < P; ++step) {
-      send_kv_on(ring_, step, ranks_, streams_, arrived_, computed_, row.kv * sizeof(T), s.batch);
+      this->send_kv_on(step, row.kv * sizeof(T));
       for (int r = 0; r < P; ++r) {
-        cudaStream_t st = streams_.compute[r];
-        const int slot = step % 2;
-        CUDA_CHECK(cudaStreamWaitEvent(st, arrived_.at[r][step]));
+        cudaStream_t st = streams.compute[r];
         if (step >= 2) CUDA_CHECK(cudaStreamWaitEvent(st, grads_in_.at[(r + 1) % P][step - 1]));  // the slot's last sum left
-        ranks_[r].step(ring_.steps[step][r], plans_[step][r], slot, base_, s, dtype_, st);
+        this->compute(r, step);
         if (step > 0) {
           CUDA_CHECK(cudaStreamWaitEvent(st, grads_in_.at[r][step]));
-          ranks_[r].add_arrived(slot, share_elems(step, r), st);
+          ranks[r].add_arrived(step % 2, share_elems(step, r), st);
         }
-        CUDA_CHECK(cudaEventRecord(computed_.at[r][step], st));
+        CUDA_CHECK(cudaEventRecord(this->computed_.at[r][step], st));
       }
       // The partials leave: r's sum of this step into r + 1's dk_in / dv_in, once r + 1 has added its previous ones.
       for (int r = 0; r < P; ++r) {
         const int to = (r + 1) % P;
-        cudaStream_t link = streams_.grad_link[to];
-        CUDA_CHECK(cudaStreamWaitEvent(link, computed_.at[r][step]));
-        CUDA_CHECK(cudaStreamWaitEvent(link, computed_.at[to][step]));
+        cudaStream_t link = streams.grad_link[to];
+        CUDA_CHECK(cudaStreamWaitEvent(link, this->computed_.at[r][step]));
+        CUDA_CHECK(cudaStreamWaitEvent(link, this->computed_.at[to][step]));
         const std::size_t bytes = share_elems(step, r) * sizeof(float);
-        CUDA_CHECK(cudaMemcpyAsync(ranks_[to].dk_in.data(), ranks_[r].dk[step % 2].data(), bytes, cudaMemcpyDeviceToDevice, link));
-        CUDA_CHECK(cudaMemcpyAsync(ranks_[to].dv_in.data(), ranks_[r].dv[step % 2].data(), bytes, cudaMemcpyDeviceToDevice, link));
+        CUDA_CHECK(cudaMemcpyAsync(ranks[to].dk_in.data(), ranks[r].dk[step % 2].data(), bytes, cudaMemcpyDeviceToDevice, link));
+        CUDA_CHECK(cudaMemcpyAsync(ranks[to].dv_in.data(), ranks[r].dv[step % 2].data(), bytes, cudaMemcpyDeviceToDevice, link));
         CUDA_CHECK(cudaEventRecord(grads_in_.at[to][step + 1], link));
       }
     }
     for (int r = 0; r < P; ++r) {
-      CUDA_CHECK(cudaStreamWaitEvent(streams_.compute[r], grads_in_.at[r][P]));
-      ranks_[r].unpack(ring_, r, s, io, streams_.compute[r]);
+      CUDA_CHECK(cudaStreamWaitEvent(streams.compute[r], grads_in_.at[r][P]));
+      ranks[r].unpack(ring, r, s, io, streams.compute[r]);
     }
-    streams_.synchronize();
+    streams.synchronize();
   }
 
  private:
-  const RingSchedule& ring_;
-  Problem p_;
-  DType dtype_;
-  cuda::ring::BlockKernel base_;
-  LaunchPlans plans_;
-  std::vector<BackwardRank<T>> ranks_;
-  Streams streams_;
-  EventGrid arrived_, computed_, grads_in_;
+  // grads_in[r][s]: the partials of the share r holds at step s, summed over steps < s, are in r's dk_in / dv_in
+  // (s = P: its own share's complete ones, home).
+  EventGrid grads_in_;
 };
 
 // f.template operator()<T>() with T the element type of an f16 or bf16 dtype (the only ones the ring takes).

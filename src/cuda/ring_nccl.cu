@@ -100,7 +100,7 @@ class Rank {
   Rank(const RingSchedule& ring, int rank, const NcclRingId& id, const Problem& p, DType dtype, RingBlockKernel kernel,
        bool backward)
       : ring_(ring), rank_(rank), p_(p), dtype_(dtype), base_(kernel, p), plans_(cuda::ring::launch_plans(ring)),
-        next_((rank + 1) % ring.ranks), prev_((rank - 1 + ring.ranks) % ring.ranks), fwd_(ring, rank, p.shape) {
+        next_((rank + 1) % ring.ranks), prev_((rank - 1 + ring.ranks) % ring.ranks), fwd_(ring, rank, p.shape, kernel) {
     if (backward) bwd_.emplace(ring, rank, p.shape, kernel);
     ncclUniqueId nid;
     std::copy(id.bytes.begin(), id.bytes.end(), reinterpret_cast<unsigned char*>(&nid));

@@ -231,7 +231,7 @@ struct ForwardRank {
   DeviceBuffer<float> l_blk;
   DeviceBuffer<int> tile_counter;          // cuda-fa3-ws's persistent grid: one per stream that launches it
 
-  ForwardRank(const RingSchedule& ring, int rank, const Shape& s) {
+  ForwardRank(const RingSchedule& ring, int rank, const Shape& s, RingBlockKernel kernel) {
     const RowElems row(s);
     const std::size_t B = s.batch, tokens = ring.q_tokens(rank), largest = largest_range(ring.q_ranges[rank]);
     q = DeviceBuffer<T>(B * tokens * row.q);
@@ -243,8 +243,10 @@ struct ForwardRank {
     l_run = DeviceBuffer<float>(B * s.heads_q * tokens);
     o_blk = DeviceBuffer<T>(B * largest * row.q);
     l_blk = DeviceBuffer<float>(B * s.heads_q * largest);
-    tile_counter = DeviceBuffer<int>(2);
-    zero(tile_counter);
+    if (kernel == RingBlockKernel::Fa3Ws) {
+      tile_counter = DeviceBuffer<int>(2);
+      zero(tile_counter);
+    }
   }
 
   // Its queries and its own K/V share (into slot 0) from the global tensors; (O, L) = (0, -inf).
