@@ -145,6 +145,7 @@ int RingCommand::run(std::ostream& out, std::ostream& err) const {
     validate(q.problem);
     ring_schedule(q.layout, gpus, q.problem.shape.seq_q, q.problem.shape.seq_k, q.problem.options.causal);
     check_nccl_ring(q.layout, gpus, q.problem, q.dtype, backward, blocks);
+    if (check) check_inputs(q.problem, q.dtype, backward);  // refuses a reference that would not fit, once
     std::vector<std::string> args = argv;
     args[0] = "flashlab";
     if (seed_option->count() == 0) args.insert(args.end(), {"--seed", std::to_string(q.problem.options.seed)});

@@ -217,6 +217,10 @@ CheckReport Check::run() const {
 }
 
 CheckInputs check_inputs(const Problem& p, DType dtype, bool backward) {
+  validate(p);
+  // The reference check_computed builds later materializes S and P in double: refuse before any work.
+  require_memory(3 * io_host_bytes(p.shape, backward) + naive_extra_bytes(p.shape, sizeof(double), backward),
+                 "this check (the double-precision reference materializes S and P)");
   return rounded(dtype, random_qkv(p.shape, DType::F64, p.options.seed),
                  backward ? random_like_o(p.shape, DType::F64, p.options.seed) : HostTensor(), backward);
 }

@@ -60,7 +60,8 @@ class Check {
 
 // Outputs computed outside the table (`flashlab ring --check`: the ring over NCCL), checked as Check checks a
 // variant's. check_inputs: the inputs Check would draw for the problem (options.seed), rounded to the dtype,
-// and dO with `backward`; check_computed: the rows of outputs computed from them, labelled `name` on `device`.
+// and dO with `backward` (InputError, in one sentence, when the reference would not fit in this machine's
+// memory); check_computed: the rows of outputs computed from them, labelled `name` on `device`.
 struct CheckInputs {
   Qkv in;
   HostTensor d_o;
