@@ -116,10 +116,13 @@ class Rank {
   Rank(const Rank&) = delete;
   Rank& operator=(const Rank&) = delete;
 
-  void forward(const DeviceForwardIo& io) {
+  // A pass on the global tensors of `io` (its tokens packed in, its outputs written back), or, with none, on the
+  // rank's buffers as they are (timed runs: fill_random first).
+  void forward(const DeviceForwardIo* io) {
     const int P = ring_.ranks;
     Events arrived(P), computed(P);  // arrived[s]: the share of step s is in slot s % 2
-    fwd_.pack(ring_, rank_, p_.shape, io, compute_);
+    if (io != nullptr) fwd_.pack(ring_, rank_, p_.shape, *io, compute_);
+    else fwd_.reset(compute_);
     CUDA_CHECK(cudaEventRecord(arrived.at[0], compute_));
     for (int step = 0; step < P; ++step) {
       if (ring_.kv_travels_on(step)) kv_hop(step, fwd_, arrived, computed);
@@ -127,11 +130,11 @@ class Rank {
       fwd_.step(ring_.steps[step][rank_], plans_[step][rank_], step % 2, base_, p_.shape, dtype_, compute_);
       CUDA_CHECK(cudaEventRecord(computed.at[step], compute_));
     }
-    fwd_.unpack(ring_, rank_, p_.shape, io, compute_);
+    if (io != nullptr) fwd_.unpack(ring_, rank_, p_.shape, *io, compute_);
     finish();
   }
 
-  void backward(const DeviceBackwardIo& io) {
+  void backward(const DeviceBackwardIo* io) {
     BackwardRank<T>& b = *bwd_;
     const int P = ring_.ranks;
     const std::int64_t kv_row = cuda::ring::RowElems(p_.shape).kv;
@@ -139,7 +142,8 @@ class Rank {
       return std::size_t(p_.shape.batch) * ring_.kv_tokens(ring_.steps[step][r].kv_origin) * kv_row;
     };
     Events arrived(P), computed(P), grads_in(P + 1);  // grads_in[s]: the partials for step s are in dk_in / dv_in
-    b.pack(ring_, rank_, p_.shape, io, compute_);
+    if (io != nullptr) b.pack(ring_, rank_, p_.shape, *io, compute_);
+    else b.reset(compute_);
     CUDA_CHECK(cudaEventRecord(arrived.at[0], compute_));
     for (int step = 0; step < P; ++step) {
       if (ring_.kv_travels_on(step)) kv_hop(step, b, arrived, computed);
@@ -164,7 +168,7 @@ class Rank {
       CUDA_CHECK(cudaEventRecord(grads_in.at[step + 1], comm_stream_));
     }
     CUDA_CHECK(cudaStreamWaitEvent(compute_, grads_in.at[P]));
-    b.unpack(ring_, rank_, p_.shape, io, compute_);
+    if (io != nullptr) b.unpack(ring_, rank_, p_.shape, *io, compute_);
     finish();
   }
 
@@ -181,6 +185,16 @@ class Rank {
     return x;
   }
   void barrier() { max_over_ranks(0); }
+
+  // Timed runs: the rank's own random shares, and for the backward its forward's O and L (after a forward).
+  void fill_random() {
+    fwd_.fill_random(rank_);
+    CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  void take_forward() {
+    bwd_->take_forward(fwd_, rank_);
+    CUDA_CHECK(cudaDeviceSynchronize());
+  }
 
  private:
 
@@ -240,32 +254,37 @@ NcclRankOutcome run_rank(const RingSchedule& ring, int rank, const NcclRingId& i
                          const NcclRankPlan& plan) {
   const Shape& s = p.shape;
   NcclRankOutcome outcome;
-  // Random inputs for the timed runs; given ones replace them for a run to check, with zeroed outputs: each rank
-  // writes its tokens, and the sum over ranks gathers them.
-  auto t = cuda::DeviceAttention<T>::random(s, plan.backward);
-  if (plan.inputs != nullptr) {
-    t.q = cuda::upload<T>(plan.inputs->q);
-    t.k = cuda::upload<T>(plan.inputs->k);
-    t.v = cuda::upload<T>(plan.inputs->v);
-    if (plan.backward) t.dO = cuda::upload<T>(*plan.d_o);
-    cuda::zero(t.o);
-    cuda::zero(t.lse);
-    if (plan.backward)
-      for (auto* buf : {&t.dq, &t.dk, &t.dv}) cuda::zero(*buf);
-  }
-  CUDA_CHECK(cudaDeviceSynchronize());  // made on the legacy stream; the rank's streams do not wait for it
   Rank<T> me(ring, rank, id, p, dtype, plan.kernel, plan.backward);
   if (plan.inputs == nullptr) {
-    outcome.forward_ms = median_slowest_ms(me, plan.warmup, plan.iters, [&] { me.forward(t.forward_io()); });
-    if (plan.backward)
-      outcome.backward_ms = median_slowest_ms(me, plan.warmup, plan.iters, [&] { me.backward(t.backward_io()); });
+    // Timed runs need no global tensors: each rank makes its own shares in place, so N is bounded by what one
+    // rank keeps (its tokens and two shares in flight), not by the whole problem.
+    me.fill_random();
+    outcome.forward_ms = median_slowest_ms(me, plan.warmup, plan.iters, [&] { me.forward(nullptr); });
+    if (plan.backward) {
+      me.take_forward();
+      outcome.backward_ms = median_slowest_ms(me, plan.warmup, plan.iters, [&] { me.backward(nullptr); });
+    }
     return outcome;
   }
-  me.forward(t.forward_io());
+  // A run to check: the given inputs, and zeroed outputs: each rank writes its tokens, and the sum over ranks
+  // gathers them.
+  auto t = cuda::DeviceAttention<T>::random(s, plan.backward);
+  t.q = cuda::upload<T>(plan.inputs->q);
+  t.k = cuda::upload<T>(plan.inputs->k);
+  t.v = cuda::upload<T>(plan.inputs->v);
+  if (plan.backward) t.dO = cuda::upload<T>(*plan.d_o);
+  cuda::zero(t.o);
+  cuda::zero(t.lse);
+  if (plan.backward)
+    for (auto* buf : {&t.dq, &t.dk, &t.dv}) cuda::zero(*buf);
+  CUDA_CHECK(cudaDeviceSynchronize());  // made on the legacy stream; the rank's streams do not wait for it
+  const DeviceForwardIo fio = t.forward_io();
+  me.forward(&fio);
   me.all_reduce(t.o.data(), t.o.size(), nccl_type<T>(), ncclSum);
   me.all_reduce(t.lse.data(), t.lse.size(), ncclFloat32, ncclSum);
   if (plan.backward) {
-    me.backward(t.backward_io());
+    const DeviceBackwardIo bio = t.backward_io();
+    me.backward(&bio);
     for (auto* buf : {&t.dq, &t.dk, &t.dv}) me.all_reduce(buf->data(), buf->size(), nccl_type<T>(), ncclSum);
   }
   if (rank == 0) {

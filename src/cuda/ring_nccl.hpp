@@ -6,8 +6,9 @@
 // each share's fp32 dK/dV partials follow it. NCCL refuses two ranks on one GPU, so on one GPU this runs with
 // one rank (a smoke test of the path) and the P-rank ring runs as streams instead (ring.hpp).
 //
-// Every rank holds the problem's whole q, k, v (and dO) in device memory, in the global (B, S, H, D) layout,
-// and writes only its own tokens of the outputs.
+// Timed runs hold no global tensors: each rank makes its queries and its share in place (random), so N is bounded
+// by what one rank keeps, its tokens and the shares in flight. A run to check holds the problem's whole q, k, v
+// (and dO) on every rank, in the global (B, S, H, D) layout, and each rank writes only its own tokens.
 #include <array>
 #include <memory>
 #include <string>
@@ -29,7 +30,8 @@ struct NcclRingId {
 bool nccl_available();  // false when built without NCCL
 NcclRingId nccl_ring_id();  // ncclGetUniqueId; throws InputError when built without NCCL
 
-// What one rank runs: the timed passes on random inputs, or, with `inputs`, one forward (and backward) on them.
+// What one rank runs: the timed passes on random shares made in place, or, with `inputs`, one forward (and
+// backward) on them.
 struct NcclRankPlan {
   RingBlockKernel kernel = RingBlockKernel::Fa3Ws;
   bool backward = false;

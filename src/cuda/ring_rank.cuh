@@ -106,6 +106,13 @@ __global__ void merge_block_kernel(float* o, float* l, const T* o_b, const float
   if (lane == 0) l[at_l] = l_run == -INFINITY ? l_blk : log_add_exp(l_run, l_blk);
 }
 
+// dst = src in T, n elements.
+template <class T>
+__global__ void to_element_type_kernel(T* dst, const float* src, std::int64_t n) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = static_cast<T>(src[i]);
+}
+
 // sum += x, n floats, a float4 a thread (n a multiple of 4: rows of head_dim >= 64).
 __global__ void add_kernel(float4* sum, const float4* x, std::int64_t n4) {
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -255,9 +262,26 @@ struct ForwardRank {
     pack_rows(q.data(), io.q, s.batch, s.seq_q, row.q, ring.q_ranges[rank], st);
     pack_rows(k[0].data(), io.k, s.batch, s.seq_k, row.kv, ring.kv_ranges[rank], st);
     pack_rows(v[0].data(), io.v, s.batch, s.seq_k, row.kv, ring.kv_ranges[rank], st);
+    reset(st);
+  }
+
+  // (O, L) = (0, -inf): the running result before the first block.
+  void reset(cudaStream_t st) {
     CUDA_CHECK(cudaMemsetAsync(o_run.data(), 0, o_run.bytes(), st));
     fill_kernel<<<blocks_for(l_run.size()), kThreads, 0, st>>>(l_run.data(), l_run.size(), -INFINITY);
     CUDA_CHECK_LAUNCH();
+  }
+
+  // Timed runs with no global tensors (ring_nccl.cu): random queries and K/V slots (both, whole), made in place;
+  // then reset() before each pass. The slots keep whatever shares a pass leaves in them, which changes values, not
+  // the work. (On the legacy stream: synchronize before use.)
+  void fill_random(int rank) {
+    const std::uint64_t seed = 8 * std::uint64_t(rank);
+    cuda::fill_random(q, seed + 1);
+    for (int slot = 0; slot < 2; ++slot) {
+      cuda::fill_random(k[slot], seed + 2 + slot);
+      cuda::fill_random(v[slot], seed + 4 + slot);
+    }
   }
 
   // Its queries against the share in slot `slot`, pair by pair, each folded into (O, L).
@@ -366,7 +390,7 @@ struct BackwardRank {
     }
     pack_rows(k[0].data(), io.k, s.batch, s.seq_k, row.kv, ring.kv_ranges[rank], st);
     pack_rows(v[0].data(), io.v, s.batch, s.seq_k, row.kv, ring.kv_ranges[rank], st);
-    CUDA_CHECK(cudaMemsetAsync(dq.data(), 0, dq.bytes(), st));
+    reset(st);
   }
 
   // Its queries against the share in slot `slot`: the pairs' dQ into dq, their dK/dV into the slot's partials,
@@ -412,6 +436,23 @@ struct BackwardRank {
       }
     }
   }
+
+  // Timed runs with no global tensors (ring_nccl.cu): Q, the K/V slots and the final O (in T) and L taken from the
+  // rank's forward, which has just run, and a random dO. (On the legacy stream: synchronize before use.)
+  void take_forward(const ForwardRank<T>& f, int rank) {
+    CUDA_CHECK(cudaMemcpy(q.data(), f.q.data(), q.bytes(), cudaMemcpyDeviceToDevice));
+    for (int slot = 0; slot < 2; ++slot) {
+      CUDA_CHECK(cudaMemcpy(k[slot].data(), f.k[slot].data(), k[slot].bytes(), cudaMemcpyDeviceToDevice));
+      CUDA_CHECK(cudaMemcpy(v[slot].data(), f.v[slot].data(), v[slot].bytes(), cudaMemcpyDeviceToDevice));
+    }
+    to_element_type_kernel<T><<<blocks_for(o.size()), kThreads>>>(o.data(), f.o_run.data(), o.size());
+    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK(cudaMemcpy(l.data(), f.l_run.data(), l.bytes(), cudaMemcpyDeviceToDevice));
+    cuda::fill_random(d_o, 8 * std::uint64_t(rank) + 6);
+  }
+
+  // dQ = 0: the sum before the first block.
+  void reset(cudaStream_t st) { CUDA_CHECK(cudaMemsetAsync(dq.data(), 0, dq.bytes(), st)); }
 
   // The slot's partials += the ones that arrived from the rank before (dk_in, dv_in): tokens of the share.
   void add_arrived(int slot, std::int64_t elements, cudaStream_t st) {
