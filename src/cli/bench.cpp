@@ -450,11 +450,6 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
   if (backward) header.insert(header.end(), {"bwd ms", "bwd TFLOP/s"});
   header.insert(header.end(), {"extra memory", "modeled HBM fwd"});
   Table table(header);
-  char buf[32];
-  auto num = [&](double x, const char* fmt) {
-    std::snprintf(buf, sizeof buf, fmt, x);
-    return std::string(buf);
-  };
   for (const Row& r : rows) {
     std::vector<std::string> cells = {r.variant->name, to_string(r.dtype), std::to_string(r.shape.seq_q)};
     if (r.status != "ok") {
@@ -463,10 +458,10 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
       continue;
     }
     const double fwd_flops = forward_flops(r.shape, base.options.causal);
-    cells.insert(cells.end(), {num(r.forward_ms, "%.3f"), num(tflops(fwd_flops, r.forward_ms), "%.4f")});
+    cells.insert(cells.end(), {format_fixed(r.forward_ms, 3), format_fixed(tflops(fwd_flops, r.forward_ms), 4)});
     if (backward)
-      cells.insert(cells.end(), {num(r.backward_ms, "%.3f"),
-                                 num(tflops(backward_flops(r.shape, base.options.causal), r.backward_ms), "%.4f")});
+      cells.insert(cells.end(), {format_fixed(r.backward_ms, 3),
+                                 format_fixed(tflops(backward_flops(r.shape, base.options.causal), r.backward_ms), 4)});
     cells.insert(cells.end(), {format_bytes(double(r.extra_bytes)), format_bytes(double(r.hbm_forward))});
     table.add(cells);
   }

@@ -24,12 +24,6 @@ struct RingRow {
   double imbalance = 1;  // the model's, for the forward
 };
 
-std::string fixed(double x, const char* fmt) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, fmt, x);
-  return buf;
-}
-
 }  // namespace
 
 int BenchCommand::run_ring(std::ostream& out, std::ostream& err) const {
@@ -106,8 +100,9 @@ int BenchCommand::run_ring(std::ostream& out, std::ostream& err) const {
   err << "\n";
 
   const std::string device_name = cuda_device_name();
-  out << "ring attention of " << ring << " ranks on one GPU (" << device_name << "), " << blocks << " blocks: batch " << base.shape.batch
-      << ", heads " << base.shape.heads_q << ", head_dim " << head_dim << ", causal " << to_string(base.options.causal)
+  out << "ring attention of " << ring << " ranks on one GPU (" << device_name << "), " << blocks
+      << " blocks: batch " << base.shape.batch << ", heads " << base.shape.heads_q << ", head_dim " << head_dim
+      << ", causal " << to_string(base.options.causal)
       << ", " << to_string(dt) << ", median of " << iters << " after " << warmup << " warm-up\n"
       << "efficiency: the one-shot kernel's time over the ring's (the ranks share this GPU: 1 means splitting the "
          "sequence costs nothing)\nimbalance: the model's, max over ranks of their FLOPs / mean\n\n";
@@ -132,21 +127,20 @@ int BenchCommand::run_ring(std::ostream& out, std::ostream& err) const {
       list.push_back(j);
       continue;
     }
-    const double fwd_tf = tflops(forward_flops(s, base.options.causal), r.result.forward_ms);
-    const double fwd_eff = shot_ok ? one_shot->result.forward_ms / r.result.forward_ms : -1;
-    cells.insert(cells.end(), {fixed(r.result.forward_ms, "%.3f"), fixed(fwd_tf, "%.1f"), fixed(fwd_eff, "%.3f")});
-    j["forward_ms"] = r.result.forward_ms;
-    j["forward_tflops"] = fwd_tf;
-    j["forward_efficiency"] = fwd_eff;
-    if (backward) {
-      const double bwd_tf = tflops(backward_flops(s, base.options.causal), r.result.backward_ms);
-      const double bwd_eff = shot_ok ? one_shot->result.backward_ms / r.result.backward_ms : -1;
-      cells.insert(cells.end(), {fixed(r.result.backward_ms, "%.3f"), fixed(bwd_tf, "%.1f"), fixed(bwd_eff, "%.3f")});
-      j["backward_ms"] = r.result.backward_ms;
-      j["backward_tflops"] = bwd_tf;
-      j["backward_efficiency"] = bwd_eff;
-    }
-    cells.insert(cells.end(), {fixed(r.imbalance, "%.3f"), format_bytes(double(r.result.peak_bytes))});
+    // A pass's cells and fields: time, TFLOP/s, and the one-shot time over this row's.
+    const auto add_pass = [&](const std::string& pass, double ms, double one_shot_ms, double flops) {
+      const double rate = tflops(flops, ms), efficiency = shot_ok ? one_shot_ms / ms : -1;
+      cells.insert(cells.end(), {format_fixed(ms, 3), format_fixed(rate, 1), format_fixed(efficiency, 3)});
+      j[pass + "_ms"] = ms;
+      j[pass + "_tflops"] = rate;
+      j[pass + "_efficiency"] = efficiency;
+    };
+    add_pass("forward", r.result.forward_ms, shot_ok ? one_shot->result.forward_ms : -1,
+             forward_flops(s, base.options.causal));
+    if (backward)
+      add_pass("backward", r.result.backward_ms, shot_ok ? one_shot->result.backward_ms : -1,
+               backward_flops(s, base.options.causal));
+    cells.insert(cells.end(), {format_fixed(r.imbalance, 3), format_bytes(double(r.result.peak_bytes))});
     j["imbalance_model"] = r.imbalance;
     j["peak_bytes"] = r.result.peak_bytes;
     table.add(cells);

@@ -78,7 +78,7 @@ struct BenchCommand {
   std::string json_path, csv_path;
   std::string timeline_path;  // empty: no timeline; else one forward run's pipeline, written here (cuda-fa3-ws)
   bool one_pass = false;      // exactly one pass inside a profiler range, for Nsight Compute (BenchSettings::one_pass)
-  int ring = 0;               // given: ring attention of this many ranks on one GPU against the one-shot kernel (bench_ring.cpp)
+  int ring = 0;               // given: ring attention of P ranks on one GPU beside the one-shot kernel (bench_ring.cpp)
   std::string layouts = "contiguous,zigzag,striped";  // --ring: the layouts timed
   CLI::Option* ring_option = nullptr;
   CLI::Option* device_option = nullptr;

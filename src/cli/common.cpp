@@ -107,6 +107,12 @@ std::int64_t warn_non_finite(std::ostream& err, const HostTensor& t, const std::
   return found.count;
 }
 
+std::string format_fixed(double x, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, x);
+  return buf;
+}
+
 std::string format_sci(double x) {
   if (std::isnan(x)) return "nan";
   if (std::isinf(x)) return x > 0 ? "inf" : "-inf";

@@ -60,6 +60,7 @@ std::string utc_now();                   // "2026-11-24T09:30:00Z"
 double tflops(double flops, double ms);  // flops / ms in TFLOP/s; -1 when ms <= 0 (not measured)
 // A progress bar on one line of `err`, redrawn with \r: done of total, and what runs now.
 void progress(std::ostream& err, int done, int total, const std::string& what);
+std::string format_fixed(double x, int decimals);  // "3.142" for (3.14159, 3)
 std::string format_sci(double x);        // "3.41e-07", "0", "nan", "inf"
 std::string join(const std::vector<std::string>& items, const std::string& sep);
 std::string describe(const Shape&);  // "batch 1, heads 2 (kv 2), seq_q 128, seq_k 128, head_dim 64"

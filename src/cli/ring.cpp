@@ -26,12 +26,6 @@ namespace {
 constexpr const char* kRankVariable = "FLASHLAB_RING_RANK";
 constexpr const char* kIdVariable = "FLASHLAB_RING_ID";
 
-std::string fixed(double x, const char* fmt) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, fmt, x);
-  return buf;
-}
-
 // Starts the ranks and waits for them; returns the exit code the command ends with.
 int launch(const std::vector<std::string>& args, int ranks, const std::string& id, std::ostream& err) {
   // argv and each rank's environment, made before fork: the child only calls execve.
@@ -86,7 +80,8 @@ int launch(const std::vector<std::string>& args, int ranks, const std::string& i
       if (!stopped_others) err << "flashlab: rank " << r << " was killed by signal " << WTERMSIG(status) << "\n";
       code = std::max(code, kExitCheckFailed);
     } else {
-      if (WEXITSTATUS(status) == 127) err << "flashlab: rank " << r << " could not be started (execve of /proc/self/exe)\n";
+      if (WEXITSTATUS(status) == 127)
+        err << "flashlab: rank " << r << " could not be started (execve of /proc/self/exe)\n";
       code = std::max(code, WEXITSTATUS(status) == kExitCheckFailed ? kExitCheckFailed : kExitBadInput);
     }
     if (!stopped_others && running > 0) {  // the others would wait in NCCL for this one
@@ -114,7 +109,8 @@ void RingCommand::add_to(CLI::App& app) {
   seed_option = app.add_option("--seed", seed, "--check's inputs (default: fresh)");
   app.add_option("--warmup", warmup, "untimed runs first")->capture_default_str();
   app.add_option("--iters", iters, "timed runs (the median of the slowest rank is reported)")->capture_default_str();
-  app.add_flag("--no-one-shot", no_one_shot, "do not time the block kernel on the whole problem on GPU 0 beside the ring");
+  app.add_flag("--no-one-shot", no_one_shot,
+               "do not time the block kernel on the whole problem on GPU 0 beside the ring");
   app.add_option("--json", json_path, "write the timings as JSON to this file (rank 0)");
 }
 
@@ -128,8 +124,7 @@ int RingCommand::run(std::ostream& out, std::ostream& err) const {
   q.dtype = parse_dtype(dtype);
   if (q.dtype != DType::F16 && q.dtype != DType::BF16)
     throw InputError("flashlab ring takes f16 or bf16 (its block kernels' dtypes), not " + dtype);
-  if (blocks != kRingBlockKernels[0] && blocks != kRingBlockKernels[1])
-    throw InputError("the ring's blocks run on cuda-fa3-ws or cuda-fa2, not " + blocks);
+  check_ring_block_kernel(blocks);
   q.blocks = blocks;
   q.backward = backward;
   q.check = check;
@@ -137,7 +132,8 @@ int RingCommand::run(std::ostream& out, std::ostream& err) const {
   q.iters = iters;
   q.one_shot = !no_one_shot;
   if (warmup < 0 || iters < 1) throw InputError("--warmup must be >= 0 and --iters >= 1");
-  if (check && !json_path.empty()) throw InputError("--json writes timings, and --check times nothing: give one of them");
+  if (check && !json_path.empty())
+    throw InputError("--json writes timings, and --check times nothing: give one of them");
 
   const char* rank_text = std::getenv(kRankVariable);
   if (rank_text == nullptr) {  // the launcher
@@ -145,7 +141,7 @@ int RingCommand::run(std::ostream& out, std::ostream& err) const {
     validate(q.problem);
     ring_schedule(q.layout, gpus, q.problem.shape.seq_q, q.problem.shape.seq_k, q.problem.options.causal);
     check_nccl_ring(q.layout, gpus, q.problem, q.dtype, backward, blocks);
-    if (check) check_inputs(q.problem, q.dtype, backward);  // refuses a reference that would not fit, once
+    if (check) require_reference_memory(q.problem, backward);  // once, not in every rank
     std::vector<std::string> args = argv;
     args[0] = "flashlab";
     if (seed_option->count() == 0) args.insert(args.end(), {"--seed", std::to_string(q.problem.options.seed)});
@@ -155,7 +151,9 @@ int RingCommand::run(std::ostream& out, std::ostream& err) const {
   // A rank.
   q.rank = std::atoi(rank_text);
   const char* id = std::getenv(kIdVariable);
-  if (id == nullptr) throw InputError(std::string(kRankVariable) + " is set but " + kIdVariable + " is not: start the ring with `flashlab ring`");
+  if (id == nullptr)
+    throw InputError(std::string(kRankVariable) + " is set but " + kIdVariable +
+                     " is not: start the ring with `flashlab ring`");
   q.nccl_id = id;
   q.problem.options.seed = seed;
   validate(q.problem);
@@ -163,8 +161,8 @@ int RingCommand::run(std::ostream& out, std::ostream& err) const {
   if (q.rank != 0) return kExitOk;
 
   const Shape& s = q.problem.shape;
-  out << "flashlab ring: " << gpus << (gpus == 1 ? " rank" : " ranks") << " over NCCL, one GPU each (" << cuda_device_name() << "), layout " << layout
-      << ", " << blocks << " blocks, " << describe(s) << ", causal " << to_string(q.problem.options.causal) << ", "
+  out << "flashlab ring: " << gpus << (gpus == 1 ? " rank" : " ranks") << " over NCCL, one GPU each ("
+      << cuda_device_name() << "), layout " << layout << ", " << blocks << " blocks, " << describe(s) << ", causal " << to_string(q.problem.options.causal) << ", "
       << to_string(q.dtype) << "\n";
   if (check) {
     out << "seed " << q.problem.options.seed << " (repeat with --seed " << q.problem.options.seed
@@ -174,13 +172,15 @@ int RingCommand::run(std::ostream& out, std::ostream& err) const {
   }
   out << "median of " << iters << " after " << warmup << " warm-up, each pass's slowest rank; efficiency: the ring's "
       << "rate over " << gpus << " x " << blocks << "'s rate on the whole problem, alone on GPU 0\n\n";
-  const double fwd_flops = forward_flops(s, q.problem.options.causal), bwd_flops = backward_flops(s, q.problem.options.causal);
+  const CausalAlign causal_align = q.problem.options.causal;
+  const double fwd_flops = forward_flops(s, causal_align), bwd_flops = backward_flops(s, causal_align);
   const auto efficiency = [&](double one_ms, double ring_ms) { return one_ms > 0 ? one_ms / (gpus * ring_ms) : -1.0; };
   Table table({"pass", "ring ms", "ring TFLOP/s", "one-shot ms", "efficiency"});
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   const auto add = [&](const char* pass, double ring_ms, double flops, double one_ms) {
-    table.add({pass, fixed(ring_ms, "%.3f"), fixed(tflops(flops, ring_ms), "%.1f"),
-               one_ms > 0 ? fixed(one_ms, "%.3f") : "-", one_ms > 0 ? fixed(efficiency(one_ms, ring_ms), "%.3f") : "-"});
+    table.add({pass, format_fixed(ring_ms, 3), format_fixed(tflops(flops, ring_ms), 1),
+               one_ms > 0 ? format_fixed(one_ms, 3) : "-",
+               one_ms > 0 ? format_fixed(efficiency(one_ms, ring_ms), 3) : "-"});
     rows.push_back({{"pass", pass}, {"ring_ms", ring_ms}, {"ring_tflops", tflops(flops, ring_ms)},
                     {"one_shot_ms", one_ms}, {"efficiency", efficiency(one_ms, ring_ms)}});
   };

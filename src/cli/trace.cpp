@@ -77,12 +77,6 @@ std::string per_rank(const std::vector<T>& values, double unit) {
   return num(lo) + " .. " + num(hi) + " (mean " + num(sum / double(values.size())) + ")";
 }
 
-std::string fixed3(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f", x);
-  return buf;
-}
-
 }  // namespace
 
 void TraceCommand::add_to(CLI::App& app) {
@@ -396,18 +390,19 @@ int TraceCommand::run_ring(std::ostream& out) const {
     const RingStepCost& st = cost.steps[s];
     const std::int64_t max_link = *std::max_element(st.link_bytes.begin(), st.link_bytes.end());
     table.add({std::to_string(s), format_bytes(double(max_link)), per_rank(st.flops, gflop),
-               per_rank(st.idle_seconds, us), fixed3(st.seconds / us), fixed3(st.imbalance)});
+               per_rank(st.idle_seconds, us), format_fixed(st.seconds / us, 3), format_fixed(st.imbalance, 3)});
   }
   std::vector<double> idle_total(ring, 0.0);
   for (const RingStepCost& st : cost.steps)
     for (int r = 0; r < ring; ++r) idle_total[r] += st.idle_seconds[r];
   table.add({"all", format_bytes(double(cost.total_link_bytes)) + " in all", per_rank(cost.flops_per_rank, gflop),
-             per_rank(idle_total, us), fixed3(cost.seconds / us), fixed3(cost.imbalance)});
+             per_rank(idle_total, us), format_fixed(cost.seconds / us, 3), format_fixed(cost.imbalance, 3)});
   table.print(out);
   out << "\nimbalance = max work / mean work over the ranks; \"bytes per link\" is the most any one link carries in "
          "the step\n";
-  out << "total work " << fixed3(cost.total_flops / gflop)
-      << " GFLOP (what one device computes for the scores the mask leaves); ring time " << fixed3(cost.seconds / us)
+  out << "total work " << format_fixed(cost.total_flops / gflop, 3)
+      << " GFLOP (what one device computes for the scores the mask leaves); ring time "
+      << format_fixed(cost.seconds / us, 3)
       << " us\n";
   return kExitOk;
 }

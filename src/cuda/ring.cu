@@ -33,6 +33,7 @@ namespace {
 
 namespace fa3 = cuda::fa3ws;
 using cuda::ring::BackwardRank;
+using cuda::ring::Events;
 using cuda::ring::ForwardRank;
 using cuda::ring::LaunchPlans;
 
@@ -56,19 +57,12 @@ struct Streams {
   Streams& operator=(const Streams&) = delete;
 };
 
-// Events [rank][step], recorded once each, before anything waits on them.
+// Events [rank][step] (ring_rank.cuh's Events, laid out rank by rank).
 struct EventGrid {
-  std::vector<std::vector<cudaEvent_t>> at;
-  EventGrid(int ranks, int steps) : at(ranks, std::vector<cudaEvent_t>(steps)) {
-    for (auto& row : at)
-      for (cudaEvent_t& e : row) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  }
-  ~EventGrid() {
-    for (auto& row : at)
-      for (cudaEvent_t e : row) cudaEventDestroy(e);
-  }
-  EventGrid(const EventGrid&) = delete;
-  EventGrid& operator=(const EventGrid&) = delete;
+  Events flat;
+  int steps;
+  EventGrid(int ranks, int steps) : flat(ranks * steps), steps(steps) {}
+  cudaEvent_t at(int rank, int step) const { return flat.at[std::size_t(rank) * steps + step]; }
 };
 
 // What a pass's ring on one GPU holds, made once and run any number of times: the P ranks' buffers (Rank:
@@ -88,7 +82,7 @@ class OneGpuRing {
   void pack(const Io& io) {
     for (int r = 0; r < ring_.ranks; ++r) {
       ranks_[r].pack(ring_, r, p_.shape, io, streams_.compute[r]);
-      CUDA_CHECK(cudaEventRecord(arrived_.at[r][0], streams_.compute[r]));
+      CUDA_CHECK(cudaEventRecord(arrived_.at(r, 0), streams_.compute[r]));
     }
   }
 
@@ -100,10 +94,10 @@ class OneGpuRing {
     for (int r = 0; r < P; ++r) {
       const int from = (r - 1 + P) % P, to_slot = (step + 1) % 2;
       cudaStream_t link = streams_.link[r];
-      CUDA_CHECK(cudaStreamWaitEvent(link, arrived_.at[from][step]));
+      CUDA_CHECK(cudaStreamWaitEvent(link, arrived_.at(from, step)));
       if (step > 0) {
-        CUDA_CHECK(cudaStreamWaitEvent(link, computed_.at[r][step - 1]));       // r is done reading the slot
-        CUDA_CHECK(cudaStreamWaitEvent(link, arrived_.at[(r + 1) % P][step]));  // and r + 1 has its copy of it
+        CUDA_CHECK(cudaStreamWaitEvent(link, computed_.at(r, step - 1)));       // r is done reading the slot
+        CUDA_CHECK(cudaStreamWaitEvent(link, arrived_.at((r + 1) % P, step)));  // and r + 1 has its copy of it
       }
       const std::size_t bytes =
           std::size_t(p_.shape.batch) * ring_.kv_tokens(ring_.steps[step][from].kv_origin) * kv_row_bytes;
@@ -111,14 +105,14 @@ class OneGpuRing {
                                  cudaMemcpyDeviceToDevice, link));
       CUDA_CHECK(cudaMemcpyAsync(ranks_[r].v[to_slot].data(), ranks_[from].v[step % 2].data(), bytes,
                                  cudaMemcpyDeviceToDevice, link));
-      CUDA_CHECK(cudaEventRecord(arrived_.at[r][step + 1], link));
+      CUDA_CHECK(cudaEventRecord(arrived_.at(r, step + 1), link));
     }
   }
 
   // Rank r's blocks of step `step`, once its share has arrived.
   void compute(int r, int step) {
     cudaStream_t st = streams_.compute[r];
-    CUDA_CHECK(cudaStreamWaitEvent(st, arrived_.at[r][step]));
+    CUDA_CHECK(cudaStreamWaitEvent(st, arrived_.at(r, step)));
     ranks_[r].step(ring_.steps[step][r], plans_[step][r], step % 2, base_, p_.shape, dtype_, st);
   }
 
@@ -146,7 +140,7 @@ class ForwardRing : OneGpuRing<ForwardRank<T>> {
       this->send_kv_on(step, cuda::ring::RowElems(s).kv * sizeof(T));
       for (int r = 0; r < P; ++r) {
         this->compute(r, step);
-        CUDA_CHECK(cudaEventRecord(this->computed_.at[r][step], this->streams_.compute[r]));
+        CUDA_CHECK(cudaEventRecord(this->computed_.at(r, step), this->streams_.compute[r]));
       }
     }
     for (int r = 0; r < P; ++r) this->ranks_[r].unpack(this->ring_, r, s, io, this->streams_.compute[r]);
@@ -175,28 +169,28 @@ class BackwardRing : OneGpuRing<BackwardRank<T>> {
       this->send_kv_on(step, row.kv * sizeof(T));
       for (int r = 0; r < P; ++r) {
         cudaStream_t st = streams.compute[r];
-        if (step >= 2) CUDA_CHECK(cudaStreamWaitEvent(st, grads_in_.at[(r + 1) % P][step - 1]));  // the slot's last sum left
+        if (step >= 2) CUDA_CHECK(cudaStreamWaitEvent(st, grads_in_.at((r + 1) % P, step - 1)));  // the slot's last sum left
         this->compute(r, step);
         if (step > 0) {
-          CUDA_CHECK(cudaStreamWaitEvent(st, grads_in_.at[r][step]));
+          CUDA_CHECK(cudaStreamWaitEvent(st, grads_in_.at(r, step)));
           ranks[r].add_arrived(step % 2, share_elems(step, r), st);
         }
-        CUDA_CHECK(cudaEventRecord(this->computed_.at[r][step], st));
+        CUDA_CHECK(cudaEventRecord(this->computed_.at(r, step), st));
       }
       // The partials leave: r's sum of this step into r + 1's dk_in / dv_in, once r + 1 has added its previous ones.
       for (int r = 0; r < P; ++r) {
         const int to = (r + 1) % P;
         cudaStream_t link = streams.grad_link[to];
-        CUDA_CHECK(cudaStreamWaitEvent(link, this->computed_.at[r][step]));
-        CUDA_CHECK(cudaStreamWaitEvent(link, this->computed_.at[to][step]));
+        CUDA_CHECK(cudaStreamWaitEvent(link, this->computed_.at(r, step)));
+        CUDA_CHECK(cudaStreamWaitEvent(link, this->computed_.at(to, step)));
         const std::size_t bytes = share_elems(step, r) * sizeof(float);
         CUDA_CHECK(cudaMemcpyAsync(ranks[to].dk_in.data(), ranks[r].dk[step % 2].data(), bytes, cudaMemcpyDeviceToDevice, link));
         CUDA_CHECK(cudaMemcpyAsync(ranks[to].dv_in.data(), ranks[r].dv[step % 2].data(), bytes, cudaMemcpyDeviceToDevice, link));
-        CUDA_CHECK(cudaEventRecord(grads_in_.at[to][step + 1], link));
+        CUDA_CHECK(cudaEventRecord(grads_in_.at(to, step + 1), link));
       }
     }
     for (int r = 0; r < P; ++r) {
-      CUDA_CHECK(cudaStreamWaitEvent(streams.compute[r], grads_in_.at[r][P]));
+      CUDA_CHECK(cudaStreamWaitEvent(streams.compute[r], grads_in_.at(r, P)));
       ranks[r].unpack(ring, r, s, io, streams.compute[r]);
     }
     streams.synchronize();

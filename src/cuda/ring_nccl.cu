@@ -66,6 +66,7 @@ NcclRankOutcome nccl_ring_rank(const RingSchedule&, int, const NcclRingId&, cons
 namespace {
 
 using cuda::ring::BackwardRank;
+using cuda::ring::Events;
 using cuda::ring::ForwardRank;
 using cuda::ring::LaunchPlans;
 
@@ -80,18 +81,6 @@ template <class T>
 ncclDataType_t nccl_type() {
   return std::is_same_v<T, __half> ? ncclFloat16 : ncclBfloat16;
 }
-
-struct Events {
-  std::vector<cudaEvent_t> at;
-  explicit Events(int n) : at(n) {
-    for (cudaEvent_t& e : at) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  }
-  ~Events() {
-    for (cudaEvent_t e : at) cudaEventDestroy(e);
-  }
-  Events(const Events&) = delete;
-  Events& operator=(const Events&) = delete;
-};
 
 // This rank of the ring: its communicator, its two streams, its buffers for each pass.
 template <class T>

@@ -35,7 +35,7 @@ namespace flashlab::cuda::ring {
 namespace fa3 = ::flashlab::cuda::fa3ws;
 namespace fa2 = ::flashlab::cuda::fa2;
 
-// Everything here is internal to the .cu file that includes it (the kernels above all): each transport has its own copy.
+// Everything here is internal to each .cu file that includes it (the kernels especially): each transport has its own copy.
 namespace {
 
 // ---- kernels: packing, merging, unpacking (one thread an element or a 16-byte vector) ---------------------
@@ -126,7 +126,23 @@ __global__ void fill_kernel(float* x, std::int64_t n, float value) {
   if (i < n) x[i] = value;
 }
 
-// ---- the rank ---------------------------------------------------------------------------------------------
+// ---- ordering ------------------------------------------------------------------------------------------------
+
+// Events that order a ring's streams (a transport's: which copy or message may start), recorded again at every
+// run, each before anything of that run waits on it.
+struct Events {
+  std::vector<cudaEvent_t> at;
+  explicit Events(int n) : at(n) {
+    for (cudaEvent_t& e : at) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  ~Events() {
+    for (cudaEvent_t e : at) cudaEventDestroy(e);
+  }
+  Events(const Events&) = delete;
+  Events& operator=(const Events&) = delete;
+};
+
+// ---- the rank ----------------------------------------------------------------------------------------------
 
 // Where each range of a rank's packed tokens starts, in tokens (ranges in order).
 std::vector<int> range_starts(const std::vector<TokenRange>& ranges) {

@@ -216,11 +216,14 @@ CheckReport Check::run() const {
   return report;
 }
 
-CheckInputs check_inputs(const Problem& p, DType dtype, bool backward) {
-  validate(p);
-  // The reference check_computed builds later materializes S and P in double: refuse before any work.
+void require_reference_memory(const Problem& p, bool backward) {
   require_memory(3 * io_host_bytes(p.shape, backward) + naive_extra_bytes(p.shape, sizeof(double), backward),
                  "this check (the double-precision reference materializes S and P)");
+}
+
+CheckInputs check_inputs(const Problem& p, DType dtype, bool backward) {
+  validate(p);
+  require_reference_memory(p, backward);  // check_computed builds it later: refuse before any work
   return rounded(dtype, random_qkv(p.shape, DType::F64, p.options.seed),
                  backward ? random_like_o(p.shape, DType::F64, p.options.seed) : HostTensor(), backward);
 }

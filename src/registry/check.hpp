@@ -67,6 +67,8 @@ struct CheckInputs {
   HostTensor d_o;
 };
 CheckInputs check_inputs(const Problem&, DType, bool backward);
+// What check_inputs refuses, alone: a double-precision reference (S and P materialized) that would not fit.
+void require_reference_memory(const Problem&, bool backward);
 CheckReport check_computed(const std::string& name, Device device, const Problem&, DType, const ForwardOut&,
                            const Grads* grads);
 

@@ -9,13 +9,19 @@
 
 namespace flashlab {
 
+void check_ring_block_kernel(const std::string& blocks) {
+  for (const char* name : kRingBlockKernels)
+    if (blocks == name) return;
+  throw InputError("the ring's blocks run on " + std::string(kRingBlockKernels[0]) + " or " + kRingBlockKernels[1] +
+                   ", not " + blocks);
+}
+
 #ifdef FLASHLAB_HAVE_CUDA
 
 namespace {
 RingBlockKernel block_kernel(const std::string& name) {
-  if (name == "cuda-fa3-ws") return RingBlockKernel::Fa3Ws;
-  if (name == "cuda-fa2") return RingBlockKernel::Fa2;
-  throw InputError("the ring's blocks run on cuda-fa3-ws or cuda-fa2, not " + name);
+  check_ring_block_kernel(name);
+  return name == to_string(RingBlockKernel::Fa2) ? RingBlockKernel::Fa2 : RingBlockKernel::Fa3Ws;
 }
 }  // namespace
 

@@ -16,6 +16,8 @@ namespace flashlab {
 
 // The variants a ring's blocks can run on; the first is the default.
 inline constexpr const char* kRingBlockKernels[] = {"cuda-fa3-ws", "cuda-fa2"};
+// Throws InputError, in one sentence, unless `blocks` is one of kRingBlockKernels.
+void check_ring_block_kernel(const std::string& blocks);
 
 // Times the ring of P ranks in `layout` on the current GPU: whole forward (and, with settings.backward,
 // backward) passes on random inputs, as Variant::bench times a kernel. Throws InputError, in one sentence, when
