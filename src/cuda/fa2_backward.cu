@@ -429,29 +429,42 @@ __global__ void __launch_bounds__(BwdConfig<D, kCompact>::kThreads) backward_ker
   cp_async_wait<0>();  // a block with no work never waited for K_j, V_j
 
   // dK_j = scale * sum_i dS_ij^T Q_i; dV_j as accumulated. Rows past the end of the keys are dropped.
-  // kAccumulate: added to the fp32 sums instead.
+  if constexpr (kAccumulate) {  // added to the fp32 sums instead
+    float* dk = p.dk_sum + kv_offset + col0 * kv_stride;
+    float* dv = p.dv_sum + kv_offset + col0 * kv_stride;
+#pragma unroll
+    for (int mi = 0; mi < kKvMT; ++mi)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int r = kv_row0 + mi * 16 + g + 8 * hf;
+        if (col0 + r >= p.seq_k) continue;
+#pragma unroll
+        for (int nt = 0; nt < kKvNT; ++nt) {
+          const int c = kv_col0 + nt * 8 + 2 * t;
+          float2* at_k = reinterpret_cast<float2*>(dk + r * kv_stride + c);
+          float2* at_v = reinterpret_cast<float2*>(dv + r * kv_stride + c);
+          const float2 sk = *at_k, sv = *at_v;
+          *at_k = make_float2(sk.x + acc_dk[mi][nt][2 * hf] * p.scale, sk.y + acc_dk[mi][nt][2 * hf + 1] * p.scale);
+          *at_v = make_float2(sv.x + acc_dv[mi][nt][2 * hf], sv.y + acc_dv[mi][nt][2 * hf + 1]);
+        }
+      }
+    return;
+  }
+  T* dk = static_cast<T*>(p.dk) + kv_offset + col0 * kv_stride;
+  T* dv = static_cast<T*>(p.dv) + kv_offset + col0 * kv_stride;
 #pragma unroll
   for (int mi = 0; mi < kKvMT; ++mi)
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const int r = kv_row0 + mi * 16 + g + 8 * hf;
       if (col0 + r >= p.seq_k) continue;
-      const std::int64_t row = kv_offset + (col0 + r) * kv_stride;
 #pragma unroll
       for (int nt = 0; nt < kKvNT; ++nt) {
         const int c = kv_col0 + nt * 8 + 2 * t;
-        const float dk0 = acc_dk[mi][nt][2 * hf] * p.scale, dk1 = acc_dk[mi][nt][2 * hf + 1] * p.scale;
-        const float dv0 = acc_dv[mi][nt][2 * hf], dv1 = acc_dv[mi][nt][2 * hf + 1];
-        if constexpr (kAccumulate) {
-          float2* at_k = reinterpret_cast<float2*>(p.dk_sum + row + c);
-          float2* at_v = reinterpret_cast<float2*>(p.dv_sum + row + c);
-          const float2 sk = *at_k, sv = *at_v;
-          *at_k = make_float2(sk.x + dk0, sk.y + dk1);
-          *at_v = make_float2(sv.x + dv0, sv.y + dv1);
-        } else {
-          *reinterpret_cast<std::uint32_t*>(static_cast<T*>(p.dk) + row + c) = MmaType<T>::pack(dk0, dk1);
-          *reinterpret_cast<std::uint32_t*>(static_cast<T*>(p.dv) + row + c) = MmaType<T>::pack(dv0, dv1);
-        }
+        *reinterpret_cast<std::uint32_t*>(dk + r * kv_stride + c) =
+            MmaType<T>::pack(acc_dk[mi][nt][2 * hf] * p.scale, acc_dk[mi][nt][2 * hf + 1] * p.scale);
+        *reinterpret_cast<std::uint32_t*>(dv + r * kv_stride + c) =
+            MmaType<T>::pack(acc_dv[mi][nt][2 * hf], acc_dv[mi][nt][2 * hf + 1]);
       }
     }
 }

@@ -442,7 +442,9 @@ __device__ void write_dq(const Params& p, const KeyBlock& kb, unsigned char* sme
   }
 }
 
-template <class T, int D, bool kDropout, bool kTimeline>
+// kAccumulate: dK_j, dV_j added to p.dk_sum, p.dv_sum in fp32 (a ring's block) rather than written to p.dk, p.dv. A
+// template parameter, so that the shipped kernel's code is what it was without the mode.
+template <class T, int D, bool kDropout, bool kTimeline, bool kAccumulate = false>
 struct Consumer {
   using Cfg = BwdConfig<D, kDropout>;
   static constexpr bool kDefer = Cfg::kDeferDq;
@@ -792,7 +794,7 @@ struct Consumer {
   // rows past the end of the keys dropped. Stored straight from the registers (two columns a thread, eight rows
   // a warp per store), they took 5.6 us of a 105-us block at d = 128, N = 2k on the H100.
   __device__ void epilogue(float (&dk)[kNKV], float (&dv)[kNKV]) const {
-    if (p.dk_sum != nullptr) {  // accumulate mode: add to the fp32 sums straight from the registers (a ring's block)
+    if constexpr (kAccumulate) {  // add to the fp32 sums straight from the registers
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const int key = key_of(hf);
@@ -880,7 +882,7 @@ struct Consumer {
 
 // ---- kernel -----------------------------------------------------------------------------------------------
 
-template <class T, int D, bool kDropout, bool kTimeline>
+template <class T, int D, bool kDropout, bool kTimeline, bool kAccumulate = false>
 __global__ void __launch_bounds__(kThreads, 1)
     fa3_ws_backward_kernel(const __grid_constant__ Params p, const __grid_constant__ BwdMaps maps) {
   using Cfg = BwdConfig<D, kDropout>;
@@ -912,7 +914,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
     setmaxnreg_inc<kConsumerRegs>();
     const int lane = tid % 32;
-    const Consumer<T, D, kDropout, kTimeline> consumer{p, kb, smem, bars, wg - 1, tid, tid / 32, lane / 4, lane % 4};
+    const Consumer<T, D, kDropout, kTimeline, kAccumulate> consumer{p, kb, smem, bars, wg - 1, tid, tid / 32, lane / 4, lane % 4};
     consumer.tl.start(p, tid == 0 && blockIdx.y == 0);  // the K/V blocks j < kTimelineBlocks of (batch 0, head 0)
     consumer.run();
   }
@@ -985,7 +987,7 @@ __global__ void __launch_bounds__(kConvertThreads) convert_dq_kernel(const Param
 
 // ---- host launcher ----------------------------------------------------------------------------------------
 
-template <class T, int D, bool kDropout, bool kTimeline>
+template <class T, int D, bool kDropout, bool kTimeline, bool kAccumulate = false>
 void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
   using Cfg = BwdConfig<D, kDropout>;
   const int n_q = (p.seq_q + Cfg::kBr - 1) / Cfg::kBr;
@@ -1000,7 +1002,7 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
   maps.d_o = make_bshd_tensor_map(p.d_o, dtype, p.batch, p.seq_q, p.heads_q, D, Cfg::kBr);
   maps.k = make_bshd_tensor_map(p.k, dtype, p.batch, p.seq_k, p.heads_kv, D, Cfg::kBc);
   maps.v = make_bshd_tensor_map(p.v, dtype, p.batch, p.seq_k, p.heads_kv, D, Cfg::kBc);
-  auto kernel = fa3_ws_backward_kernel<T, D, kDropout, kTimeline>;
+  auto kernel = fa3_ws_backward_kernel<T, D, kDropout, kTimeline, kAccumulate>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kBytes),
              "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
   const dim3 grid((p.seq_k + Cfg::kBc - 1) / Cfg::kBc, p.batch * p.heads_kv);
@@ -1049,6 +1051,9 @@ void launch(DType dtype, const Params& p, cudaStream_t stream) {
   if (sums != 0 && sums != 3)
     throw std::invalid_argument("cuda-fa3-ws's backward accumulates into fp32 sums only with all three of dq_sum, dk_sum "
                                 "and dv_sum set.");
+  if (sums != 0 && (p.dropout || kTimeline))
+    throw std::invalid_argument("cuda-fa3-ws's backward accumulates into fp32 sums only without dropout and outside the "
+                                "timeline build (a ring's block has neither).");
   if (reinterpret_cast<std::uintptr_t>(p.o) % 16 != 0 || reinterpret_cast<std::uintptr_t>(p.d_o) % 16 != 0)
     throw std::invalid_argument("cuda-fa3-ws's backward reads O and dO in 16-byte vectors: both must start at a 16-byte "
                                 "aligned address.");
@@ -1057,6 +1062,7 @@ void launch(DType dtype, const Params& p, cudaStream_t stream) {
     auto with_dropout = [&]<int D>() {
       if constexpr (kTimeline) launch_config<T, D, false, true>(dtype, p, stream);  // checked: no dropout
       else if (p.dropout) launch_config<T, D, true, false>(dtype, p, stream);
+      else if (p.dk_sum != nullptr) launch_config<T, D, false, false, true>(dtype, p, stream);  // a ring's block
       else launch_config<T, D, false, false>(dtype, p, stream);
     };
     if (p.head_dim == 64) with_dropout.template operator()<64>();
