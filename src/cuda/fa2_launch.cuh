@@ -26,6 +26,7 @@ struct Params {
   void* dv = nullptr;          // (B, S_k, H_kv, D)
   // Accumulate mode (a ring's block, cuda/ring_rank.cuh): with all three set, dq, dk and dv are not written;
   // the block's dQ, dK and dV are added, in fp32, into these (B, S, H, D) fp32 tensors of the same extents.
+  // Without dropout.
   float* dq_sum = nullptr;
   float* dk_sum = nullptr;
   float* dv_sum = nullptr;

@@ -51,7 +51,8 @@ struct Params {
   void* dv = nullptr;         // (B, S_k, H_kv, D)
   // Accumulate mode (a ring's block, cuda/ring.cu): with all three set, dq, dk and dv are not written; instead
   // the block's dQ, dK and dV are added, in fp32, into these (B, S, H, D) fp32 tensors of the same extents, so
-  // that partial sums over many K/V (or Q) blocks are rounded to the input dtype once, at the end.
+  // that partial sums over many K/V (or Q) blocks are rounded to the input dtype once, at the end. Without
+  // dropout, outside the timeline build.
   float* dq_sum = nullptr;
   float* dk_sum = nullptr;
   float* dv_sum = nullptr;
