@@ -2,6 +2,9 @@
 """The ncu side of scripts/record_dram_counters.sh: runs `flashlab bench --one-pass` under Nsight Compute for
 each (variant, head dim, causal) with every N of its list in one process, gives each N its kernels (the
 passes run in N's order, each launching the same number of kernels), and writes <gpu>-dram-counters.json.
+With --plan l2-transition it measures instead where cuda-fa1's Q and O (B * H * 2 * N * d * 4 bytes, swept
+again and again by its blocks) cross the L2's size, N and H in small steps, with the L2's own sector counters
+beside the DRAM's, into <gpu>-dram-counters_l2-transition.json.
 Standard library only (the GPU machine has no extra packages). `--parse-only REPORT_CSV BENCH_JSON` prints
 what one ncu report gives, for checking the parsing without a GPU."""
 import argparse
@@ -37,6 +40,21 @@ PLAN = [("cuda-fa2", "bf16", LONG), ("cuda-naive", "f32", FP32), ("cuda-fa1", "f
 HEAD_DIMS = [64, 128]
 CAUSAL = ["none", "top-left"]
 BATCH, HEADS = 1, 16
+# The L2's side of the story (--plan l2-transition): lookups by the SMs of a partition's own side, and requests
+# that come over the fabric from the other partition. Kept per kernel under "l2_sectors" when ncu knows them.
+L2_METRICS = [
+    "lts__t_sectors_srcunit_tex_op_read.sum", "lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum",
+    "lts__t_sectors_srcunit_tex_op_read_lookup_miss.sum", "lts__t_sectors_srcunit_tex_op_write.sum",
+    "lts__t_sectors_srcunit_ltcfabric.sum", "lts__t_sectors_srcunit_ltcfabric_lookup_hit.sum",
+    "lts__t_sectors_srcunit_ltcfabric_lookup_miss.sum",
+]
+# (batch, heads, head dim, causal, lengths): cuda-fa1's Q and O from 16 to 64 MiB, by N and by H; the same 32 MiB
+# with 8 to 64 blocks; d = 128.
+TRANSITION = (
+    [(1, h, 64, "none", [4096]) for h in (8, 10, 12, 13, 14, 15, 16, 17, 18, 20, 24, 32)] +
+    [(1, 16, 64, c, [2048, 2560, 3072, 3328, 3584, 3840, 4096, 4352, 4608, 5120, 6144, 8192]) for c in CAUSAL] +
+    [(1, 8, 64, "none", [8192]), (1, 32, 64, "none", [2048]), (1, 64, 64, "none", [1024]),
+     (2, 8, 64, "none", [4096]), (4, 4, 64, "none", [4096]), (1, 16, 128, "none", [1536, 2048, 2560])])
 
 
 def number(text):
@@ -70,6 +88,9 @@ def parse_raw_csv(text):
             "sm_count": number(cell.get("device__attribute_multiprocessor_count", "")),
             "l2_bytes": number(cell.get("device__attribute_l2_cache_size", "")),
         })
+        l2 = {m[:-len(".sum")]: int(number(cell[m])) for m in L2_METRICS if number(cell.get(m, "")) is not None}
+        if l2:
+            kernels[-1]["l2_sectors"] = l2
     kernels.sort(key=lambda k: k["id"])
     return kernels
 
@@ -97,7 +118,11 @@ def attribute(bench_rows, kernels, variant, dtype, head_dim, causal):
 
 
 def key(run):
-    return (run["variant"], run["head_dim"], run["causal"], run["seq"])
+    return (run["variant"], run["batch"], run["heads"], run["head_dim"], run["causal"], run["seq"])
+
+
+def sort_key(run):
+    return (run["variant"], run["head_dim"], run["causal"], run["batch"], run["heads"], run["seq"])
 
 
 def gpu_id(device):
@@ -106,24 +131,24 @@ def gpu_id(device):
     return (words[1] if len(words) > 1 and words[0] == "NVIDIA" else words[0]).lower()
 
 
-def measure(args, variant, dtype, head_dim, causal, seqs, workdir):
+def measure(args, variant, dtype, head_dim, causal, seqs, workdir, batch=BATCH, heads=HEADS):
     report = os.path.join(workdir, "r")
     bench_json = os.path.join(workdir, "bench.json")
     for path in (report + ".ncu-rep", bench_json):
         if os.path.exists(path):
             os.remove(path)
-    metrics = DRAM_METRICS + (LAUNCH_METRICS if args.launch_metrics else [])
+    metrics = DRAM_METRICS + (LAUNCH_METRICS if args.launch_metrics else []) + (L2_METRICS if args.l2_metrics else [])
     cmd = ([args.ncu] + NCU_OPTIONS + ["--metrics", ",".join(metrics), "--export", report, "--force-overwrite"] +
-           [args.flashlab, "bench", "--device", "cuda", "--variants", variant, "--dtype", dtype, "--batch", str(BATCH),
-            "--heads", str(HEADS), "--head-dim", str(head_dim), "--causal", causal,
+           [args.flashlab, "bench", "--device", "cuda", "--variants", variant, "--dtype", dtype, "--batch", str(batch),
+            "--heads", str(heads), "--head-dim", str(head_dim), "--causal", causal,
             "--seq", ",".join(map(str, seqs)), "--one-pass", "--json", bench_json])
     done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     with open(os.path.join(args.out, "record-ncu.log"), "a") as log:
         log.write("\n$ " + " ".join(cmd) + "\n" + done.stdout)
-    if done.returncode != 0 and args.launch_metrics and "metric" in done.stdout.lower():
-        print("ncu refused a launch metric: measuring the DRAM counters alone from here on")
-        args.launch_metrics = False
-        return measure(args, variant, dtype, head_dim, causal, seqs, workdir)
+    if done.returncode != 0 and (args.launch_metrics or args.l2_metrics) and "metric" in done.stdout.lower():
+        print("ncu refused a launch or L2 metric: measuring the DRAM counters alone from here on")
+        args.launch_metrics = args.l2_metrics = False
+        return measure(args, variant, dtype, head_dim, causal, seqs, workdir, batch, heads)
     if done.returncode != 0 or not os.path.exists(bench_json):
         raise RuntimeError(f"ncu or flashlab bench failed (exit {done.returncode}); see record-ncu.log")
     listing = subprocess.run([args.ncu, "--import", report + ".ncu-rep", "--csv", "--page", "raw", "--print-units", "base"],
@@ -141,9 +166,12 @@ def main():
     ap.add_argument("--deadline", type=float, default=float("inf"), help="epoch seconds: start no run after it")
     ap.add_argument("--variants", nargs="*", help="only these variants")
     ap.add_argument("--command", default="", help="the command line to record")
+    ap.add_argument("--plan", choices=["variants", "l2-transition"], default="variants",
+                    help="the four variants' runs (default), or cuda-fa1 where its Q and O cross the L2's size")
     ap.add_argument("--parse-only", nargs=2, metavar=("REPORT_CSV", "BENCH_JSON"))
     args = ap.parse_args()
     args.launch_metrics = True
+    args.l2_metrics = args.plan == "l2-transition"
     if args.parse_only:
         runs, skipped = attribute(json.load(open(args.parse_only[1]))["rows"],
                                   parse_raw_csv(open(args.parse_only[0]).read()), "cuda-fa2", "bf16", 64, "none")
@@ -151,7 +179,7 @@ def main():
         return 0
 
     os.makedirs(args.out, exist_ok=True)
-    name = f"{gpu_id(args.device)}-dram-counters.json"
+    name = f"{gpu_id(args.device)}-dram-counters{'_l2-transition' if args.plan == 'l2-transition' else ''}.json"
     path = os.path.join(args.out, name)
     kept = {}
     for earlier in (path, os.path.join("bench", "results", name)):
@@ -177,39 +205,41 @@ def main():
         "runs": list(kept.values()),
         "not_recorded": [],
     }
-    selected = [p for p in PLAN if not args.variants or p[0] in args.variants]
+    if args.plan == "l2-transition":
+        configs = [("cuda-fa1", "f32", b, h, d, c, seqs) for b, h, d, c, seqs in TRANSITION]
+    else:
+        configs = [(v, dtype, BATCH, HEADS, d, c, seqs) for v, dtype, seqs in PLAN
+                   if not args.variants or v in args.variants for d in HEAD_DIMS for c in CAUSAL]
     with tempfile.TemporaryDirectory() as workdir:
-        for variant, dtype, seqs in selected:
-            for head_dim in HEAD_DIMS:
-                for causal in CAUSAL:
-                    todo = [n for n in seqs if (variant, head_dim, causal, n) not in kept]
-                    if not todo:
-                        continue
-                    label = f"{variant} d={head_dim} causal={causal} N={','.join(map(str, todo))}"
-                    if time.time() > args.deadline:
-                        result["not_recorded"] += [{"variant": variant, "head_dim": head_dim, "causal": causal,
-                                                    "seq": n, "reason": "out of time"} for n in todo]
-                        print(f"out of time: {label} not run")
-                        continue
-                    t0 = time.time()
-                    try:
-                        runs, skipped = measure(args, variant, dtype, head_dim, causal, todo, workdir)
-                    except (RuntimeError, ValueError, subprocess.CalledProcessError) as e:
-                        result["not_recorded"] += [{"variant": variant, "head_dim": head_dim, "causal": causal,
-                                                    "seq": n, "reason": str(e)} for n in todo]
-                        print(f"failed: {label}: {e}")
-                        continue
-                    result["runs"] += runs
-                    result["not_recorded"] += skipped
-                    print(f"{label}: {len(runs)} runs in {time.time() - t0:.0f} s")
-                    for r in runs:
-                        print(f"  N={r['seq']:>6}: DRAM read {r['dram_read_bytes'] / 1e6:10.1f} MB, "
-                              f"written {r['dram_write_bytes'] / 1e6:9.1f} MB, {len(r['kernels'])} kernel(s)")
-                    # Written after every configuration: a call cut short keeps what it measured.
-                    result["runs"].sort(key=lambda r: (r["variant"], r["head_dim"], r["causal"], r["seq"]))
-                    with open(path, "w") as f:
-                        json.dump(result, f, indent=1)
-    result["runs"].sort(key=lambda r: (r["variant"], r["head_dim"], r["causal"], r["seq"]))
+        for variant, dtype, batch, heads, head_dim, causal, seqs in configs:
+            todo = [n for n in seqs if (variant, batch, heads, head_dim, causal, n) not in kept]
+            if not todo:
+                continue
+            label = f"{variant} B={batch} H={heads} d={head_dim} causal={causal} N={','.join(map(str, todo))}"
+            if time.time() > args.deadline:
+                result["not_recorded"] += [{"variant": variant, "batch": batch, "heads": heads, "head_dim": head_dim,
+                                            "causal": causal, "seq": n, "reason": "out of time"} for n in todo]
+                print(f"out of time: {label} not run")
+                continue
+            t0 = time.time()
+            try:
+                runs, skipped = measure(args, variant, dtype, head_dim, causal, todo, workdir, batch, heads)
+            except (RuntimeError, ValueError, subprocess.CalledProcessError) as e:
+                result["not_recorded"] += [{"variant": variant, "batch": batch, "heads": heads, "head_dim": head_dim,
+                                            "causal": causal, "seq": n, "reason": str(e)} for n in todo]
+                print(f"failed: {label}: {e}")
+                continue
+            result["runs"] += runs
+            result["not_recorded"] += skipped
+            print(f"{label}: {len(runs)} runs in {time.time() - t0:.0f} s")
+            for r in runs:
+                print(f"  N={r['seq']:>6}: DRAM read {r['dram_read_bytes'] / 1e6:10.1f} MB, "
+                      f"written {r['dram_write_bytes'] / 1e6:9.1f} MB, {len(r['kernels'])} kernel(s)")
+            # Written after every configuration: a call cut short keeps what it measured.
+            result["runs"].sort(key=sort_key)
+            with open(path, "w") as f:
+                json.dump(result, f, indent=1)
+    result["runs"].sort(key=sort_key)
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
     print(f"wrote {path}: {len(result['runs'])} runs, {len(result['not_recorded'])} not recorded")

@@ -15,7 +15,9 @@
 # (--profile-from-start off) measures those kernels only, each from a flushed L2 (--cache-control all),
 # clocks left alone (--clock-control none). The whole call stays under BUDGET_S seconds (default 540,
 # the build included): runs that would start later are listed under "not_recorded".
-# Environment: SKIP_BUILD=1 reuses build-device; BUDGET_S; VARIANTS narrows the list (space separated).
+# Environment: SKIP_BUILD=1 reuses build-device; BUDGET_S; VARIANTS narrows the list (space separated);
+# PLAN=l2-transition measures instead cuda-fa1 where its Q and O cross the L2's size (N and H in small steps,
+# with the L2's own sector counters), into <gpu>-dram-counters_l2-transition.json (about 3 minutes).
 set -uo pipefail
 started=$(date +%s)
 out=${1:-bench/results}
@@ -31,5 +33,5 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
   echo "built in $(( $(date +%s) - started )) s"
 fi
 PYTHONUNBUFFERED=1 python3 scripts/dram_counters.py --flashlab build-device/bin/flashlab --ncu "$ncu" --device "$device" --out "$out" \
-  --deadline $(( started + ${BUDGET_S:-540} )) ${VARIANTS:+--variants $VARIANTS} \
-  --command "bash scripts/record_dram_counters.sh $*"
+  --deadline $(( started + ${BUDGET_S:-540} )) ${VARIANTS:+--variants $VARIANTS} ${PLAN:+--plan $PLAN} \
+  --command "${PLAN:+PLAN=$PLAN }bash scripts/record_dram_counters.sh $*"

@@ -12,6 +12,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -53,12 +54,11 @@ struct KnownMiss {
   CausalAlign causal;
 };
 constexpr KnownMiss kKnownMisses[] = {
-    // cuda-fa1 where the 16 heads' Q and O take 32 MiB, about the L2's size: the counters say about a quarter
-    // of the passes over Q and O miss; an LRU either holds them all (the model: none) or none.
+    // cuda-fa1 where the 16 heads' Q and O take 32 MiB, in the middle of the L2's transition: the reads are
+    // within 20% (-19%), the writes are not (the model 278 MB, the counters 470; read + written -28%). The
+    // transition files show these shapes vary by tens of percent from run to run (d = 64: 349-607 MB read).
     {"h100", "cuda-fa1", 64, 4096, CausalAlign::None},
     {"h100", "cuda-fa1", 128, 2048, CausalAlign::None},
-    {"h100", "cuda-fa1", 64, 4096, CausalAlign::TopLeft},
-    {"h100", "cuda-fa1", 128, 2048, CausalAlign::TopLeft},
 };
 
 bool known_miss(const GpuSpec& gpu, const RecordedRun& r) {
@@ -163,6 +163,72 @@ TEST_CASE("the GPU level predicts the DRAM bytes Nsight Compute recorded") {
     int listed = 0;  // every known miss of this GPU was recorded: the list names runs, not guesses
     for (const KnownMiss& m : kKnownMisses) listed += m.gpu == gpu->id;
     CHECK(misses == listed);
+  }
+}
+
+// cuda-fa1 where its Q and O cross the L2's size (bench/results/h100-dram-counters_l2-transition*.json, recorded
+// with PLAN=l2-transition, each by one device command): N and H in small steps, Q and O from 16 to 64 MiB. The
+// counters move smoothly from no re-reads to a re-read every pass, and in between they vary from run to run (the
+// same shape twice in one call read 545 and 349 MB), so these files are not held run by run: they decide the
+// L2's associativity, the one number the model takes from counters (model/gpu.cpp). Over all their runs, the
+// GPU's ways must give the smallest mean |log(model / counters)| of the reads among an LRU and 8, 16 and 32 ways.
+std::vector<std::string> transition_files() {
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(kResults)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("h100-dram-counters_l2-transition", 0) == 0 && name.ends_with(".json"))
+      files.push_back(entry.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+TEST_CASE("where cuda-fa1's Q and O cross the L2's size, the GPU's associativity is the one that follows the counters") {
+  const std::vector<std::string> files = transition_files();
+  REQUIRE(files.size() >= 2);  // two calls at least: the spread between runs is part of the evidence
+  const GpuSpec& h100 = find_gpu("h100");
+  constexpr int kWays[] = {16, 0, 8, 32};  // the GPU's first
+  REQUIRE(h100.l2_ways == kWays[0]);
+  double log_error[std::size(kWays)] = {};
+  int runs = 0;
+  std::ostringstream table;
+  table << "cuda-fa1 DRAM reads, MB per pass\n"
+        << " B   H    d  causal     N   Q+O MiB  counters   16 ways     LRU   8 ways  32 ways\n";
+  for (const std::string& path : files) {
+    CAPTURE(path);
+    const DramCounters c = read_dram_counters(path);
+    REQUIRE(gpu_for_device(c.device) == &h100);
+    table << path << " (" << c.date << ")\n";
+    for (const RecordedRun& r : c.runs) {
+      REQUIRE(r.variant == "cuda-fa1");
+      Problem p;
+      p.shape = r.shape;
+      p.options.causal = r.causal;
+      double model[std::size(kWays)];
+      for (std::size_t n = 0; n < std::size(kWays); ++n) {
+        GpuSpec gpu = h100;
+        gpu.l2_ways = kWays[n];
+        model[n] = double(model_gpu_traffic(gpu, p.shape, gpu_forward_pass(r.variant, p, gpu).kernels).dram.total_read());
+        log_error[n] += std::abs(std::log(model[n] / double(r.dram_read_bytes)));
+      }
+      ++runs;
+      const double q_and_o = 2.0 * r.shape.batch * r.shape.heads_q * r.shape.seq_q * r.shape.head_dim * 4;
+      char line[200];
+      std::snprintf(line, sizeof line, "%2d %3d %4d  %-8s %6d %8.1f %9s %9s %9s %8s %8s\n", r.shape.batch,
+                    r.shape.heads_q, r.shape.head_dim, to_string(r.causal), r.shape.seq_q, q_and_o / (1 << 20),
+                    mb(double(r.dram_read_bytes)).c_str(), mb(model[0]).c_str(), mb(model[1]).c_str(),
+                    mb(model[2]).c_str(), mb(model[3]).c_str());
+      table << line;
+    }
+  }
+  table << "mean |log(model / counters)| over " << runs << " runs:";
+  for (std::size_t n = 0; n < std::size(kWays); ++n)
+    table << " " << (kWays[n] ? std::to_string(kWays[n]) + " ways" : std::string("LRU")) << " "
+          << log_error[n] / runs;
+  MESSAGE(table.str());
+  for (std::size_t n = 1; n < std::size(kWays); ++n) {
+    CAPTURE(kWays[n]);
+    CHECK(log_error[0] < log_error[n]);
   }
 }
 

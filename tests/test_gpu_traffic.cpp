@@ -1,8 +1,9 @@
 // The GPU level of the traffic model (model/gpu.hpp) and the CUDA variants' kernels as it replays them
-// (registry/gpu_models.hpp): lock-step rounds of resident thread blocks, an LRU per L2 partition (a store to
+// (registry/gpu_models.hpp): lock-step rounds of resident thread blocks, a cache per L2 partition (a store to
 // the partitions its bytes are homed in, a near copy only refreshed), cold per kernel; the paper's count
-// above it and the compulsory traffic below; and the H100's measured DRAM reads of cuda-fa2 that it must
-// reproduce.
+// above it and the compulsory traffic below; the H100's measured DRAM reads of cuda-fa2 that it must
+// reproduce; and the partitions' caches themselves (model/l2_sets.hpp): an exact LRU with 0 ways (the toy
+// GPUs here), sets of 16 ways on the H100.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -15,6 +16,8 @@
 #include "cuda/tilings.hpp"
 #include "model/dram_counters.hpp"
 #include "model/gpu.hpp"
+#include "model/l2_sets.hpp"
+#include "model/traffic.hpp"
 #include "registry/gpu_models.hpp"
 
 using namespace flashlab;
@@ -91,6 +94,13 @@ I64 qkv_bytes(const Problem& p, int bytes) {
 }
 
 I64 rd(const TrafficTotals& t, TensorId id) { return t.read[static_cast<int>(id)]; }
+
+// The H100 with a fully associative LRU in each partition: where the structure of a replay is exact.
+GpuSpec h100_lru() {
+  GpuSpec g = find_gpu("h100");
+  g.l2_ways = 0;
+  return g;
+}
 
 }  // namespace
 
@@ -182,33 +192,116 @@ TEST_CASE("a store's far half refreshes the near copy: no DRAM read, no second w
   CHECK(kept.dirty_at_end == 50);          // the near half
 }
 
-TEST_CASE("L2Model::refresh makes a held tile the newest and counts nothing; a tile it does not hold, nothing") {
-  auto event = [](int tile, Direction d) {
-    TileEvent e;
-    e.tensor = TensorId::O;
-    e.direction = d;
-    e.tile_col = tile;
-    e.bytes = 100;
-    return e;
-  };
-  L2Model l2(200);
-  l2.access(event(0, kStore));  // dirty
-  l2.access(event(1, kLoad));
+namespace {
+TileEvent o_tile(int tile, Direction d, I64 bytes = 100) {
+  TileEvent e;
+  e.tensor = TensorId::O;
+  e.direction = d;
+  e.tile_col = tile;
+  e.bytes = bytes;
+  return e;
+}
+}  // namespace
+
+TEST_CASE("SetAssociativeL2::refresh makes a held tile the newest and counts nothing; a tile it does not hold, nothing") {
+  const Shape shape = problem(64, 64).shape;
+  SetAssociativeL2 l2(200, 0, shape);
+  l2.access(o_tile(0, kStore));  // dirty
+  l2.access(o_tile(1, kLoad));
   const TrafficTotals before = l2.dram();
   const I64 hits = l2.hit_bytes();
-  l2.refresh(event(0, kStore));  // 0 is now newer than 1
-  l2.refresh(event(5, kStore));  // not held: not inserted
+  l2.refresh(o_tile(0, kStore));  // 0 is now newer than 1
+  l2.refresh(o_tile(5, kStore));  // not held: not inserted
   CHECK(l2.dram().events == before.events);
-  CHECK(l2.dram().read == before.read);
   CHECK(l2.hit_bytes() == hits);
-  CHECK(!l2.holds(event(5, kLoad)));
-  l2.access(event(2, kLoad));  // evicts the oldest: 1, clean
-  CHECK(l2.holds(event(0, kLoad)));
-  CHECK(!l2.holds(event(1, kLoad)));
+  CHECK(l2.presence(o_tile(5, kLoad)) == 0);
+  l2.access(o_tile(2, kLoad));  // evicts the oldest: 1, clean
+  CHECK(l2.presence(o_tile(0, kLoad)) == 1);
+  CHECK(l2.presence(o_tile(1, kLoad)) == 0);
+  l2.settle();
+  CHECK(l2.dram().total_read() == 200);  // 1 and 2
   CHECK(l2.dram().total_written() == 0);
   CHECK(l2.dirty_bytes() == 100);  // 0 kept its dirty state
-  l2.flush();
-  CHECK(l2.dram().total_written() == 100);
+}
+
+TEST_CASE("SetAssociativeL2 with 0 ways is the L2Model's LRU of whole tiles, byte for byte") {
+  // A mixed stream: tiles of 64-640 bytes, loads and stores, reused at every distance around the capacity.
+  const Shape shape = problem(64, 64).shape;
+  for (const I64 capacity : {I64{0}, I64{1000}, I64{5000}, I64{40000}}) {
+    CAPTURE(capacity);
+    L2Model lru(capacity, &shape);
+    SetAssociativeL2 sets(capacity, 0, shape);
+    std::uint64_t x = 12345;
+    for (int n = 0; n < 20000; ++n) {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      const int tile = int((x >> 33) % (n % 3 == 0 ? 200 : 40));
+      const TileEvent e = o_tile(tile, (x >> 20) % 4 == 0 ? kStore : kLoad, 64 * (1 + tile % 10));
+      lru.on_event(e);
+      sets.access(e);
+    }
+    sets.settle();
+    CHECK(sets.dram().read == lru.dram().read);
+    CHECK(sets.dram().written == lru.dram().written);
+    CHECK(sets.dirty_bytes() == lru.dirty_bytes());
+    CHECK(sets.hit_bytes() == lru.hit_bytes());
+  }
+}
+
+TEST_CASE("SetAssociativeL2 with A ways: a line reused after D bytes is still there with P(Poisson(A D / C) < A)") {
+  // A working set of W bytes swept again and again: every reuse comes after W - 100 bytes of other tiles.
+  auto poisson_below = [](double lambda, int k) {
+    double term = std::exp(-lambda), sum = 0;
+    for (int n = 0; n < k; ++n) sum += term, term *= lambda / (n + 1);
+    return sum;
+  };
+  const Shape shape = problem(64, 64).shape;
+  const I64 capacity = 100000;
+  for (const int ways : {4, 16}) {
+    for (const int tiles : {500, 800, 1000, 1300}) {
+      CAPTURE(ways);
+      CAPTURE(tiles);
+      SetAssociativeL2 l2(capacity, ways, shape);
+      const int passes = 10;
+      for (int pass = 0; pass < passes; ++pass)
+        for (int t = 0; t < tiles; ++t) l2.access(o_tile(t, kLoad));
+      l2.settle();
+      const double w = 100.0 * tiles, kept = poisson_below(ways * (w - 100) / double(capacity), ways);
+      CAPTURE(kept);
+      // The first pass is compulsory; each later one misses what is gone.
+      CHECK(double(l2.dram().total_read()) == doctest::Approx(w + (passes - 1) * w * (1 - kept)).epsilon(1e-3));
+      CHECK(double(l2.hit_bytes()) == doctest::Approx((passes - 1) * w * kept).epsilon(1e-3));
+    }
+  }
+  // The same at 80% of the capacity: an LRU keeps everything, 16 ways lose a fifth, 4 ways a third.
+  SetAssociativeL2 lru(capacity, 0, shape), sixteen(capacity, 16, shape);
+  for (int pass = 0; pass < 2; ++pass)
+    for (int t = 0; t < 800; ++t) lru.access(o_tile(t, kLoad)), sixteen.access(o_tile(t, kLoad));
+  lru.settle();
+  sixteen.settle();
+  CHECK(lru.dram().total_read() == 80000);
+  CHECK(double(sixteen.dram().total_read()) / 80000 - 1 > 0.15);
+  CHECK(double(sixteen.dram().total_read()) / 80000 - 1 < 0.25);
+}
+
+TEST_CASE("SetAssociativeL2: dirty bytes that left are written back once, the rest stay dirty; a peer serves its share") {
+  const Shape shape = problem(64, 64).shape;
+  // Stores of W = 0.8 C, then a sweep of loads over other tiles as large: what was dirty and left is written.
+  const I64 capacity = 100000;
+  SetAssociativeL2 l2(capacity, 16, shape);
+  for (int t = 0; t < 800; ++t) l2.access(o_tile(t, kStore));
+  for (int t = 1000; t < 1800; ++t) l2.access(o_tile(t, kLoad));
+  l2.settle();
+  const double written = double(l2.dram().total_written()), dirty = double(l2.dirty_bytes());
+  CHECK(written + dirty == doctest::Approx(80000).epsilon(1e-9));  // each dirty byte once: left, or still here
+  CHECK(written > 40000);  // after 0.8-1.6 C of newer bytes, most are gone
+  CHECK(dirty > 0);
+  // A load that another cache serves in full reads nothing from DRAM and counts as a hit.
+  SetAssociativeL2 near(capacity, 16, shape);
+  near.access(o_tile(7, kLoad), 1.0);
+  near.settle();
+  CHECK(near.dram().total_read() == 0);
+  CHECK(near.hit_bytes() == 100);
+  CHECK(near.presence(o_tile(7, kLoad)) == doctest::Approx(1.0));
 }
 
 TEST_CASE("a finished block hands its place to the next block in launch order, which starts the next round") {
@@ -282,14 +375,15 @@ TEST_CASE("cuda-fa2 on the H100: the model reproduces the DRAM reads Nsight Comp
 
 TEST_CASE("past the knee, each wave of resident blocks reads the K and V of every head it spans, once") {
   // cuda-fa2, d = 64, N = 8k: 264 resident blocks of 128 query rows span four heads, whose K and V (8 MiB)
-  // fit the L2: Q, K and V are read once.
+  // fit the L2: Q, K and V are read once. (In 16-way sets a few lines still meet a full set: under 0.01%.)
   const Problem small = problem(8192, 64);
-  CHECK(model("cuda-fa2", small).dram.total_read() == qkv_bytes(small, 2));
+  CHECK(model("cuda-fa2", small, h100_lru()).dram.total_read() == qkv_bytes(small, 2));
+  CHECK(double(model("cuda-fa2", small).dram.total_read()) == doctest::Approx(double(qkv_bytes(small, 2))).epsilon(1e-4));
   // d = 128, N = 128k: a head's K and V (64 MiB) outgrow the L2. Non-causal blocks are all as long, so the
   // blocks run in waves of 264; a wave loads each K_j, V_j of a head it spans once (its blocks share it in
   // the same round), and nothing survives from one wave to the next.
   const Problem p = problem(131072, 128);
-  const GpuTraffic t = model("cuda-fa2", p);
+  const GpuTraffic t = model("cuda-fa2", p, h100_lru());
   const I64 blocks_per_head = 131072 / 128, blocks = 16 * blocks_per_head, wave = 2 * 132;
   I64 heads_spanned = 0;
   for (I64 first = 0; first < blocks; first += wave)
@@ -298,6 +392,9 @@ TEST_CASE("past the knee, each wave of resident blocks reads the K and V of ever
   CHECK(rd(t.dram, TensorId::K) == heads_spanned * kv_head_bytes);
   CHECK(rd(t.dram, TensorId::V) == heads_spanned * kv_head_bytes);
   CHECK(rd(t.dram, TensorId::Q) == 16 * kv_head_bytes);
+  // The waves are far apart: 16-way sets change nothing that shows.
+  const GpuTraffic sets = model("cuda-fa2", p);
+  CHECK(double(rd(sets.dram, TensorId::K)) == doctest::Approx(double(rd(t.dram, TensorId::K))).epsilon(1e-4));
 }
 
 TEST_CASE("cuda-fa3-ws: one block per SM takes tiles in groups of heads whose K and V fit half the L2") {
@@ -355,8 +452,9 @@ TEST_CASE("cuda-fa1: line 2's stores leave O, l and m in the L2, so the first K/
   // stores O = 0, l = 0, m = -inf before its loops, so its loads of O_i, l_i, m_i at j = 0 hit: DRAM reads
   // are Q, K and V once. After its loops it reads l and m again to write L.
   const Problem p = problem(1024, 64);
-  const GpuTraffic t = model("cuda-fa1", p);
+  const GpuTraffic t = model("cuda-fa1", p, h100_lru());
   CHECK(t.dram.total_read() == qkv_bytes(p, 4));
+  CHECK(double(model("cuda-fa1", p).dram.total_read()) == doctest::Approx(double(qkv_bytes(p, 4))).epsilon(1e-4));
   const I64 o_bytes = I64{16} * 1024 * 64 * 4, row_bytes = I64{16} * 1024 * 4;
   const I64 Tc = 1024 / cuda::fa1::forward_tiling(64).Bc;
   CHECK(rd(t.two_level, TensorId::O) == Tc * o_bytes);  // the nest's loads, as the paper counts them

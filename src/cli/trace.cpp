@@ -278,8 +278,8 @@ int TraceCommand::run_gpu(std::ostream& out) const {
       << ", causal " << flashlab::to_string(p.options.causal) << ", " << flashlab::to_string(pass.dtype) << "\n";
   out << "GPU: " << g.sms << " SMs, L2 " << format_bytes(double(g.l2_bytes)) << " in " << g.l2_partitions
       << " partitions of " << format_bytes(double(g.partition_bytes()))
-      << ", each an LRU of what the SMs on its side access (a miss there is served by the other when it holds "
-         "the tile)\n";
+      << ", each a cache of " << g.l2_ways << "-way sets holding what the SMs on its side access (a miss there is "
+         "served by the other when it holds the tile)\n";
   out << "kernel tiling: " << pass.tiling_note << "\n";
   for (const KernelTraffic& k : t.kernels)
     out << "  " << k.name << ": " << k.units << " units, " << k.resident << " resident, " << k.rounds

@@ -1,27 +1,30 @@
 // The GPU level of the traffic model (gpu.hpp): the GPUs described, and the lock-step replay of a
-// kernel's thread blocks through an L2Model.
+// kernel's thread blocks through the L2 partitions' caches (SetAssociativeL2).
 #include "model/gpu.hpp"
 
 #include <algorithm>
 #include <array>
 #include <limits>
-#include <memory>
 #include <string>
+
+#include "model/l2_sets.hpp"
 
 namespace flashlab {
 
 namespace {
 
 // The GPUs the project runs on, as the CUDA runtime reports them (multiprocessor count and
-// cudaDevAttrL2CacheSize); both split their L2 in two partitions.
+// cudaDevAttrL2CacheSize); both split their L2 in two partitions. NVIDIA does not publish the L2's
+// associativity: 16 ways is the one number the model takes from the counters, where cuda-fa1's working set
+// crosses the L2's size (bench/results/h100-l2-transition_*.json; 32 ways turn too sharply, an LRU steps).
 constexpr std::array kGpus = {
     GpuSpec{.id = "h100", .device_name = "NVIDIA H100 80GB HBM3", .sms = 132, .l2_bytes = 50 * 1024 * 1024,
-            .l2_partitions = 2},
+            .l2_partitions = 2, .l2_ways = 16},
     GpuSpec{.id = "h200", .device_name = "NVIDIA H200", .sms = 132, .l2_bytes = 60 * 1024 * 1024,
-            .l2_partitions = 2},
+            .l2_partitions = 2, .l2_ways = 16},
 };
 
-// One memory access of a unit: what L2Model needs of its TileEvent, in 16 bytes (a replay reads
+// One memory access of a unit: what the caches need of its TileEvent, in 16 bytes (a replay reads
 // hundreds of millions of them, from as many buffers as there are resident units).
 struct Access {
   std::int32_t bh = 0, tile_row = 0, tile_col = 0;
@@ -86,7 +89,7 @@ class UnitCursor : public TrafficObserver {
 };
 
 // The share of a tile homed in partition h, keyed apart from the others: the partition in two bits above
-// the tile's column (L2Model keys 22 bits of it).
+// the tile's column (cache_key keeps 22 bits of it).
 constexpr int kShareShift = 20;
 int partition_share_col(int tile_col, std::size_t h) {
   if (tile_col >= (1 << kShareShift))
@@ -107,13 +110,13 @@ KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const Kernel
   out.name = grid.name;
   out.units = grid.units;
   out.resident = resident_units(gpu, grid);
-  // One LRU per L2 partition, each caching what the SMs on its side access; resident slot s runs on
+  // One cache per L2 partition, each holding what the SMs on its side access; resident slot s runs on
   // partition s % partitions (the block scheduler spreads consecutive blocks over the GPCs).
   const int partitions = std::max(1, gpu.l2_partitions);
   if (partitions > (1 << (22 - kShareShift)))
     throw InputError("the GPU model keys at most " + std::to_string(1 << (22 - kShareShift)) + " L2 partitions");
-  std::vector<std::unique_ptr<L2Model>> l2;
-  for (int n = 0; n < partitions; ++n) l2.push_back(std::make_unique<L2Model>(gpu.partition_bytes(), &shape));
+  std::vector<SetAssociativeL2> l2;
+  for (int n = 0; n < partitions; ++n) l2.emplace_back(gpu.partition_bytes(), gpu.l2_ways, shape);
   L2Model unbounded(std::numeric_limits<std::int64_t>::max(), &shape);  // compulsory: nothing is evicted
 
   std::vector<UnitCursor> slots(static_cast<std::size_t>(out.resident));
@@ -152,25 +155,23 @@ KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const Kernel
       // refreshed clean. So a block's private output is held once, half on the other side, and written back from
       // there; what every SM reads (FA2's K/V) is still held in both.
       const std::size_t side = busy[n] % std::size_t(partitions);
-      L2Model& near = *l2[side];
+      SetAssociativeL2& near = l2[side];
       TileEvent share = e;
       for (std::size_t h = 0; h < std::size_t(partitions); ++h) {
         share.tile_col = partition_share_col(e.tile_col, h);
         share.bytes = e.bytes / partitions + (h == 0 ? e.bytes % partitions : 0);
         if (a.store && h != side) {
-          l2[h]->access(share);
+          l2[h].access(share);
           near.refresh(share);
-        } else if (a.store || near.holds(share)) {
+        } else if (a.store) {
           near.access(share);
         } else {
-          L2Model::Fill fill = L2Model::Fill::FromDram;
-          for (const auto& far : l2)
-            if (far.get() != &near && far->holds(share)) {
-              far->access(share);  // a hit there
-              fill = L2Model::Fill::FromPeer;
-              break;
-            }
-          near.access(share, fill);
+          // What the near partition may miss, the far one serves when it holds it (and its copy is touched).
+          double from_peer = 0;
+          if (near.presence(share) < 1)
+            for (std::size_t f = 0; f < l2.size() && from_peer == 0; ++f)
+              if (f != side && (from_peer = l2[f].presence(share)) > 0) l2[f].refresh(share);
+          near.access(share, from_peer);
         }
       }
       unbounded.on_event(e);
@@ -182,10 +183,11 @@ KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const Kernel
     for (std::size_t s : freed) start_next(s);  // they start in the next round
   }
   out.two_level.events = out.accesses;
-  for (const auto& part : l2) {
-    add(out.dram, part->dram());
-    out.hit_bytes += part->hit_bytes();  // a fill from the far partition is a hit there
-    out.dirty_at_end += part->dirty_bytes();
+  for (SetAssociativeL2& part : l2) {
+    part.settle();
+    add(out.dram, part.dram());
+    out.hit_bytes += part.hit_bytes();  // a fill from the far partition counts as a hit
+    out.dirty_at_end += part.dirty_bytes();
   }
   unbounded.flush();
   out.compulsory = unbounded.dram();

@@ -10,8 +10,9 @@
 //  * the blocks resident at once advance in lock-step, one memory event each per round, and a block
 //    that finishes hands its place to the next block in launch order (an approximation: real blocks
 //    drift apart, and a persistent kernel's tiles are handed out the same way);
-//  * every access goes through an L2Model (LRU over whole tiles, write-back, write-allocate) per L2
-//    partition, cold at the start of each kernel: see GpuSpec::l2_partitions.
+//  * every access goes through the cache of its L2 partition, cold at the start of each kernel: whole
+//    tiles, write-back, write-allocate, in sets of GpuSpec::l2_ways ways (a SetAssociativeL2, whose
+//    bytes are expectations; see GpuSpec::l2_partitions).
 // DRAM reads are L2 misses; DRAM writes are dirty tiles evicted while the kernel runs. Tiles still
 // dirty when a kernel ends are reported apart: Nsight Compute measures one kernel at a time, with the
 // caches flushed before it (--cache-control all), and those write-backs fall outside its window.
@@ -33,10 +34,10 @@ namespace flashlab {
 // A GPU as the model needs it. Every GPU the project describes is in gpu_specs(): one place.
 //
 // The H100's and H200's L2 is two partitions, each wired to half the SMs, and each caches what the SMs on
-// its side access. The model keeps one LRU per partition (l2_bytes / l2_partitions each) and spreads the
+// its side access. The model keeps one cache per partition (l2_bytes / l2_partitions each) and spreads the
 // resident blocks over them alternately; a load the near partition misses is served by the far one when
 // it holds the tile, else by DRAM. So a tile that blocks on both sides read (FA2's K and V) is held twice,
-// and the capacity that decides FA2's knee is one partition's, 25 MiB on the H100: with one LRU of the
+// and the capacity that decides FA2's knee is one partition's, 25 MiB on the H100: with one cache of the
 // whole 50 MB, cuda-fa2 at d = 128, N = 32k would read K and V about once, where the H100's counters say
 // about twice. A store goes to where its bytes are homed: a tile's lines are interleaved over the slices of
 // both partitions, so each partition is the home of an equal share of every tile; the share homed on the far
@@ -49,7 +50,8 @@ struct GpuSpec {
   int sms = 0;                   // streaming multiprocessors
   std::int64_t l2_bytes = 0;     // the L2 as the runtime reports it (cudaDevAttrL2CacheSize)
   int l2_partitions = 1;         // L2 partitions, each caching what the SMs on its side access
-  std::int64_t partition_bytes() const { return l2_bytes / l2_partitions; }  // one partition's LRU
+  int l2_ways = 0;               // ways of the L2's sets (model/l2_sets.hpp); 0: a fully associative LRU
+  std::int64_t partition_bytes() const { return l2_bytes / l2_partitions; }  // one partition's cache
 };
 
 std::span<const GpuSpec> gpu_specs();

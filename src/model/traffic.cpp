@@ -173,30 +173,20 @@ L2Model::~L2Model() = default;
 
 std::int64_t L2Model::dirty_bytes() const { return cache_->dirty; }
 
-void L2Model::on_event(const TileEvent& e) { access(e); }
 
-std::uint64_t L2Model::key_of(const TileEvent& e) const {
+std::uint64_t cache_key(const TileEvent& e, int heads_q, int heads_kv) {
   int bh = e.bh;
-  if (heads_kv_ > 0 && kv_side(e.tensor))  // the K/V head this query head reads: (b, h / group)
-    bh = (e.bh / heads_q_) * heads_kv_ + (e.bh % heads_q_) / (heads_q_ / heads_kv_);
+  if (heads_kv > 0 && kv_side(e.tensor))  // the K/V head this query head reads: (b, h / group)
+    bh = (e.bh / heads_q) * heads_kv + (e.bh % heads_q) / (heads_q / heads_kv);
   return tile_key(bh, e);
 }
 
-bool L2Model::holds(const TileEvent& e) const { return cache_->find(key_of(e)) != Cache::kNone; }
+std::uint64_t L2Model::key_of(const TileEvent& e) const { return cache_key(e, heads_q_, heads_kv_); }
 
-void L2Model::refresh(const TileEvent& e) {
-  Cache& c = *cache_;
-  const std::int32_t at = c.find(key_of(e));
-  if (at == Cache::kNone || c.newest == at) return;
-  c.unlink(at);
-  c.link_newest(at);
-}
-
-L2Model::Outcome L2Model::access(const TileEvent& e, Fill fill) {
+void L2Model::on_event(const TileEvent& e) {
   ++dram_.events;
   dram_.peak_sram_bytes = std::max(dram_.peak_sram_bytes, e.sram_bytes);
-  if (e.direction != Direction::Load && e.direction != Direction::Store) return {};
-  Outcome outcome;
+  if (e.direction != Direction::Load && e.direction != Direction::Store) return;
   Cache& c = *cache_;
   const std::uint64_t key = key_of(e);
   const bool store = e.direction == Direction::Store;
@@ -204,7 +194,6 @@ L2Model::Outcome L2Model::access(const TileEvent& e, Fill fill) {
   const std::int32_t at = c.newest != Cache::kNone && c.entries[std::size_t(c.newest)].key == key ? c.newest : c.find(key);
   if (at != Cache::kNone) {
     Cache::Entry& t = c.entries[std::size_t(at)];
-    outcome = {true, t.dirty};
     if (!store) hit_bytes_ += e.bytes;
     c.resident += e.bytes - t.bytes;
     if (t.dirty) c.dirty -= t.bytes;
@@ -216,14 +205,13 @@ L2Model::Outcome L2Model::access(const TileEvent& e, Fill fill) {
       c.link_newest(at);
     }
   } else {
-    if (!store && fill == Fill::FromDram) dram_.read[static_cast<std::size_t>(e.tensor)] += e.bytes;  // a miss
+    if (!store) dram_.read[static_cast<std::size_t>(e.tensor)] += e.bytes;  // a miss
     c.insert(key, e.tensor, e.bytes, store);  // write-allocate
   }
   while (c.resident > capacity_ && c.live > 0) {  // evict the least recently used
     const Cache::Entry victim = c.evict_oldest();
     if (victim.dirty) dram_.written[static_cast<std::size_t>(victim.tensor)] += victim.bytes;
   }
-  return outcome;
 }
 
 void L2Model::flush() {

@@ -72,6 +72,10 @@ class TrafficCounter : public TrafficObserver {
   TrafficTotals totals_;
 };
 
+// The key a cache keeps a tile under: (batch and head, tensor, tile). With heads_kv > 0 the query heads
+// that share a K/V head (GQA) share its K, V, dK and dV tiles; with 0, every bh has its own.
+std::uint64_t cache_key(const TileEvent& e, int heads_q, int heads_kv);
+
 // A third level between HBM and SRAM: a last-level cache (on an H100, Nsight Compute shows the
 // 50 MB L2 absorbing FA2's re-reads of K and V). Replays the events through an LRU cache of whole
 // tiles with write-back and write-allocate, and counts the bytes that reach DRAM: a Load of a tile
@@ -83,9 +87,10 @@ class TrafficCounter : public TrafficObserver {
 // those lines. The only difference from a line-by-line LRU is the one tile cut in two at the capacity
 // boundary, at most one tile's bytes (16-64 KB against tens of MB). Tiles are keyed by (batch and
 // head, tensor, tile): with a Shape, the query heads that share a K/V head (GQA) share its K, V, dK
-// and dV tiles; without one, every bh has its own. Fed by a loop nest directly, the order is the
-// nest's sequential one; model/gpu.hpp feeds it the order of a GPU's thread blocks running side by
-// side. Capacity 0 reproduces the two-level TrafficCounter totals exactly.
+// and dV tiles; without one, every bh has its own (cache_key). Fed by a loop nest directly, the order is
+// the nest's sequential one. Capacity 0 reproduces the two-level TrafficCounter totals exactly; an
+// endless one gives the compulsory traffic, which is what the GPU level (model/gpu.hpp) takes from it. Its
+// L2 partitions are SetAssociativeL2s (model/l2_sets.hpp), which with 0 ways reproduce this LRU exactly.
 class L2Model : public TrafficObserver {
  public:
   explicit L2Model(std::int64_t capacity_bytes, const Shape* shape = nullptr);
@@ -93,19 +98,6 @@ class L2Model : public TrafficObserver {
   L2Model(const L2Model&) = delete;
   L2Model& operator=(const L2Model&) = delete;
   void on_event(const TileEvent& e) override;
-  // on_event, saying what the access found: the tile in L2 (hit), and it dirty then. A load that misses
-  // is filled from DRAM (counted in dram()) or, with Fill::FromPeer, from another cache that holds the
-  // tile (another L2 partition: no DRAM traffic).
-  struct Outcome {
-    bool hit = false, was_dirty = false;
-  };
-  enum class Fill { FromDram, FromPeer };
-  Outcome access(const TileEvent& e, Fill fill = Fill::FromDram);
-  // Whether the tile of a Load or Store event is in this cache (its recency unchanged).
-  bool holds(const TileEvent& e) const;
-  // Makes the tile of `e`, when this cache holds it, the most recently used, counting nothing; its dirty state
-  // is kept (a near copy refreshed by a store that went to another partition).
-  void refresh(const TileEvent& e);
   // Writes back what is still dirty; call once after the walk. The totals are final after it.
   void flush();
   // DRAM bytes per tensor (read: L2 misses; written: write-backs), events and peak SRAM.

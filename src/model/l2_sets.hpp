@@ -1,0 +1,100 @@
+#pragma once
+// One L2 partition of the GPU level (model/gpu.hpp), as a set-associative cache in expectation.
+//
+// An L2 is not one LRU list: it is S sets of A ways, and a line's address picks its set through a hash.
+// Under LRU within each set, a line reused after D bytes of other distinct lines is still there exactly
+// when fewer than A of those lines fell into its set. With a hash that spreads lines evenly, the count
+// that fell into one set is Poisson with mean A * D / C (C the capacity), so the line is still there with
+// probability
+//
+//     H(D) = P(Poisson(A * D / C) <= A - 1).
+//
+// This is the classic conversion of LRU stack distances into a set-associative cache's misses. H falls
+// from 1 to 0 around D = C, over a width that narrows as A grows; A = 0 stands for a fully associative LRU,
+// whose H steps from 1 to 0 where D plus the tile itself passes C (and then this class reproduces an LRU of
+// whole tiles exactly).
+//
+// Why it matters on an H100 (lesson 04, "What the counters say"): cuda-fa1 sweeps each head's Q and O again
+// and again. An LRU either holds such a working set (no re-reads) or not (every pass misses); the counters
+// move smoothly between the two, from about 24 MiB of Q and O to about 48 MiB, and A = 16 follows them
+// (bench/results/h100-l2-transition_*.json).
+//
+// The cache keeps whole tiles, as L2Model does, and for each the probability that it is here and the
+// probability that it is here and dirty, so the bytes it reports are expectations: DRAM reads are the
+// bytes a load finds missing, DRAM writes the dirty bytes that left before the next touch. D is counted
+// exactly, in bytes of distinct tiles, with a Fenwick tree over the order of last touches.
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "core/problem.hpp"
+#include "model/traffic.hpp"
+
+namespace flashlab {
+
+class SetAssociativeL2 {
+ public:
+  // `ways` = 0: a fully associative LRU. `shape` tells which query heads share a K/V head.
+  SetAssociativeL2(std::int64_t capacity_bytes, int ways, const Shape& shape);
+
+  // The probability that this cache holds the tile of a Load or Store event now.
+  double presence(const TileEvent& e) const;
+  // A Load or Store of the tile. A load's missing part is served by DRAM, except `from_peer`, the share of
+  // it another cache serves (an L2 partition on the other side); it counts as a hit. A store writes the
+  // whole tile (nothing fetched) and leaves it dirty.
+  void access(const TileEvent& e, double from_peer = 0);
+  // The tile, if here, becomes the most recently used, counting nothing (a near copy of bytes that a store
+  // wrote in their home partition).
+  void refresh(const TileEvent& e);
+  // The kernel ended: what left dirty before now counts as written; the rest is dirty_bytes().
+  void settle();
+
+  const TrafficTotals& dram() const { return dram_; }  // per tensor; final after settle()
+  std::int64_t hit_bytes() const { return std::llround(hit_); }
+  std::int64_t dirty_bytes() const { return std::llround(dirty_at_end_); }
+
+ private:
+  struct Tile {
+    std::uint64_t key = 0;
+    std::int64_t bytes = 0;
+    std::int64_t counted = 0;  // its bytes as the Fenwick tree holds them
+    std::int32_t slot = -1;    // its place in the order of last touches; -1: gone
+    TensorId tensor{};
+    double here = 1, dirty = 0;  // P(held) and P(held and dirty), as of its last touch
+  };
+  double still_here(double distance, std::int64_t own_bytes) const;  // H
+  double distance(const Tile& t) const;  // bytes of other tiles touched since t
+  Tile* find(const TileEvent& e);
+  const Tile* find(const TileEvent& e) const;
+  // Its reuse: what left since the last touch (dirty bytes written back), then its touch.
+  double reuse(Tile& t);
+  void touch(std::int32_t at);
+  void place(std::int32_t at);
+  void forget(std::int32_t at);
+  void drop_gone();
+  void renumber();
+  void add_bytes(std::int32_t slot, std::int64_t bytes);
+  std::int64_t bytes_up_to(std::int32_t slot) const;
+  void write_back(const Tile& t, double bytes);
+
+  double capacity_;
+  int ways_;
+  int heads_q_, heads_kv_;
+  static constexpr int kSteps = 4096;        // H tabulated over D / C in [0, kReach]
+  static constexpr double kReach = 4.0;      // beyond 4 C a line of a 16-way set is gone (H < 1e-8)
+  std::vector<double> h_table_;
+  std::vector<std::int64_t> fenwick_;        // bytes per slot
+  std::vector<std::int32_t> slot_tile_;      // tile index per slot, -1: free
+  std::int32_t next_slot_ = 0, oldest_slot_ = 0;
+  std::int64_t total_ = 0;                   // bytes of the tiles held in the tree
+  std::vector<Tile> tiles_;
+  std::vector<std::int32_t> free_tiles_;
+  std::unordered_map<std::uint64_t, std::int32_t> index_;
+  TrafficTotals dram_;
+  std::array<double, static_cast<int>(TensorId::Count)> read_{}, written_{};
+  double hit_ = 0, dirty_at_end_ = 0;
+};
+
+}  // namespace flashlab
