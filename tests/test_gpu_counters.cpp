@@ -4,10 +4,9 @@
 // bytes must be within kTolerance of the counters for cuda-fa2 (N >= 2k), cuda-naive and cuda-fa1. The
 // other runs (cuda-fa3-ws, N = 1k) are printed beside them, not held to it. So are the model's known misses
 // (kKnownMisses), marked as such: each must still miss, so that one the model comes to hold is taken off the
-// list and held again. Besides <gpu>-dram-counters.json it reads the file tests/CMakeLists.txt names in
-// FLASHLAB_RECORDED_DRAM_COUNTERS (the H100's, recorded on 2026-11-23, kept under the name it was given
-// while the model missed it). With no counters file for any GPU the suite exits 77, which CTest reports as
-// skipped, naming the file that is missing. (The reader's own checks run in every build:
+// list and held again. A second test case holds the L2's associativity to the transition files
+// (<gpu>-dram-counters_l2-transition*.json). With no counters file for any GPU the suite exits 77, which
+// CTest reports as skipped, naming the file that is missing. (The reader's own checks run in every build:
 // tests/test_gpu_traffic.cpp.)
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
@@ -33,16 +32,11 @@ constexpr double kTolerance = 0.20;  // the model's stated tolerance
 constexpr double kGoal = 0.10;       // what it aims for
 const std::string kResults = FLASHLAB_SOURCE_DIR "/bench/results";
 
-// The counters files present: <gpu>-dram-counters.json for each described GPU, and the recorded file the
-// build names.
+// The counters files present: <gpu>-dram-counters.json for each described GPU (the app plots the same files).
 std::vector<std::string> counters_files() {
   std::vector<std::string> files;
   for (const GpuSpec& gpu : gpu_specs())
     if (std::filesystem::exists(dram_counters_path(kResults, gpu))) files.push_back(dram_counters_path(kResults, gpu));
-#ifdef FLASHLAB_RECORDED_DRAM_COUNTERS
-  const std::string recorded = kResults + "/" FLASHLAB_RECORDED_DRAM_COUNTERS;
-  if (std::filesystem::exists(recorded)) files.push_back(recorded);
-#endif
   return files;
 }
 
