@@ -15,8 +15,9 @@ namespace {
 
 // The GPUs the project runs on, as the CUDA runtime reports them (multiprocessor count and
 // cudaDevAttrL2CacheSize); both split their L2 in two partitions. NVIDIA does not publish the L2's
-// associativity: 16 ways is the one number the model takes from the counters, where cuda-fa1's working set
-// crosses the L2's size (bench/results/h100-l2-transition_*.json; 32 ways turn too sharply, an LRU steps).
+// associativity: 16 ways is the one number the model takes from counters, those of cuda-fa1 where its working
+// set crosses the L2's size (bench/results/h100-dram-counters_l2-transition*.json); gpu_counters_tests holds
+// it to follow them better than an LRU, 8 or 32 ways.
 constexpr std::array kGpus = {
     GpuSpec{.id = "h100", .device_name = "NVIDIA H100 80GB HBM3", .sms = 132, .l2_bytes = 50 * 1024 * 1024,
             .l2_partitions = 2, .l2_ways = 16},

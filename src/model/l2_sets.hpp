@@ -17,7 +17,7 @@
 // Why it matters on an H100 (lesson 04, "What the counters say"): cuda-fa1 sweeps each head's Q and O again
 // and again. An LRU either holds such a working set (no re-reads) or not (every pass misses); the counters
 // move smoothly between the two, from about 24 MiB of Q and O to about 48 MiB, and A = 16 follows them
-// (bench/results/h100-l2-transition_*.json).
+// (bench/results/h100-dram-counters_l2-transition*.json).
 //
 // The cache keeps whole tiles, as L2Model does, and for each the probability that it is here and the
 // probability that it is here and dirty, so the bytes it reports are expectations: DRAM reads are the
