@@ -3,7 +3,7 @@
 // the partitions its bytes are homed in, a near copy only refreshed), cold per kernel; the paper's count
 // above it and the compulsory traffic below; the H100's measured DRAM reads of cuda-fa2 that it must
 // reproduce; and the partitions' caches themselves (model/l2_sets.hpp): an exact LRU with 0 ways (the toy
-// GPUs here), sets of 16 ways on the H100.
+// GPUs here), sets of 28 ways whose written lines start older on the H100.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -99,6 +99,7 @@ I64 rd(const TrafficTotals& t, TensorId id) { return t.read[static_cast<int>(id)
 GpuSpec h100_lru() {
   GpuSpec g = find_gpu("h100");
   g.l2_ways = 0;
+  g.l2_store_age = 0;
   return g;
 }
 
@@ -283,6 +284,44 @@ TEST_CASE("SetAssociativeL2 with A ways: a line reused after D bytes is still th
   CHECK(double(sixteen.dram().total_read()) / 80000 - 1 < 0.25);
 }
 
+TEST_CASE("SetAssociativeL2: a tile a store wrote is store_age x C bytes older than one a load touched") {
+  auto poisson_below = [](double lambda, int k) {
+    double term = std::exp(-lambda), sum = 0;
+    for (int n = 0; n < k; ++n) sum += term, term *= lambda / (n + 1);
+    return sum;
+  };
+  const Shape shape = problem(64, 64).shape;
+  const I64 capacity = 100000;
+  const int ways = 16;
+  const double age = 0.25;
+  // Tile 0 is written (or read), then 600 other tiles are read (60,000 bytes), then tile 0 is read again.
+  for (const bool stored : {true, false}) {
+    CAPTURE(stored);
+    SetAssociativeL2 l2(capacity, ways, shape, age);
+    l2.access(o_tile(0, stored ? kStore : kLoad));
+    for (int t = 1; t <= 600; ++t) l2.access(o_tile(t, kLoad));
+    const double distance = 60000 + (stored ? age * capacity : 0);
+    const double kept = poisson_below(ways * distance / double(capacity), ways);
+    CHECK(l2.presence(o_tile(0, kLoad)) == doctest::Approx(kept).epsilon(1e-3));
+    l2.access(o_tile(0, kLoad));
+    l2.settle();  // the bytes are expectations, rounded to whole bytes here
+    // Read: the 600 others, tile 0 once more if a load brought it first, and the part of it that was lost.
+    const double read = 60000 + (stored ? 0 : 100) + 100 * (1 - kept);
+    CHECK(std::abs(double(l2.dram().total_read()) - read) <= 1);
+    // What a store left dirty and the cache lost is written back; a load's tile was clean.
+    CHECK(std::abs(double(l2.dram().total_written()) - (stored ? 100 * (1 - kept) : 0)) <= 1);
+    // A load makes the tile the newest, of no age: right after it, it is surely here.
+    CHECK(l2.presence(o_tile(0, kLoad)) == 1);
+  }
+  // With no age a store is a touch like a load.
+  SetAssociativeL2 stored(capacity, ways, shape), loaded(capacity, ways, shape);
+  stored.access(o_tile(0, kStore));
+  loaded.access(o_tile(0, kLoad));
+  for (int t = 1; t <= 600; ++t) stored.access(o_tile(t, kLoad)), loaded.access(o_tile(t, kLoad));
+  CHECK(stored.presence(o_tile(0, kLoad)) == loaded.presence(o_tile(0, kLoad)));
+  CHECK(stored.presence(o_tile(0, kLoad)) < 1);
+}
+
 TEST_CASE("SetAssociativeL2: dirty bytes that left are written back once, the rest stay; a peer serves its share") {
   const Shape shape = problem(64, 64).shape;
   // Stores of W = 0.8 C, then a sweep of loads over other tiles as large: what was dirty and left is written.
@@ -375,7 +414,7 @@ TEST_CASE("cuda-fa2 on the H100: the model reproduces the DRAM reads Nsight Comp
 
 TEST_CASE("past the knee, each wave of resident blocks reads the K and V of every head it spans, once") {
   // cuda-fa2, d = 64, N = 8k: 264 resident blocks of 128 query rows span four heads, whose K and V (8 MiB)
-  // fit the L2: Q, K and V are read once. (In 16-way sets a few lines still meet a full set: under 0.01%.)
+  // fit the L2: Q, K and V are read once. (In the H100's sets a few lines still meet a full set: under 0.01%.)
   const Problem small = problem(8192, 64);
   CHECK(model("cuda-fa2", small, h100_lru()).dram.total_read() == qkv_bytes(small, 2));
   const double once = double(qkv_bytes(small, 2));
@@ -393,7 +432,7 @@ TEST_CASE("past the knee, each wave of resident blocks reads the K and V of ever
   CHECK(rd(t.dram, TensorId::K) == heads_spanned * kv_head_bytes);
   CHECK(rd(t.dram, TensorId::V) == heads_spanned * kv_head_bytes);
   CHECK(rd(t.dram, TensorId::Q) == 16 * kv_head_bytes);
-  // The waves are far apart: 16-way sets change nothing that shows.
+  // The waves are far apart: the sets change nothing that shows.
   const GpuTraffic sets = model("cuda-fa2", p);
   CHECK(double(rd(sets.dram, TensorId::K)) == doctest::Approx(double(rd(t.dram, TensorId::K))).epsilon(1e-4));
 }

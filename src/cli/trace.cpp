@@ -279,7 +279,8 @@ int TraceCommand::run_gpu(std::ostream& out) const {
   out << "GPU: " << g.sms << " SMs, L2 " << format_bytes(double(g.l2_bytes)) << " in " << g.l2_partitions
       << " partitions of " << format_bytes(double(g.partition_bytes()))
       << ", each a cache of " << g.l2_ways << "-way sets holding what the SMs on its side access (a miss there is "
-         "served by the other when it holds the tile)\n";
+         "served by the other when it holds the tile); a written line enters its set "
+      << g.l2_ways * g.l2_store_age << " lines below the newest, on average\n";
   out << "kernel tiling: " << pass.tiling_note << "\n";
   for (const KernelTraffic& k : t.kernels)
     out << "  " << k.name << ": " << k.units << " units, " << k.resident << " resident, " << k.rounds

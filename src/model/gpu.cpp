@@ -14,15 +14,18 @@ namespace flashlab {
 namespace {
 
 // The GPUs the project runs on, as the CUDA runtime reports them (multiprocessor count and
-// cudaDevAttrL2CacheSize); both split their L2 in two partitions. NVIDIA does not publish the L2's
-// associativity: 16 ways is the one number the model takes from counters, those of cuda-fa1 where its working
-// set crosses the L2's size (bench/results/h100-dram-counters_l2-transition*.json); gpu_counters_tests holds
-// it to follow them better than an LRU, 8 or 32 ways.
+// cudaDevAttrL2CacheSize); both split their L2 in two partitions. NVIDIA does not publish how the L2 replaces
+// lines. Two numbers of the model are taken from counters, those of cuda-fa1 where its working set crosses
+// the L2's size (bench/results/h100-dram-counters_l2-transition*.json): 28 ways, and written lines entering
+// their sets an eighth of a partition below the newest (model/l2_sets.hpp). They trade off along a ridge
+// (more ways with older writes follow the counters almost as well); gpu_counters_tests holds this pair to
+// follow the reads and writes better than its neighbours, the 16 ways of an earlier fit, and an LRU. They are
+// the model's effective numbers, not a claim about the silicon.
 constexpr std::array kGpus = {
     GpuSpec{.id = "h100", .device_name = "NVIDIA H100 80GB HBM3", .sms = 132, .l2_bytes = 50 * 1024 * 1024,
-            .l2_partitions = 2, .l2_ways = 16},
+            .l2_partitions = 2, .l2_ways = 28, .l2_store_age = 0.125},
     GpuSpec{.id = "h200", .device_name = "NVIDIA H200", .sms = 132, .l2_bytes = 60 * 1024 * 1024,
-            .l2_partitions = 2, .l2_ways = 16},
+            .l2_partitions = 2, .l2_ways = 28, .l2_store_age = 0.125},
 };
 
 // One memory access of a unit: what the caches need of its TileEvent, in 16 bytes (a replay reads
@@ -117,7 +120,7 @@ KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const Kernel
   if (partitions > (1 << (22 - kShareShift)))
     throw InputError("the GPU model keys at most " + std::to_string(1 << (22 - kShareShift)) + " L2 partitions");
   std::vector<SetAssociativeL2> l2;
-  for (int n = 0; n < partitions; ++n) l2.emplace_back(gpu.partition_bytes(), gpu.l2_ways, shape);
+  for (int n = 0; n < partitions; ++n) l2.emplace_back(gpu.partition_bytes(), gpu.l2_ways, shape, gpu.l2_store_age);
   L2Model unbounded(std::numeric_limits<std::int64_t>::max(), &shape);  // compulsory: nothing is evicted
 
   std::vector<UnitCursor> slots(static_cast<std::size_t>(out.resident));

@@ -51,6 +51,7 @@ struct GpuSpec {
   std::int64_t l2_bytes = 0;     // the L2 as the runtime reports it (cudaDevAttrL2CacheSize)
   int l2_partitions = 1;         // L2 partitions, each caching what the SMs on its side access
   int l2_ways = 0;               // ways of the L2's sets (model/l2_sets.hpp); 0: a fully associative LRU
+  double l2_store_age = 0;       // how far below the newest a written line enters its set, in partitions
   std::int64_t partition_bytes() const { return l2_bytes / l2_partitions; }  // one partition's cache
 };
 

@@ -7,9 +7,10 @@
 
 namespace flashlab {
 
-SetAssociativeL2::SetAssociativeL2(std::int64_t capacity_bytes, int ways, const Shape& shape)
+SetAssociativeL2::SetAssociativeL2(std::int64_t capacity_bytes, int ways, const Shape& shape, double store_age)
     : capacity_(double(std::max<std::int64_t>(0, capacity_bytes))),
       ways_(std::max(0, ways)),
+      store_age_bytes_(std::max(0.0, store_age) * capacity_),
       heads_q_(shape.heads_q),
       heads_kv_(shape.heads_kv),
       fenwick_(std::size_t{1} << 16, 0),
@@ -46,7 +47,7 @@ std::int64_t SetAssociativeL2::bytes_up_to(std::int32_t slot) const {
   return sum;
 }
 
-double SetAssociativeL2::distance(const Tile& t) const { return double(total_ - bytes_up_to(t.slot)); }
+double SetAssociativeL2::distance(const Tile& t) const { return double(total_ - bytes_up_to(t.slot)) + t.age; }
 
 SetAssociativeL2::Tile* SetAssociativeL2::find(const TileEvent& e) {
   const auto it = index_.find(cache_key(e, heads_q_, heads_kv_));
@@ -88,6 +89,7 @@ void SetAssociativeL2::access(const TileEvent& e, double from_peer) {
       hit_ += bytes * here + missing * from_peer;
     }
     t->here = 1;
+    t->age = store ? store_age_bytes_ : 0;
     t->bytes = e.bytes;
     touch(std::int32_t(t - tiles_.data()));
   } else {
@@ -100,7 +102,7 @@ void SetAssociativeL2::access(const TileEvent& e, double from_peer) {
       tiles_.emplace_back();
     }
     tiles_[std::size_t(at)] = Tile{.key = cache_key(e, heads_q_, heads_kv_), .bytes = e.bytes, .tensor = e.tensor,
-                                   .here = 1, .dirty = store ? 1.0 : 0.0};
+                                   .here = 1, .dirty = store ? 1.0 : 0.0, .age = store ? store_age_bytes_ : 0};
     index_.emplace(tiles_[std::size_t(at)].key, at);
     if (!store) {
       read += bytes * (1 - from_peer);

@@ -16,8 +16,14 @@
 //
 // Why it matters on an H100 (lesson 04, "What the counters say"): cuda-fa1 sweeps each head's Q and O again
 // and again. An LRU either holds such a working set (no re-reads) or not (every pass misses); the counters
-// move smoothly between the two, from about 24 MiB of Q and O to about 48 MiB, and A = 16 follows them
+// move smoothly between the two, from about 24 MiB of Q and O to about 48 MiB, and sets of 28 ways follow them
 // (bench/results/h100-dram-counters_l2-transition*.json).
+//
+// Written lines are not kept as well as read ones. Where cuda-fa1 starts to overflow the L2, the H100 writes
+// back about one byte for every byte it reads again: what it evicts first is O, which the block wrote, not Q,
+// which it only read (an LRU would evict both alike, and write back half). So a tile a store wrote enters the
+// order of last touches as if `store_age` x C bytes of other lines had come after it: in its set it starts
+// A x store_age lines below the newest, on average. A load makes it the newest again.
 //
 // The cache keeps whole tiles, as L2Model does, and for each the probability that it is here and the
 // probability that it is here and dirty, so the bytes it reports are expectations: DRAM reads are the
@@ -36,8 +42,9 @@ namespace flashlab {
 
 class SetAssociativeL2 {
  public:
-  // `ways` = 0: a fully associative LRU. `shape` tells which query heads share a K/V head.
-  SetAssociativeL2(std::int64_t capacity_bytes, int ways, const Shape& shape);
+  // `ways` = 0: a fully associative LRU. `shape` tells which query heads share a K/V head. `store_age`: how
+  // far below the newest a store leaves its tile, in fractions of the capacity (0: a store is a touch).
+  SetAssociativeL2(std::int64_t capacity_bytes, int ways, const Shape& shape, double store_age = 0);
 
   // The probability that this cache holds the tile of a Load or Store event now.
   double presence(const TileEvent& e) const;
@@ -46,7 +53,7 @@ class SetAssociativeL2 {
   // whole tile (nothing fetched) and leaves it dirty.
   void access(const TileEvent& e, double from_peer = 0);
   // The tile, if here, becomes the most recently used, counting nothing (a near copy of bytes that a store
-  // wrote in their home partition).
+  // wrote in their home partition); it keeps the age a store gave it.
   void refresh(const TileEvent& e);
   // The kernel ended: what left dirty before now counts as written; the rest is dirty_bytes().
   void settle();
@@ -63,9 +70,10 @@ class SetAssociativeL2 {
     std::int32_t slot = -1;    // its place in the order of last touches; -1: gone
     TensorId tensor{};
     double here = 1, dirty = 0;  // P(held) and P(held and dirty), as of its last touch
+    double age = 0;              // bytes it counts as older than its last touch: store_age x C after a store
   };
   double still_here(double distance, std::int64_t own_bytes) const;  // H
-  double distance(const Tile& t) const;  // bytes of other tiles touched since t
+  double distance(const Tile& t) const;  // bytes of other tiles touched since t, plus its age
   Tile* find(const TileEvent& e);
   const Tile* find(const TileEvent& e) const;
   // Its reuse: what left since the last touch (dirty bytes written back), then its touch.
@@ -81,9 +89,10 @@ class SetAssociativeL2 {
 
   double capacity_;
   int ways_;
+  double store_age_bytes_;
   int heads_q_, heads_kv_;
   static constexpr int kSteps = 4096;        // H tabulated over D / C in [0, kReach]
-  static constexpr double kReach = 4.0;      // beyond 4 C a line of a 16-way set is gone (H < 1e-8)
+  static constexpr double kReach = 4.0;      // beyond 4 C a line of a set of 16 ways or more is gone (H < 1e-8)
   std::vector<double> h_table_;
   std::vector<std::int64_t> fenwick_;        // bytes per slot
   std::vector<std::int32_t> slot_tile_;      // tile index per slot, -1: free
