@@ -204,6 +204,16 @@ TileEvent o_tile(int tile, Direction d, I64 bytes = 100) {
 }
 }  // namespace
 
+namespace {
+// P(Poisson(lambda) < k): the chance that a line of a k-way set survives a reuse at mean lambda = k D / C
+// (computed here by the sum, apart from the cache's own table).
+double poisson_below(double lambda, int k) {
+  double term = std::exp(-lambda), sum = 0;
+  for (int n = 0; n < k; ++n) sum += term, term *= lambda / (n + 1);
+  return sum;
+}
+}  // namespace
+
 TEST_CASE("SetAssociativeL2::refresh makes a held tile the newest, counting nothing; one it does not hold, nothing") {
   const Shape shape = problem(64, 64).shape;
   SetAssociativeL2 l2(200, 0, shape);
@@ -250,11 +260,6 @@ TEST_CASE("SetAssociativeL2 with 0 ways is the L2Model's LRU of whole tiles, byt
 
 TEST_CASE("SetAssociativeL2 with A ways: a line reused after D bytes is still there with P(Poisson(A D / C) < A)") {
   // A working set of W bytes swept again and again: every reuse comes after W - 100 bytes of other tiles.
-  auto poisson_below = [](double lambda, int k) {
-    double term = std::exp(-lambda), sum = 0;
-    for (int n = 0; n < k; ++n) sum += term, term *= lambda / (n + 1);
-    return sum;
-  };
   const Shape shape = problem(64, 64).shape;
   const I64 capacity = 100000;
   for (const int ways : {4, 16}) {
@@ -285,11 +290,6 @@ TEST_CASE("SetAssociativeL2 with A ways: a line reused after D bytes is still th
 }
 
 TEST_CASE("SetAssociativeL2: a tile a store wrote is store_age x C bytes older than one a load touched") {
-  auto poisson_below = [](double lambda, int k) {
-    double term = std::exp(-lambda), sum = 0;
-    for (int n = 0; n < k; ++n) sum += term, term *= lambda / (n + 1);
-    return sum;
-  };
   const Shape shape = problem(64, 64).shape;
   const I64 capacity = 100000;
   const int ways = 16;
