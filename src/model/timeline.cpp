@@ -25,7 +25,8 @@ struct EventInfo {
 constexpr EventInfo kEvents[kPipelineEventCount] = {
     {"tma_issue", "tma", false},     {"tma_landed", "tma", false}, {"wgmma_issue", "wgmma", false},
     {"wgmma_wait", "wgmma", false},  {"softmax", "softmax", true}, {"barrier_wait", "sync", true},
-    {"epilogue", "epilogue", true},
+    {"epilogue", "epilogue", true},  {"ring_compute", "compute", true}, {"ring_send_recv", "transfer", true},
+    {"ring_merge", "merge", true},
 };
 
 const EventInfo& info(PipelineEvent e) {
@@ -40,7 +41,12 @@ constexpr const char* kFormat = "flashlab-timeline 1";
 // form) and parses back to the same integer for any run shorter than days.
 double to_us(std::uint64_t ns) { return double(ns) / 1000.0; }
 
+std::string process_name(const Timeline& t, std::uint32_t block) {
+  return (t.is_ring() ? "rank " : "block ") + std::to_string(block);
+}
+
 std::string role_name(const Timeline& t, std::uint32_t wg) {
+  if (t.is_ring()) return wg == 0 ? "compute" : wg == 1 ? "communication" : "stream " + std::to_string(wg);
   return std::string(wg < t.producer_warpgroups ? "producer" : "consumer") + " WG" + std::to_string(wg);
 }
 
@@ -152,7 +158,7 @@ void write_trace_event_json(const Timeline& t, std::ostream& out) {
   for (const auto& [block, wg] : lanes) {
     if (block != last_block) {
       events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", block}, {"tid", 0},
-                        {"args", {{"name", "block " + std::to_string(block)}}}});
+                        {"args", {{"name", process_name(t, block)}}}});
       events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", block}, {"tid", 0},
                         {"args", {{"sort_index", block}}}});
       last_block = block;
@@ -175,6 +181,7 @@ void write_trace_event_json(const Timeline& t, std::ostream& out) {
     }
     ev["pid"] = s.block;
     ev["tid"] = s.warpgroup;
+    if (s.step >= 0) ev["args"] = {{"step", s.step}};
     events.push_back(std::move(ev));
   }
   const json other = {{"format", kFormat},
@@ -182,6 +189,7 @@ void write_trace_event_json(const Timeline& t, std::ostream& out) {
                       {"variant", t.variant},
                       {"label", t.label},
                       {"producer_warpgroups", t.producer_warpgroups},
+                      {"info", t.info},
                       {"t0_ns", t0}};
   // One event a line: readable, diffable, and still one JSON document.
   out << "{\"traceEvents\": [\n";
@@ -218,6 +226,12 @@ Timeline read_trace_event_json(std::istream& in, const std::string& what) {
     if (o.contains("producer_warpgroups") && o["producer_warpgroups"].is_number_unsigned())
       t.producer_warpgroups = o["producer_warpgroups"].get<std::uint32_t>();
     if (o.contains("t0_ns") && o["t0_ns"].is_number_unsigned()) t0 = o["t0_ns"].get<std::uint64_t>();
+    if (o.contains("info") && o["info"].is_object())
+      for (const auto& [key, value] : o["info"].items()) {
+        if (!value.is_string())
+          throw InputError(what + ": otherData.info." + key + " is " + value.dump() + ", not a string");
+        t.info[key] = value.get<std::string>();
+      }
   }
 
   for (std::size_t k = 0; k < events->size(); ++k) {
@@ -253,6 +267,12 @@ Timeline read_trace_event_json(std::istream& in, const std::string& what) {
       throw InputError(what + ": " + describe(k, ev) + " is an instant but " + name + " is a span (\"ph\": \"X\" with \"dur\")");
     s.begin_ns = t0 + begin;
     s.end_ns = s.begin_ns + dur;
+    if (ev.contains("args") && ev["args"].is_object() && ev["args"].contains("step")) {
+      const json& step = ev["args"]["step"];
+      if (!step.is_number_integer() || step.get<std::int64_t>() < 0 || step.get<std::int64_t>() > 1 << 30)
+        throw InputError(what + ": " + describe(k, ev) + " has args.step = " + step.dump() + "; a ring step is a whole number >= 0");
+      s.step = step.get<std::int32_t>();
+    }
     t.spans.push_back(s);
   }
   return t;

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iosfwd>
+#include <map>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -24,6 +25,12 @@ enum class PipelineEvent : std::uint16_t {
   Softmax,      // span: online softmax of one tile (max, exp, row sums, rescale)
   BarrierWait,  // span: blocked on a barrier (a full stage, an empty stage, the other warpgroup)
   Epilogue,     // span: O / l, LSE, the store of O
+  // Ring attention (one lane per rank and stream: block = rank, warpgroup = 0 compute, 1 communication):
+  RingCompute,   // span: a rank's block kernel(s) on the share in hand at one step
+  RingSendRecv,  // span: one hop, the grouped NCCL send to rank + 1 and receive from rank - 1 (one NCCL
+                 // kernel, so the two cannot be timed apart): a K/V share, or in the backward its dK/dV partials
+  RingMerge,     // span: folding one step's block result into the rank's running result (LSE merge, or the
+                 // fp32 accumulate of the backward)
   Count
 };
 constexpr int kPipelineEventCount = static_cast<int>(PipelineEvent::Count);
@@ -51,6 +58,7 @@ struct TimelineSpan {
   std::uint32_t warpgroup = 0;  // the lane within the block
   PipelineEvent event = PipelineEvent::Softmax;
   std::uint64_t begin_ns = 0, end_ns = 0;  // end == begin for instants
+  std::int32_t step = -1;                  // a ring's step (written as args.step); -1: none
   bool operator==(const TimelineSpan&) const = default;
 };
 
@@ -58,7 +66,12 @@ struct Timeline {
   std::string device, variant;  // "NVIDIA H100 80GB HBM3", "cuda-fa3-ws"
   std::string label;            // what the run was ("ladder step 3, N=4096 d=128"); "synthetic ..." if made up
   std::uint32_t producer_warpgroups = 1;  // warpgroups 0 .. this-1 produce (TMA), the rest consume
+  // What else the run was, as written in otherData.info: a ring's "ranks", "layout", "pass", "batch", "heads",
+  // "heads_kv", "seq", "head_dim", "causal", "dtype", "block_kernel". A ring timeline is one with "ranks".
+  std::map<std::string, std::string> info;
   std::vector<TimelineSpan> spans;
+
+  bool is_ring() const { return info.count("ranks") > 0; }
 
   std::uint64_t start_ns() const;  // the earliest stamp (0 when empty)
   std::uint64_t end_ns() const;    // the latest stamp
@@ -73,9 +86,10 @@ Timeline timeline_from_records(const TimelineRecord* records, std::size_t count,
 
 // Chrome Trace Event Format: {"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}.
 // Spans are "ph": "X" with "ts"/"dur" in microseconds relative to the earliest stamp, instants are
-// "ph": "i"; pid = block, tid = warpgroup, with "M" events naming them ("block 3", "producer WG0").
-// otherData holds device, variant, label, producer_warpgroups and t0_ns (the earliest stamp), so
-// reading the output gives back the same Timeline.
+// "ph": "i"; pid = block, tid = warpgroup, with "M" events naming them ("block 3", "producer WG0"; for a
+// ring "rank 2", "compute" / "communication"); a span's step is its "args": {"step": k}. otherData holds
+// device, variant, label, producer_warpgroups, info and t0_ns (the earliest stamp), so reading the output
+// gives back the same Timeline.
 void write_trace_event_json(const Timeline&, std::ostream&);
 // Throws InputError with one sentence naming `what` (e.g. "timeline run.json") for a bad file.
 Timeline read_trace_event_json(std::istream&, const std::string& what);
