@@ -68,7 +68,7 @@ struct Timeline {
   std::uint32_t producer_warpgroups = 1;  // warpgroups 0 .. this-1 produce (TMA), the rest consume
   // What else the run was, as written in otherData.info: a ring's "ranks", "layout", "pass", "batch", "heads",
   // "heads_kv", "seq", "head_dim", "causal", "dtype", "block_kernel". A ring timeline is one with "ranks".
-  std::map<std::string, std::string> info;
+  std::map<std::string, std::string> info{};
   std::vector<TimelineSpan> spans;
 
   bool is_ring() const { return info.count("ranks") > 0; }
