@@ -62,7 +62,7 @@ std::string new_nccl_ring_id() { return nccl_ring_id().to_hex(); }
 RingRankReport run_ring_rank(const RingRankRequest& q) {
   const Problem& p = q.problem;
   const RingSchedule ring = ring_schedule(q.layout, q.ranks, p.shape.seq_q, p.shape.seq_k, p.options.causal);
-  const cuda::CurrentDevice on(q.rank);
+  const cuda::CurrentDevice on(q.device >= 0 ? q.device : q.rank);
   check_supported(find_variant(q.blocks), p, q.dtype, q.backward);
   RingRankReport report;
   NcclRankPlan plan{.kernel = block_kernel(q.blocks), .backward = q.backward, .warmup = q.warmup, .iters = q.iters};

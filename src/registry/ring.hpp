@@ -39,6 +39,7 @@ std::string new_nccl_ring_id();
 struct RingRankRequest {
   RingLayout layout = RingLayout::Zigzag;
   int ranks = 1, rank = 0;
+  int device = -1;      // the GPU this rank runs on (a launcher's LOCAL_RANK); -1: GPU `rank`, as on one host
   std::string nccl_id;  // new_nccl_ring_id()'s, the same for every rank
   Problem problem;
   DType dtype = DType::BF16;
@@ -56,7 +57,7 @@ struct RingRankReport {
   std::string one_shot_skipped;              // why it could not run (out of memory at a length only the ring fits)
 };
 
-// What this process does as rank `rank` of the ring, on GPU `rank`. Every rank must call it with the same
+// What this process does as rank `rank` of the ring, on GPU `device` (default: GPU `rank`). Every rank must call it with the same
 // request but its rank; it returns when this rank is done. Throws as check_nccl_ring, and std::runtime_error
 // naming a failed NCCL or CUDA call.
 RingRankReport run_ring_rank(const RingRankRequest&);
