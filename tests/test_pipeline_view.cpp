@@ -1,7 +1,7 @@
 // The Pipeline panel's logic (viz/logic/pipeline_view.hpp), without a window: the time window (fit,
 // zoom around a point, pan, clamped to the data), lanes (block then warpgroup, two timelines stacked
 // with a title each), time <-> pixels, hit-testing and its hover text, colours per kind, loading bad
-// files as one sentence, and the committed synthetic example timelines (viz/timelines/) being exactly
+// files as one sentence, a ring's timeline (rank and stream lanes), and the committed synthetic example timelines (viz/timelines/) being exactly
 // what the generator writes.
 #include <doctest/doctest.h>
 
@@ -176,6 +176,35 @@ TEST_CASE("each event kind has its own colour from the app's palette") {
   CHECK(seen.size() == std::size_t(kPipelineEventCount));
 }
 
+TEST_CASE("a ring timeline opens: rank and stream lanes, its step in the hover text, only its kinds in the legend") {
+  Timeline ring{.device = "dev", .variant = "ring", .label = "synthetic: ring", .info = {{"ranks", "2"}}, .spans = {}};
+  using E = PipelineEvent;
+  ring.spans = {{.block = 0, .warpgroup = 0, .event = E::RingCompute, .begin_ns = 1000, .end_ns = 5000, .step = 0},
+                {.block = 0, .warpgroup = 1, .event = E::RingSendRecv, .begin_ns = 1500, .end_ns = 3000, .step = 0},
+                {.block = 0, .warpgroup = 0, .event = E::RingMerge, .begin_ns = 5000, .end_ns = 5200, .step = 0},
+                {.block = 1, .warpgroup = 0, .event = E::RingCompute, .begin_ns = 1100, .end_ns = 4000, .step = 0}};
+  // It survives the file format, lanes and all.
+  const auto path = std::filesystem::temp_directory_path() / "flashlab_pipeline_view_ring.json";
+  std::ofstream(path) << text_of(ring);
+  const LoadedTimeline l = load_timeline(path.string());
+  std::filesystem::remove(path);
+  REQUIRE_MESSAGE(l.timeline, l.error);
+  const Timeline& t = *l.timeline;
+  const LaneMetrics m{.lane_height = 20, .lane_gap = 2, .block_gap = 6, .title_height = 18, .group_gap = 10};
+  const LaneLayout layout = layout_lanes({&t}, m);
+  REQUIRE(layout.lanes.size() == 3);
+  CHECK(layout.lanes[0].name == "rank 0 compute");
+  CHECK(layout.lanes[1].name == "rank 0 communication");
+  CHECK(layout.lanes[2].name == "rank 1 compute");
+  const TimeWindow w{.begin_ns = 0, .end_ns = 4400};
+  const auto hit = hit_test(layout, {&t}, w, x_of(w, 1000, 0, 440), (layout.lanes[1].y0 + layout.lanes[1].y1) / 2, 440);
+  REQUIRE(hit);
+  CHECK(hover_text(t, hit->span) ==
+        "ring_send_recv\nrank 0 communication\nstart 0.500 \xC2\xB5s, duration 1.500 \xC2\xB5s\nring step 0");
+  CHECK(kinds_in({&t, nullptr}) == std::vector<PipelineEvent>{E::RingCompute, E::RingSendRecv, E::RingMerge});
+  for (PipelineEvent e : kinds_in({&t})) CHECK(is_ring_event(e));
+}
+
 TEST_CASE("loading a bad or truncated file gives its one sentence, never an exception") {
   const auto dir = std::filesystem::temp_directory_path() / "flashlab_pipeline_view_test";
   std::filesystem::create_directories(dir);
@@ -210,9 +239,12 @@ TEST_CASE("the synthetic pipeline says so, is well formed, and overlap makes it 
       if (!is_span(s.event)) CHECK(s.end_ns == s.begin_ns);
     }
     CHECK(lanes.size() == 6);  // 2 blocks x (1 producer + 2 consumers)
-    std::set<PipelineEvent> kinds;
-    for (const TimelineSpan& s : t->spans) kinds.insert(s.event);
-    CHECK(kinds.size() == std::size_t(kPipelineEventCount));  // the demo shows every kind
+    // The demo shows every kind of the Hopper kernel's warpgroups, and none of the ring's.
+    std::vector<PipelineEvent> hopper;
+    for (int k = 0; k < kPipelineEventCount; ++k)
+      if (!is_ring_event(static_cast<PipelineEvent>(k))) hopper.push_back(static_cast<PipelineEvent>(k));
+    CHECK(hopper.size() == 7);
+    CHECK(kinds_in({t}) == hopper);
   }
   CHECK(ping.end_ns() - ping.start_ns() < lock.end_ns() - lock.start_ns());
 }

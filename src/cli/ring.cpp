@@ -4,19 +4,27 @@
 // told its rank and the id through the environment (FLASHLAB_RING_RANK, FLASHLAB_RING_ID), with
 // NCCL_NVLS_ENABLE=0 (NVLink multicast off, as multi-GPU hosts here require). Then it waits for them; if one
 // fails, it stops the others, which would otherwise wait in NCCL for it. Rank 0 prints the results.
+//
+// Under a cluster launcher (torchrun, Slurm's srun; rendezvous.hpp) the launcher starts the ranks, on as many nodes
+// as it likes, and each process is one rank: rank 0 makes the id and the seed and hands them to the others over
+// TCP at MASTER_ADDR, each rank runs on its node's GPU LOCAL_RANK (SLURM_LOCALID), and the connections stay open so
+// that a rank which fails stops the others instead of leaving them waiting in NCCL.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <iostream>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/commands.hpp"
 #include "core/flops.hpp"
 #include "registry/ring.hpp"
+#include "rendezvous.hpp"
 
 extern char** environ;
 
@@ -93,10 +101,74 @@ int launch(const std::vector<std::string>& args, int ranks, const std::string& i
   return code;
 }
 
+// How long a rank under a cluster launcher waits for the others to meet (rank 0) or for rank 0 to listen (the
+// others): the launcher starts them within seconds of each other.
+constexpr std::chrono::seconds kRendezvousTimeout{60};
+
+// A rank started by a cluster launcher: sets its GPU and rank, and meets the others through rank 0, which makes the
+// ring's NCCL id and the seed of the random inputs (`seed` when --seed was given) and hands them out. From here on
+// the connections watch the run: a rank that ends before it finished ends this one, with one sentence.
+RingRendezvous join_cluster_ring(const RingPlacement& at, RingRankRequest& q, std::optional<std::uint64_t> seed,
+                                 bool backward, const std::string& blocks) {
+  // Not built with CUDA and NCCL, or no GPU on this node: every rank refuses alike, before anyone waits.
+  if (cuda_device_count() == 0) {
+    check_nccl_ring(q.layout, 1, q.problem, q.dtype, backward, blocks);
+    throw InputError("rank " + std::to_string(at.rank) + " sees no CUDA GPU on its node");
+  }
+  // The multi-GPU hosts here need NVLink multicast off; under a launcher the environment is the user's, so only
+  // when they left it unset. Before NCCL starts, which reads it once.
+  ::setenv("NCCL_NVLS_ENABLE", "0", 0);
+  q.rank = at.rank;
+  q.device = at.local_rank;
+
+  std::optional<RingRendezvous> met;
+  if (at.rank == 0) {
+    q.problem.options.seed = seed ? *seed : fresh_seed();
+    met = serve_ring_id("", at.port, at.world_size, at.job,
+                        new_nccl_ring_id() + " " + std::to_string(q.problem.options.seed), kRendezvousTimeout);
+  } else {
+    met = fetch_ring_id(at.master_addr, at.port, at.rank, at.world_size, at.job, kRendezvousTimeout);
+  }
+  // "<id> <seed>"
+  const std::string& payload = met->payload();
+  const std::size_t space = payload.find(' ');
+  q.nccl_id = payload.substr(0, space);
+  std::uint64_t shared_seed = 0;
+  const char* end = payload.data() + payload.size();
+  if (space == std::string::npos ||
+      std::from_chars(payload.data() + space + 1, end, shared_seed).ptr != end)
+    throw InputError("rank 0 sent rank " + std::to_string(at.rank) + " no seed after the ring's id: are all ranks "
+                     "the same flashlab?");
+  q.problem.options.seed = shared_seed;
+  met->watch([](const std::string& why) {  // on the watcher's thread, maybe while NCCL waits: end the process
+    const std::string line = "flashlab: " + why + "\n";
+    (void)!::write(STDERR_FILENO, line.data(), line.size());
+    ::_exit(kExitBadInput);
+  });
+
+  // After the watch, so the others learn at once that this rank cannot run.
+  const int visible = cuda_device_count();
+  if (at.local_rank >= visible)
+    throw InputError("rank " + std::to_string(at.rank) + " is local rank " + std::to_string(at.local_rank) + " (" +
+                     (at.launcher == RingLauncher::Slurm ? "SLURM_LOCALID" : "LOCAL_RANK") + ") but its node shows " +
+                     std::to_string(visible) + (visible == 1 ? " GPU" : " GPUs") + ": start at most " +
+                     std::to_string(visible) + " ranks per node, one per GPU (" +
+                     (at.launcher == RingLauncher::Slurm ? "srun --ntasks-per-node" : "torchrun --nproc_per_node") +
+                     ")");
+  return std::move(*met);
+}
+
 }  // namespace
 
 void RingCommand::add_to(CLI::App& app) {
-  app.add_option("--gpus", gpus, "ranks P, one process per GPU (GPUs 0 .. P-1)")->required();
+  app.add_option("--gpus", gpus,
+                 "ranks P, one process per GPU (GPUs 0 .. P-1); under torchrun or srun, the number of processes it "
+                 "starts, each on its node's GPU LOCAL_RANK / SLURM_LOCALID")
+      ->required();
+  app.footer("Started as is, it starts its P ranks on this host. Under torchrun (--no-python) or srun each process is "
+             "one rank, on as many nodes as the launcher spans: rank 0 hands the others the NCCL id over TCP at "
+             "MASTER_ADDR, port MASTER_PORT + 1 under torchrun (its agent holds MASTER_PORT), MASTER_PORT under srun "
+             "(export both), or FLASHLAB_RING_PORT.");
   app.add_option("--layout", layout, "contiguous, zigzag or striped")->capture_default_str();
   shape.add_to(app);
   app.add_option("--causal", causal, "none, top-left or bottom-right")->capture_default_str();
@@ -136,7 +208,8 @@ int RingCommand::run(std::ostream& out, std::ostream& err) const {
     throw InputError("--json writes timings, and --check times nothing: give one of them");
 
   const char* rank_text = std::getenv(kRankVariable);
-  if (rank_text == nullptr) {  // the launcher
+  const RingPlacement placement = rank_text ? RingPlacement{} : ring_placement(process_environment(), gpus);
+  if (rank_text == nullptr && placement.launcher == RingLauncher::None) {  // the launcher
     q.problem.options.seed = seed_option->count() > 0 ? seed : fresh_seed();
     validate(q.problem);
     ring_schedule(q.layout, gpus, q.problem.shape.seq_q, q.problem.shape.seq_k, q.problem.options.causal);
@@ -148,16 +221,25 @@ int RingCommand::run(std::ostream& out, std::ostream& err) const {
     return launch(args, gpus, new_nccl_ring_id(), err);
   }
 
-  // A rank.
-  q.rank = std::atoi(rank_text);
-  const char* id = std::getenv(kIdVariable);
-  if (id == nullptr)
-    throw InputError(std::string(kRankVariable) + " is set but " + kIdVariable +
-                     " is not: start the ring with `flashlab ring`");
-  q.nccl_id = id;
-  q.problem.options.seed = seed;
-  validate(q.problem);
+  // A rank: started by the launcher above, or by a cluster's.
+  std::optional<RingRendezvous> cluster;
+  if (rank_text != nullptr) {
+    q.rank = std::atoi(rank_text);
+    const char* id = std::getenv(kIdVariable);
+    if (id == nullptr)
+      throw InputError(std::string(kRankVariable) + " is set but " + kIdVariable +
+                       " is not: start the ring with `flashlab ring`");
+    q.nccl_id = id;
+    q.problem.options.seed = seed;
+    validate(q.problem);
+  } else {
+    validate(q.problem);  // every rank refuses a bad problem alike, before meeting the others
+    ring_schedule(q.layout, gpus, q.problem.shape.seq_q, q.problem.shape.seq_k, q.problem.options.causal);
+    cluster = join_cluster_ring(placement, q, seed_option->count() > 0 ? std::optional(seed) : std::nullopt,
+                                backward, blocks);
+  }
   const RingRankReport report = run_ring_rank(q);
+  if (cluster) cluster->finish();
   if (q.rank != 0) return kExitOk;
 
   const Shape& s = q.problem.shape;

@@ -102,9 +102,18 @@ std::string group_title(const Timeline& t) {
   return s;
 }
 
+// The names the Trace Event file gives its processes and threads (model/timeline.cpp writes them as metadata).
+std::string block_name(const Timeline& t, std::uint32_t block) {
+  return (t.is_ring() ? "rank " : "block ") + std::to_string(block);
+}
+
+std::string role_name(const Timeline& t, std::uint32_t wg) {
+  if (t.is_ring()) return wg == 0 ? "compute" : wg == 1 ? "communication" : "stream " + std::to_string(wg);
+  return std::string(wg < t.producer_warpgroups ? "producer" : "consumer") + " WG" + std::to_string(wg);
+}
+
 std::string lane_name(const Timeline& t, std::uint32_t block, std::uint32_t warpgroup) {
-  return "block " + std::to_string(block) + " " + (warpgroup < t.producer_warpgroups ? "producer" : "consumer") +
-         " WG" + std::to_string(warpgroup);
+  return block_name(t, block) + " " + role_name(t, warpgroup);
 }
 
 LaneLayout layout_lanes(const std::vector<const Timeline*>& timelines, const LaneMetrics& m) {
@@ -179,6 +188,7 @@ std::string hover_text(const Timeline& t, std::size_t k) {
     text += "start " + format_us(b) + ", duration " + format_us(double(s.end_ns - s.begin_ns));
   else
     text += "at " + format_us(b) + " (instant)";
+  if (s.step >= 0) text += "\nring step " + std::to_string(s.step);
   return text;
 }
 
@@ -191,9 +201,27 @@ int palette_index(PipelineEvent e) {
     case PipelineEvent::Softmax: return 8;      // orange
     case PipelineEvent::BarrierWait: return 5;  // grey
     case PipelineEvent::Epilogue: return 3;     // purple
-    case PipelineEvent::Count: break;
+    case PipelineEvent::RingCompute: return 4;  // yellow
+    case PipelineEvent::RingSendRecv: return 9; // pink
+    case PipelineEvent::RingMerge: return 11;   // pale lavender
+    case PipelineEvent::Count: break;  // not a kind (-Wswitch asks for a case of every new kind above)
   }
-  return 11;
+  return 5;
+}
+
+bool is_ring_event(PipelineEvent e) {
+  return e == PipelineEvent::RingCompute || e == PipelineEvent::RingSendRecv || e == PipelineEvent::RingMerge;
+}
+
+std::vector<PipelineEvent> kinds_in(const std::vector<const Timeline*>& timelines) {
+  bool seen[kPipelineEventCount] = {};
+  for (const Timeline* t : timelines)
+    if (t)
+      for (const TimelineSpan& s : t->spans) seen[static_cast<int>(s.event)] = true;
+  std::vector<PipelineEvent> kinds;
+  for (int k = 0; k < kPipelineEventCount; ++k)
+    if (seen[k]) kinds.push_back(static_cast<PipelineEvent>(k));
+  return kinds;
 }
 
 Timeline synthetic_timeline(const SyntheticPipeline& p) {

@@ -1,5 +1,5 @@
 #pragma once
-// The Pipeline panel's logic, without a window: which time window is visible (zoom around a point,
+// The Pipeline panel's logic, without a window (a Hopper kernel's warpgroups, or a ring's ranks and streams): which time window is visible (zoom around a point,
 // pan, clamped to the data, fit-all), where each lane sits (one per (block, warpgroup), two timelines
 // stacked one above the other as two groups with a title each), time <-> pixel mapping, ticks, what
 // lies under the mouse, and a colour per event kind. Times here are nanoseconds since each
@@ -70,7 +70,10 @@ LaneLayout layout_lanes(const std::vector<const Timeline*>&, const LaneMetrics&)
 // Lane heights that fill `height` pixels (clamped to [min_h, max_h]).
 LaneMetrics fit_lanes(const std::vector<const Timeline*>&, float height, float min_h = 12, float max_h = 36);
 std::string group_title(const Timeline&);
-std::string lane_name(const Timeline&, std::uint32_t block, std::uint32_t warpgroup);
+// A Hopper timeline's lanes are "block 0" / "producer WG0"; a ring's "rank 0" / "compute" or "communication".
+std::string block_name(const Timeline&, std::uint32_t block);
+std::string role_name(const Timeline&, std::uint32_t warpgroup);
+std::string lane_name(const Timeline&, std::uint32_t block, std::uint32_t warpgroup);  // the two, with a space
 
 // --- Under the mouse.
 struct Hit {
@@ -82,10 +85,15 @@ struct Hit {
 // instants win over spans, the shortest span wins among spans.
 std::optional<Hit> hit_test(const LaneLayout&, const std::vector<const Timeline*>&, const TimeWindow&, float x, float y,
                             float width, float instant_px = 4);
-std::string hover_text(const Timeline&, std::size_t span);  // event, block, warpgroup, start, duration (us)
+// Event, lane, start and duration (us), and a ring span's step.
+std::string hover_text(const Timeline&, std::size_t span);
 
 // --- Colours: an index into the app's series palette (app/palette.hpp kSeries), one per kind.
 int palette_index(PipelineEvent);
+// The ring's kinds (compute, send/recv, merge) against the Hopper kernel's warpgroup kinds.
+bool is_ring_event(PipelineEvent);
+// The kinds that occur in the timelines (null entries skipped), in enum order: what the legend lists.
+std::vector<PipelineEvent> kinds_in(const std::vector<const Timeline*>&);
 
 // --- Made-up data for tests and the demo screenshot: a toy model of a warp-specialized pipeline
 // (one producer warpgroup streaming K/V tiles through `stages` buffers, `consumers` warpgroups doing

@@ -1,6 +1,7 @@
 // Pipeline: what each warpgroup of a warp-specialized kernel did over time, from a Chrome Trace
-// Event file (`flashlab bench --timeline FILE.json`, or the synthetic examples in viz/timelines/).
-// One lane per (block, warpgroup); spans coloured by kind, instants as ticks; a second file stacked
+// Event file (`flashlab bench --timeline FILE.json`, or the synthetic examples in viz/timelines/), or
+// what each rank of a ring did on its compute and communication streams (a ring timeline; the Ring
+// panel sets it beside the model). One lane per (block, warpgroup) or (rank, stream); spans coloured by kind, instants as ticks; a second file stacked
 // below for comparison. Mouse wheel zooms around the cursor, dragging pans, double-click or "fit"
 // shows everything; hovering names the event. A bad file shows its one sentence instead.
 #include <imgui.h>
@@ -55,12 +56,13 @@ void load(PanelState& ps, const std::string& a, const std::string& b) {
   ps.user_window = false;
 }
 
-void legend(ImDrawList* dl) {
+// The kinds the loaded timelines hold (a Hopper kernel's, a ring's, or both).
+void legend(ImDrawList* dl, const std::vector<const Timeline*>& ts) {
   const float lh = ImGui::GetTextLineHeight();
   ImVec2 p = ImGui::GetCursorScreenPos();
   const float x_end = p.x + ImGui::GetContentRegionAvail().x;
-  for (int k = 0; k < kPipelineEventCount; ++k) {
-    const auto e = static_cast<PipelineEvent>(k);
+  const std::vector<PipelineEvent> kinds = kinds_in(ts);
+  for (const PipelineEvent e : kinds) {
     const char* name = to_string(e);
     const float w = 22 + ImGui::CalcTextSize(name).x + 14;
     if (p.x + w > x_end) p = ImVec2(ImGui::GetCursorScreenPos().x, p.y + lh + 4);
@@ -72,9 +74,11 @@ void legend(ImDrawList* dl) {
     dl->AddText(ImVec2(p.x + 22, p.y), kText, name);
     p.x += w;
   }
-  const char* band = "wgmma in flight (issue to wait)";
-  dl->AddRectFilled(ImVec2(p.x, p.y + 2), ImVec2(p.x + 16, p.y + lh - 2), colour(PipelineEvent::WgmmaIssue, 70));
-  dl->AddText(ImVec2(p.x + 22, p.y), kText, band);
+  if (std::find(kinds.begin(), kinds.end(), PipelineEvent::WgmmaIssue) != kinds.end()) {
+    const char* band = "wgmma in flight (issue to wait)";
+    dl->AddRectFilled(ImVec2(p.x, p.y + 2), ImVec2(p.x + 16, p.y + lh - 2), colour(PipelineEvent::WgmmaIssue, 70));
+    dl->AddText(ImVec2(p.x + 22, p.y), kText, band);
+  }
   ImGui::Dummy(ImVec2(x_end - ImGui::GetCursorScreenPos().x, p.y + lh + 4 - ImGui::GetCursorScreenPos().y));
 }
 
@@ -115,7 +119,7 @@ void draw_pipeline(AppState& st) {
                          "(Chrome Trace Event Format, also opened by Perfetto); viz/timelines/ holds synthetic examples.");
     return;
   }
-  legend(dl);
+  legend(dl, ts);
 
   double data_end = 0;
   for (const Timeline* t : ts)
@@ -170,11 +174,9 @@ void draw_pipeline(AppState& st) {
     dl->AddRectFilled(ImVec2(plot_x0, y0), ImVec2(plot_x0 + plot_w, y1), kLaneBg);
     const bool first_of_block = k == 0 || layout.lanes[k - 1].block != lane.block || layout.lanes[k - 1].timeline != lane.timeline;
     const Timeline& t = *ts[std::size_t(lane.timeline)];
-    const std::string role = std::string(lane.warpgroup < t.producer_warpgroups ? "producer" : "consumer") + " WG" +
-                             std::to_string(lane.warpgroup);
     const float ty = (y0 + y1 - lh) / 2;
-    if (first_of_block) dl->AddText(ImVec2(p0.x + 10, ty), kText, ("block " + std::to_string(lane.block)).c_str());
-    dl->AddText(ImVec2(p0.x + 72, ty), kDim, role.c_str());
+    if (first_of_block) dl->AddText(ImVec2(p0.x + 10, ty), kText, block_name(t, lane.block).c_str());
+    dl->AddText(ImVec2(p0.x + 72, ty), kDim, role_name(t, lane.warpgroup).c_str());
   }
 
   // Spans, then instants on top. Spans narrower than a pixel are drawn a pixel wide.
