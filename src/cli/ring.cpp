@@ -154,7 +154,7 @@ RingRendezvous join_cluster_ring(const RingPlacement& at, RingRankRequest& q, st
                      std::to_string(visible) + (visible == 1 ? " GPU" : " GPUs") + ": start at most " +
                      std::to_string(visible) + " ranks per node, one per GPU (" +
                      (at.launcher == RingLauncher::Slurm ? "srun --ntasks-per-node" : "torchrun --nproc_per_node") +
-                     ")");
+                     "), each process seeing all of the node's GPUs");
   return std::move(*met);
 }
 
