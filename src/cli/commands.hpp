@@ -48,6 +48,8 @@ struct TraceCommand {
   int heads_kv = 0;  // --ring only; 0: heads
   std::string layout = "contiguous";
   double tflops = 400, link_gbs = 400;
+  std::string from_timeline;  // --ring: a measured ring timeline, whose problem and rates the model takes
+  std::vector<CLI::Option*> problem_flags;  // what a timeline fixes (shape, mask, layout, pass, element size)
   // The flags of the paper's two-level mode, to refuse them beside --variant (and to require --sram-bytes).
   std::vector<CLI::Option*> two_level_flags;
   // The flags that mean nothing to the ring (--algorithm, --sram-bytes, --events, --variant, --gpu), and
@@ -61,6 +63,7 @@ struct TraceCommand {
  private:
   int run_gpu(std::ostream& out) const;
   int run_ring(std::ostream& out) const;
+  int run_ring_timeline(std::ostream& out) const;
 };
 
 // flashlab bench: time, TFLOP/s, peak memory and modeled HBM bytes against sequence length.

@@ -9,6 +9,8 @@
 #include "cpu_reference/tiled.hpp"
 #include "model/gpu.hpp"
 #include "model/ring.hpp"
+#include "model/ring_measured.hpp"
+#include "model/timeline.hpp"
 #include "model/traffic.hpp"
 #include "registry/gpu_models.hpp"
 
@@ -82,20 +84,23 @@ std::string per_rank(const std::vector<T>& values, double unit) {
 void TraceCommand::add_to(CLI::App& app) {
   two_level_flags.push_back(app.add_option("--algorithm", algorithm, "standard, fa1 or fa2")->capture_default_str());
   not_ring_flags.push_back(two_level_flags.back());
-  app.add_option("--batch", batch, "batch size B")->capture_default_str();
-  app.add_option("--heads", heads, "heads H (traffic is per head, times B * H)")->capture_default_str();
-  app.add_option("--seq-q", seq_q, "query sequence length N")->capture_default_str();
-  app.add_option("--seq-k", seq_k, "key sequence length (default: seq-q)");
-  app.add_option("--head-dim", head_dim, "head dimension d")->capture_default_str();
+  problem_flags.push_back(app.add_option("--batch", batch, "batch size B")->capture_default_str());
+  problem_flags.push_back(
+      app.add_option("--heads", heads, "heads H (traffic is per head, times B * H)")->capture_default_str());
+  problem_flags.push_back(app.add_option("--seq-q", seq_q, "query sequence length N")->capture_default_str());
+  problem_flags.push_back(app.add_option("--seq-k", seq_k, "key sequence length (default: seq-q)"));
+  problem_flags.push_back(app.add_option("--head-dim", head_dim, "head dimension d")->capture_default_str());
   sram_option = app.add_option("--sram-bytes", sram_bytes,
                                "on-chip SRAM size M in bytes (blocks: Bc = ceil(M/4d), Br = min(Bc, d)); required "
                                "without --variant");
   two_level_flags.push_back(sram_option);
   not_ring_flags.push_back(sram_option);
-  app.add_option("--causal", causal, "none, top-left or bottom-right")->capture_default_str();
+  problem_flags.push_back(app.add_option("--causal", causal, "none, top-left or bottom-right")->capture_default_str());
   two_level_flags.push_back(app.add_option("--bytes-per-element", bytes_per_element, "bytes per element moved (2: fp16/bf16)")
                                 ->capture_default_str());
+  problem_flags.push_back(two_level_flags.back());
   two_level_flags.push_back(app.add_flag("--backward", backward, "trace the backward pass instead of the forward"));
+  problem_flags.push_back(two_level_flags.back());
   app.add_flag("--json", json, "print the totals as JSON");
   two_level_flags.push_back(app.add_flag("--events", events, "print every event as CSV (small sizes only)"));
   not_ring_flags.push_back(two_level_flags.back());
@@ -112,13 +117,20 @@ void TraceCommand::add_to(CLI::App& app) {
                                "sizes K and V, --backward traces the backward pass");
   ring_flags.push_back(
       app.add_option("--layout", layout, "--ring: contiguous, zigzag or striped")->capture_default_str());
+  problem_flags.push_back(ring_flags.back());
   ring_flags.push_back(app.add_option("--heads-kv", heads_kv, "--ring: key/value heads (GQA; default: --heads)"));
+  problem_flags.push_back(ring_flags.back());
   ring_flags.push_back(
       app.add_option("--tflops", tflops, "--ring: the attention rate one rank sustains, TFLOP/s (an assumption)")
           ->capture_default_str());
   ring_flags.push_back(
       app.add_option("--link-gbs", link_gbs, "--ring: one direction of the link to the next rank, GB/s (an assumption)")
           ->capture_default_str());
+  ring_flags.push_back(app.add_option(
+      "--from-timeline", from_timeline,
+      "--ring: a measured ring timeline (Trace Event JSON, e.g. bench/results/<device>-ring-timeline-*.json): its "
+      "problem, its measured compute rate and link bandwidth; prints the model's step times on those rates (and on "
+      "--tflops / --link-gbs) beside the measured ones"));
 }
 
 int TraceCommand::run(std::ostream& out, std::ostream& /*err*/) const {
@@ -319,10 +331,11 @@ int TraceCommand::run_ring(std::ostream& out) const {
   for (const CLI::Option* flag : not_ring_flags)
     if (flag->count() > 0)
       throw InputError(flag->get_name() + " does not apply to --ring, which traces the ring's schedule (its flags: "
-                       "--layout, --heads-kv, --tflops, --link-gbs, --bytes-per-element, --backward, --json)");
+                       "--layout, --heads-kv, --tflops, --link-gbs, --bytes-per-element, --backward, --from-timeline, --json)");
   if (ring > kMaxRingRanks)
     throw InputError("--ring " + std::to_string(ring) + " is more ranks than the trace lists: it takes 1 to " +
                      std::to_string(kMaxRingRanks));
+  if (!from_timeline.empty()) return run_ring_timeline(out);
   const RingLayout ring_layout = parse_ring_layout(layout);
   Problem p;
   p.shape = Shape{batch, heads, heads_kv != 0 ? heads_kv : heads, seq_q, seq_k != 0 ? seq_k : seq_q, head_dim};
@@ -405,6 +418,108 @@ int TraceCommand::run_ring(std::ostream& out) const {
       << " GFLOP (what one device computes for the scores the mask leaves); ring time "
       << format_fixed(cost.seconds / us, 3)
       << " us\n";
+  return kExitOk;
+}
+
+// --ring P --from-timeline FILE: a measured ring timeline (model/ring_measured.hpp) beside the model of its problem,
+// on the model's assumed rates and on the rates the timeline implies.
+int TraceCommand::run_ring_timeline(std::ostream& out) const {
+  for (const CLI::Option* flag : problem_flags)
+    if (flag->count() > 0)
+      throw InputError(flag->get_name() + " does not apply with --from-timeline: the timeline's info fixes the "
+                       "problem (ranks, layout, shape, mask, pass, dtype)");
+  const Timeline t = read_trace_event_file(from_timeline);
+  const RingMeasurement m = measure_ring(t, "timeline " + from_timeline);
+  const RingRun& run = m.run;
+  if (ring != run.ranks)
+    throw InputError("--ring " + std::to_string(ring) + " does not match the timeline, a ring of " +
+                     std::to_string(run.ranks) + " ranks (give --ring " + std::to_string(run.ranks) + ")");
+  if (!(tflops > 0) || !(link_gbs > 0)) throw InputError("--tflops and --link-gbs must be positive rates");
+  const RingMachine assumed = model_machine(run, {.flops_per_second = tflops * 1e12, .link_bytes_per_second = link_gbs * 1e9});
+  const RingMachine measured = measured_machine(m, assumed);
+  const RingCost model = model_cost(m, assumed), replay = model_cost(m, measured);
+  const bool backward_pass = run.pass == Pass::Backward;
+  const auto error = [](double model_s, double measured_s) { return measured_s > 0 ? model_s / measured_s - 1 : 0.0; };
+
+  if (json) {
+    nlohmann::ordered_json j;
+    j["timeline"] = from_timeline;
+    j["device"] = t.device;
+    j["label"] = t.label;
+    j["ring"] = {{"ranks", run.ranks}, {"layout", to_string(run.layout)}};
+    j["pass"] = backward_pass ? "backward" : "forward";
+    j["shape"] = {{"batch", run.shape.batch},       {"heads", run.shape.heads_q}, {"heads_kv", run.shape.heads_kv},
+                  {"seq_q", run.shape.seq_q},       {"seq_k", run.shape.seq_k},   {"head_dim", run.shape.head_dim}};
+    j["causal"] = flashlab::to_string(run.causal);
+    j["dtype"] = flashlab::to_string(run.dtype);
+    j["block_kernel"] = run.block_kernel;
+    j["measured_rates"] = {{"flops_per_second", m.flops_per_second},
+                           {"median_link_bytes_per_second", m.median_bytes_per_second.value_or(0)},
+                           {"best_link_bytes_per_second", m.best_bytes_per_second.value_or(0)},
+                           {"transfers", m.transfers.size()}};
+    j["assumed_rates"] = {{"flops_per_second", assumed.flops_per_second},
+                          {"link_bytes_per_second", assumed.link_bytes_per_second}};
+    nlohmann::ordered_json steps = nlohmann::ordered_json::array();
+    for (int s = 0; s < run.ranks; ++s) {
+      const MeasuredStep& ms = m.steps[std::size_t(s)];
+      nlohmann::ordered_json row = {{"step", s},
+                                    {"model_seconds", model.steps[std::size_t(s)].seconds},
+                                    {"model_measured_rates_seconds", replay.steps[std::size_t(s)].seconds},
+                                    {"measured_seconds", ms.seconds()},
+                                    {"error", error(replay.steps[std::size_t(s)].seconds, ms.seconds())},
+                                    {"slowest_rank", ms.slowest_rank},
+                                    {"slowest_compute_seconds", ms.slowest_compute_seconds}};
+      row["hidden_fraction"] = ms.hidden_fraction ? nlohmann::ordered_json(*ms.hidden_fraction) : nlohmann::ordered_json();
+      steps.push_back(row);
+    }
+    j["steps"] = steps;
+    j["model_seconds"] = model.seconds;
+    j["model_measured_rates_seconds"] = replay.seconds;
+    j["measured_seconds"] = m.seconds;
+    j["error"] = error(replay.seconds, m.seconds);
+    j["hidden_fraction"] = m.hidden_fraction ? nlohmann::ordered_json(*m.hidden_fraction) : nlohmann::ordered_json();
+    out << j.dump(2) << "\n";
+    return kExitOk;
+  }
+
+  const double us = 1e-6;
+  const auto pct = [](double f) { return format_fixed(100 * f, 0) + "%"; };
+  const auto signed_pct = [](double f) { return (f >= 0 ? "+" : "") + format_fixed(100 * f, 1) + "%"; };
+  out << "trace: ring attention over " << run.ranks << (run.ranks == 1 ? " rank" : " ranks") << " from the timeline "
+      << from_timeline << "\n";
+  out << "run: " << (t.label.empty() ? "(no label)" : t.label) << " on " << (t.device.empty() ? "(no device)" : t.device)
+      << "\n";
+  out << "problem: " << to_string(run.layout) << " layout, " << (backward_pass ? "backward" : "forward") << ", "
+      << describe(run.shape) << ", causal " << flashlab::to_string(run.causal) << ", " << flashlab::to_string(run.dtype)
+      << ", " << run.block_kernel << " blocks\n";
+  out << "measured rates: " << format_fixed(m.flops_per_second / 1e12, 1)
+      << " TFLOP/s per rank (the schedule's FLOPs / the ranks' compute time); link ";
+  if (m.median_bytes_per_second)
+    out << format_fixed(*m.median_bytes_per_second / 1e9, 1) << " GB/s median, "
+        << format_fixed(*m.best_bytes_per_second / 1e9, 1) << " GB/s best over " << m.transfers.size()
+        << " transfers (bytes / span; a span includes waiting for the peer)\n";
+  else
+    out << "not measured (one rank has none): the assumed " << link_gbs << " GB/s\n";
+  out << "assumed rates: " << tflops << " TFLOP/s per rank (--tflops), " << link_gbs << " GB/s per link (--link-gbs)\n";
+  out << "a measured step runs from the first rank's start of its work to the first start of the next step's (the last "
+         "step to the run's end), so it holds the waits for the slowest rank and for the hop it sends, as the model's "
+         "step does; hidden = the part of each transfer during which its rank's compute stream was busy\n\n";
+  Table table({"step", "model, assumed (us)", "model, measured rates (us)", "measured (us)", "error",
+               "slowest compute (us, rank)", "hidden"});
+  for (int s = 0; s < run.ranks; ++s) {
+    const MeasuredStep& ms = m.steps[std::size_t(s)];
+    const double replay_s = replay.steps[std::size_t(s)].seconds;
+    table.add({std::to_string(s), format_fixed(model.steps[std::size_t(s)].seconds / us, 3), format_fixed(replay_s / us, 3),
+               format_fixed(ms.seconds() / us, 3), signed_pct(error(replay_s, ms.seconds())),
+               format_fixed(ms.slowest_compute_seconds / us, 3) + " (r" + std::to_string(ms.slowest_rank) + ")",
+               ms.hidden_fraction ? pct(*ms.hidden_fraction) : "no transfer"});
+  }
+  table.add({"ring", format_fixed(model.seconds / us, 3), format_fixed(replay.seconds / us, 3),
+             format_fixed(m.seconds / us, 3), signed_pct(error(replay.seconds, m.seconds)), "",
+             m.hidden_fraction ? pct(*m.hidden_fraction) : "-"});
+  table.print(out);
+  out << "\nerror = model at the measured rates / measured - 1; the measured steps add up to the ring's time, from "
+         "its first stamp to its last\n";
   return kExitOk;
 }
 

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 namespace flashlab::viz {
 
@@ -266,6 +267,276 @@ std::int64_t event_of_ring_step(int step, std::int64_t events, int ranks) {
 double hop_fraction(double progress) {
   if (progress <= kHopStarts) return 0.0;
   return std::min(1.0, (progress - kHopStarts) / (1.0 - kHopStarts));
+}
+
+// --- A measured ring timeline beside the model.
+
+namespace {
+
+// The parts of [b, e) when none of `busy` (sorted, disjoint) covers it.
+std::vector<std::pair<double, double>> uncovered(double b, double e, const std::vector<std::pair<double, double>>& busy) {
+  std::vector<std::pair<double, double>> gaps;
+  double at = b;
+  for (const auto& [bb, be] : busy) {
+    if (be <= at) continue;
+    if (bb >= e) break;
+    if (bb > at) gaps.emplace_back(at, bb);
+    at = std::max(at, be);
+    if (at >= e) break;
+  }
+  if (at < e) gaps.emplace_back(at, e);
+  return gaps;
+}
+
+std::vector<std::pair<double, double>> union_of(std::vector<std::pair<double, double>> v) {
+  std::sort(v.begin(), v.end());
+  std::vector<std::pair<double, double>> out;
+  for (const auto& iv : v) {
+    if (!out.empty() && iv.first <= out.back().second) out.back().second = std::max(out.back().second, iv.second);
+    else out.push_back(iv);
+  }
+  return out;
+}
+
+std::string problem_of(const RingRun& run) {
+  const Shape& s = run.shape;
+  return "P = " + std::to_string(run.ranks) + ", " + to_string(run.layout) + ", N = " + std::to_string(s.seq_q) +
+         (s.seq_k != s.seq_q ? " x " + std::to_string(s.seq_k) : "") + ", batch " + std::to_string(s.batch) + ", " +
+         std::to_string(s.heads_q) + " heads (" + std::to_string(s.heads_kv) + " K/V), d = " +
+         std::to_string(s.head_dim) + ", causal " + to_string(run.causal) + ", " + to_string(run.dtype) + ", " +
+         (run.pass == Pass::Forward ? "forward" : "backward") + ", " + run.block_kernel + " blocks";
+}
+
+}  // namespace
+
+RingGantt model_gantt(const RingSchedule& ring, const Shape& shape, Pass pass, const RingMachine& machine,
+                      const std::string& title) {
+  const RingCost cost = ring_cost(ring, shape, pass, machine);
+  const int P = ring.ranks;
+  RingGantt g;
+  g.title = title;
+  double t = 0;
+  for (int s = 0; s < P; ++s) {
+    const RingStepCost& step = cost.steps[std::size_t(s)];
+    g.step_begin_seconds.push_back(t);
+    for (int r = 0; r < P; ++r) {
+      const int origin = ring.steps[s][r].kv_origin;
+      const double compute_end = t + step.flops[r] / machine.flops_per_second;
+      if (step.flops[r] > 0)
+        g.bars.push_back({.kind = RingBarKind::Compute, .rank = r, .lane = 0, .step = s, .share = origin,
+                          .begin_seconds = t, .end_seconds = compute_end, .exposed = {}});
+      if (P == 1) continue;  // one rank has no link (ring_cost)
+      // The same bytes as ring_cost's link_bytes, split into its two hops.
+      double at = t;
+      const int tokens = ring.kv_tokens(origin);
+      const auto hop = [&](RingBarKind kind, int bytes_per_element) {
+        const double end = at + double(2 * kv_share_bytes(shape, tokens, bytes_per_element)) / machine.link_bytes_per_second;
+        RingBar bar{.kind = kind, .rank = r, .lane = 1, .step = s, .share = origin, .begin_seconds = at,
+                    .end_seconds = end, .exposed = {}};
+        if (end > compute_end) bar.exposed.emplace_back(std::max(at, compute_end), end);
+        g.bars.push_back(std::move(bar));
+        at = end;
+      };
+      if (ring.kv_travels_on(s)) hop(RingBarKind::KV, machine.kv_bytes_per_element);
+      if (pass == Pass::Backward) hop(RingBarKind::Partials, machine.grad_bytes_per_element);
+    }
+    t += step.seconds;
+    g.step_end_seconds.push_back(t);
+  }
+  g.seconds = t;
+  return g;
+}
+
+RingGantt measured_gantt(const Timeline& t, const RingMeasurement& m, const std::string& title) {
+  RingGantt g;
+  g.title = title;
+  const std::uint64_t t0 = t.start_ns();
+  const int P = m.run.ranks;
+  std::vector<std::vector<std::pair<double, double>>> busy(std::size_t(P), std::vector<std::pair<double, double>>{});
+  for (const TimelineSpan& s : t.spans) {
+    if (s.event == PipelineEvent::RingSendRecv) continue;  // from the measurement, which knows each one's kind
+    const double b = double(s.begin_ns - t0) * 1e-9, e = double(s.end_ns - t0) * 1e-9;
+    g.bars.push_back({.kind = s.event == PipelineEvent::RingMerge ? RingBarKind::Merge : RingBarKind::Compute,
+                      .rank = int(s.block), .lane = 0, .step = s.step,
+                      .share = m.schedule.steps[std::size_t(s.step)][s.block].kv_origin, .begin_seconds = b,
+                      .end_seconds = e, .exposed = {}});
+    busy[s.block].emplace_back(b, e);
+  }
+  for (auto& b : busy) b = union_of(std::move(b));
+  for (const MeasuredTransfer& x : m.transfers)
+    g.bars.push_back({.kind = x.kind == RingTransferKind::KV ? RingBarKind::KV : RingBarKind::Partials,
+                      .rank = x.rank, .lane = 1, .step = x.step,
+                      .share = m.schedule.steps[std::size_t(x.step)][std::size_t(x.rank)].kv_origin,
+                      .begin_seconds = x.begin_seconds, .end_seconds = x.end_seconds,
+                      .exposed = uncovered(x.begin_seconds, x.end_seconds, busy[std::size_t(x.rank)])});
+  for (const MeasuredStep& s : m.steps) {
+    g.step_begin_seconds.push_back(s.begin_seconds);
+    g.step_end_seconds.push_back(s.end_seconds);
+  }
+  g.seconds = m.seconds;
+  return g;
+}
+
+int bar_at(const RingGantt& g, int rank, int lane, double seconds, double tolerance) {
+  int best = -1;
+  for (std::size_t k = 0; k < g.bars.size(); ++k) {
+    const RingBar& b = g.bars[k];
+    if (b.rank != rank || b.lane != lane || seconds < b.begin_seconds - tolerance || seconds > b.end_seconds + tolerance)
+      continue;
+    const auto length = [](const RingBar& x) { return x.end_seconds - x.begin_seconds; };
+    if (best < 0 || length(b) < length(g.bars[std::size_t(best)])) best = int(k);
+  }
+  return best;
+}
+
+RingTimelineView ring_timeline_view(const Timeline& t, const std::string& what, const RingMachine& assumed) {
+  RingTimelineView v;
+  v.measured = measure_ring(t, what);
+  const RingRun& run = v.measured.run;
+  if (run.ranks > kMaxPanelRanks)
+    throw InputError(what + " is a ring of " + std::to_string(run.ranks) + " ranks; the Ring panel draws 1 to " +
+                     std::to_string(kMaxPanelRanks) + " (flashlab trace --ring --from-timeline reads any)");
+  v.label = t.label;
+  v.device = t.device;
+  v.problem = problem_of(run);
+  v.assumed = model_machine(run, assumed);
+  v.replayed = measured_machine(v.measured, assumed);
+  v.assumed_cost = model_cost(v.measured, v.assumed);
+  v.replay_cost = model_cost(v.measured, v.replayed);
+  const auto rates = [](const RingMachine& m) {
+    return rate("%.0f", m.flops_per_second / 1e12) + " TFLOP/s per rank, " + rate("%.0f", m.link_bytes_per_second / 1e9) +
+           " GB/s per link";
+  };
+  v.model_assumed = model_gantt(v.measured.schedule, run.shape, run.pass, v.assumed,
+                                "model (ring_cost) at assumed rates: " + rates(v.assumed));
+  v.model_replayed = model_gantt(v.measured.schedule, run.shape, run.pass, v.replayed,
+                                 "model (ring_cost) at the measured rates: " + rates(v.replayed) + " (median link)");
+  v.gantt = measured_gantt(t, v.measured, "measured: " + (t.label.empty() ? std::string("(no label)") : t.label));
+  for (int s = 0; s < run.ranks; ++s) {
+    const MeasuredStep& m = v.measured.steps[std::size_t(s)];
+    v.steps.push_back({.model_seconds = v.assumed_cost.steps[std::size_t(s)].seconds,
+                       .replay_seconds = v.replay_cost.steps[std::size_t(s)].seconds,
+                       .measured_seconds = m.seconds(),
+                       .slowest_rank = m.slowest_rank,
+                       .slowest_compute_seconds = m.slowest_compute_seconds,
+                       .hidden_fraction = m.hidden_fraction});
+  }
+  v.seconds_max = std::max({v.model_assumed.seconds, v.model_replayed.seconds, v.gantt.seconds});
+  return v;
+}
+
+LoadedRingTimeline load_ring_timeline(const std::string& path, const RingMachine& assumed) {
+  LoadedRingTimeline l{.path = path, .view = std::nullopt, .error = ""};
+  try {
+    l.view = ring_timeline_view(read_trace_event_file(path), "timeline " + path, assumed);
+    l.view->path = path;
+  } catch (const InputError& e) {
+    l.error = e.what();
+  }
+  return l;
+}
+
+bool is_trace_event_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string head(4096, '\0');
+  in.read(head.data(), std::streamsize(head.size()));
+  head.resize(std::size_t(in.gcount()));
+  return head.find("\"traceEvents\"") != std::string::npos;
+}
+
+// --- Synthetic ring timelines.
+
+namespace {
+
+// A fixed number in [-1, 1] for each (rank, step, what): the synthetic run's unevenness, the same every time.
+double wobble(int rank, int step, int salt) {
+  std::uint32_t h = std::uint32_t(rank) * 73856093u ^ std::uint32_t(step) * 19349663u ^ std::uint32_t(salt) * 83492791u;
+  h ^= h >> 13;
+  h *= 0x5bd1e995u;
+  h ^= h >> 15;
+  return double(h % 2001) / 1000.0 - 1.0;
+}
+
+}  // namespace
+
+Timeline synthetic_ring_timeline(const SyntheticRing& p) {
+  constexpr std::uint64_t kOrigin = 1'700'000'000'000'000'000ull;  // a clock-like origin
+  const int P = p.ranks;
+  const Shape shape{.batch = 1, .heads_q = p.heads, .heads_kv = p.heads, .seq_q = p.seq, .seq_k = p.seq, .head_dim = p.head_dim};
+  const RingSchedule ring = ring_schedule(p.layout, P, p.seq, p.seq, p.causal);
+  const RingCost work = ring_cost(ring, shape, p.pass, RingMachine{});
+  const bool backward = p.pass == Pass::Backward;
+  const int kv_bytes = dtype_bytes(DType::BF16), grad_bytes = RingMachine{}.grad_bytes_per_element;
+
+  Timeline t{.device = "none (synthetic)", .variant = "ring (model)", .label = "synthetic: " + p.label,
+             .producer_warpgroups = 1, .info = {}, .spans = {}};
+  int largest = 0;
+  for (int origin = 0; origin < P; ++origin) largest = std::max(largest, ring.kv_tokens(origin));
+  t.info = {{"ranks", std::to_string(P)},
+            {"layout", to_string(p.layout)},
+            {"pass", backward ? "backward" : "forward"},
+            {"batch", "1"},
+            {"heads", std::to_string(p.heads)},
+            {"heads_kv", std::to_string(p.heads)},
+            {"seq", std::to_string(p.seq)},
+            {"head_dim", std::to_string(p.head_dim)},
+            {"causal", to_string(p.causal)},
+            {"dtype", to_string(DType::BF16)},
+            {"block_kernel", "cuda-fa3-ws"},
+            {"hop_bytes", std::to_string(2 * kv_share_bytes(shape, largest, kv_bytes))}};
+  if (backward) t.info["partials_bytes"] = std::to_string(2 * kv_share_bytes(shape, largest, grad_bytes));
+
+  const auto add = [&](int r, PipelineEvent e, int step, double b, double end) {
+    t.spans.push_back({.block = std::uint32_t(r), .warpgroup = e == PipelineEvent::RingSendRecv ? 1u : 0u, .event = e,
+                       .begin_ns = kOrigin + std::uint64_t(std::llround(b * 1e9)),
+                       .end_ns = kOrigin + std::uint64_t(std::llround(end * 1e9)), .step = step});
+  };
+  // One grouped send/recv on every rank: each starts when its stream gets to it, and moves its bytes once the
+  // slower of its two neighbours has started too (the span includes the wait, as NCCL's kernel does).
+  std::vector<double> compute_free(P, 0.0), comm_free(P, 0.0), arrived(P, 0.0), grads_in(P, 0.0), grads_before(P, 0.0);
+  const auto hop = [&](int step, const std::vector<double>& ready, int bytes_per_element, int salt) {
+    std::vector<double> launch(P, 0.0), end(P, 0.0);
+    for (int r = 0; r < P; ++r) launch[r] = std::max(comm_free[r], ready[r]);
+    for (int r = 0; r < P; ++r) {
+      const int prev = (r + P - 1) % P, next = (r + 1) % P;
+      const double bytes = double(2 * kv_share_bytes(shape, ring.kv_tokens(ring.steps[step][r].kv_origin), bytes_per_element));
+      const double go = std::max({launch[r], launch[prev], launch[next]});
+      end[r] = go + bytes / p.link_bytes_per_second * (1 + 0.5 * p.jitter * wobble(r, step, salt));
+      add(r, PipelineEvent::RingSendRecv, step, launch[r], end[r]);
+      comm_free[r] = end[r];
+    }
+    return end;
+  };
+  for (int s = 0; s < P; ++s) {
+    // The K/V hop for step s + 1 leaves once the rank is done with step s - 1 (the slot it overwrites).
+    std::vector<double> next_arrived = arrived;
+    if (ring.kv_travels_on(s)) next_arrived = hop(s, s == 0 ? arrived : compute_free, kv_bytes, 1);
+    for (int r = 0; r < P; ++r) {
+      double at = std::max(compute_free[r], arrived[r]);
+      if (backward && s >= 2) at = std::max(at, grads_before[r]);  // the slot's last partials have left
+      const double flops = work.steps[s].flops[r];
+      if (flops > 0) {
+        const double end = at + p.launch_seconds + flops / p.flops_per_second * (1 + p.jitter * wobble(r, s, 0));
+        add(r, PipelineEvent::RingCompute, s, at, end);
+        at = end;
+      }
+      if (!backward && flops > 0) add(r, PipelineEvent::RingMerge, s, at, at + p.merge_seconds), at += p.merge_seconds;
+      if (backward && s > 0) {  // adding the partials that came in from the rank before
+        at = std::max(at, grads_in[r]);
+        add(r, PipelineEvent::RingMerge, s, at, at + p.merge_seconds), at += p.merge_seconds;
+      }
+      compute_free[r] = at;
+    }
+    arrived = next_arrived;
+    if (backward) {  // (one rank sends its partials to itself, as the NCCL ring does)
+      grads_before = grads_in;
+      grads_in = hop(s, compute_free, grad_bytes, 2);
+    }
+  }
+  std::stable_sort(t.spans.begin(), t.spans.end(), [](const TimelineSpan& a, const TimelineSpan& b) {
+    return std::tie(a.block, a.warpgroup, a.begin_ns) < std::tie(b.block, b.warpgroup, b.begin_ns);
+  });
+  return t;
 }
 
 }  // namespace flashlab::viz

@@ -23,7 +23,7 @@ const std::vector<std::string> kKeys = {"algorithm", "pass", "seq", "seq_q", "se
                                         "caption", "seed", "timeline", "timeline_compare", "gpu_variant", "gpu",
                                         "ring"};
 const std::vector<std::string> kRingKeys = {"ranks", "seq",  "batch", "heads",   "head_dim",
-                                            "causal", "pass", "step",  "measured"};
+                                            "causal", "pass", "step",  "measured", "timeline"};
 
 std::string key_list() {
   std::string s;
@@ -80,6 +80,9 @@ RingSettings parse_ring(const json& j, const std::string& where) {
   if (j.contains("pass")) r.pass = parse_pass(get_string(j, "pass", where), where);
   if (j.contains("step")) r.step = to_int_in(get_int(j, "step", where), -1, kMaxPanelRanks - 1, "step", where);
   if (j.contains("measured")) r.measured = get_string(j, "measured", where);
+  if (j.contains("timeline")) r.timeline = get_string(j, "timeline", where);
+  if (!r.measured.empty() && !r.timeline.empty())
+    throw InputError(where + ": \"ring\" names both a measured-times file and a timeline; give one of them");
   return r;
 }
 
@@ -174,7 +177,7 @@ Scenario load_scenario_file(const std::string& path) {
   std::ostringstream text;
   text << in.rdbuf();
   Scenario s = parse_scenario(text.str(), path);
-  for (std::string* t : {&s.timeline, &s.timeline_compare, &s.ring.measured})  // relative to the scenario's folder
+  for (std::string* t : {&s.timeline, &s.timeline_compare, &s.ring.measured, &s.ring.timeline})  // relative to the scenario's folder
     if (!t->empty() && std::filesystem::path(*t).is_relative()) *t = (std::filesystem::path(path).parent_path() / *t).lexically_normal().string();
   return s;
 }
@@ -207,6 +210,7 @@ std::string to_json(const Scenario& s) {
                  {"heads", r.heads}, {"head_dim", r.head_dim}, {"causal", r.causal},
                  {"pass", r.pass == Pass::Forward ? "forward" : "backward"}, {"step", r.step}};
     if (!r.measured.empty()) j["ring"]["measured"] = r.measured;
+    if (!r.timeline.empty()) j["ring"]["timeline"] = r.timeline;
   }
   return j.dump(2);
 }

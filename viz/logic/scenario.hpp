@@ -48,7 +48,8 @@ struct Scenario {
   // algorithm, gpu_variant_of), on a described GPU.
   std::string gpu_variant;
   std::string gpu = "h100";
-  // The Ring panel: ring attention over P ranks, its own problem (relative measured path: to the scenario file).
+  // The Ring panel: ring attention over P ranks, its own problem (relative measured and timeline paths: to the
+  // scenario file).
   RingSettings ring;
 };
 

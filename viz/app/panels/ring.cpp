@@ -7,6 +7,9 @@
 // with the model's transfer of the share as a white line. The ring follows the app's transport
 // (ring_view.hpp: its P steps laid over the stream). Everything is read from logic/ring_view.hpp,
 // which reads the ring's one schedule and cost model; times are the model's or a measured file's.
+// With a measured ring timeline the panel shows that run instead: the model of its problem (assumed rates, or
+// the run's own) above what the GPUs did, per rank its compute and link lanes on one time axis, the stretches
+// where a hop was not hidden marked red, and per step the model's time against the measured one.
 #include <imgui.h>
 
 #include <algorithm>
@@ -18,6 +21,7 @@
 #include "app/panels.hpp"
 #include "app/tile_grid.hpp"
 #include "logic/format.hpp"
+#include "logic/pipeline_view.hpp"  // time_ticks, format_us: the time axis
 #include "logic/ring_view.hpp"
 
 namespace flashlab::viz {
@@ -50,6 +54,10 @@ struct PanelState {
   std::string error;   // why the settings (or the measured file) could not be shown
   char measured_path[512] = "";
   bool shared_scale = true;  // one time axis for the three layouts, so their lengths compare
+  // A measured ring timeline (settings.timeline): the run beside the model of its problem.
+  std::string timeline_shown;  // the path `timeline` was loaded from
+  LoadedRingTimeline timeline;
+  bool measured_rates = false;  // the model row at the measured rates, else at the model's assumed ones
 };
 PanelState& state() {
   static PanelState s;
@@ -89,6 +97,7 @@ void rebuild(PanelState& ps, AppState& st) {
   std::snprintf(ps.measured_path, sizeof ps.measured_path, "%s", settings.measured.c_str());
 }
 
+
 // The panel's own controls: the ring's problem. Any change drops a measured file (it fixed the problem).
 void controls(PanelState& ps, AppState& st) {
   RingSettings r = st.scenario.ring;
@@ -112,11 +121,18 @@ void controls(PanelState& ps, AppState& st) {
   ImGui::Checkbox("one time scale", &ps.shared_scale);
   ImGui::SameLine();
   ImGui::SetNextItemWidth(std::max(120.f, ImGui::GetContentRegionAvail().x - 130));
-  ImGui::InputTextWithHint("##measured", "measured times (JSON, ring_view.hpp)", ps.measured_path, sizeof ps.measured_path);
+  ImGui::InputTextWithHint("##measured", "measured times or a ring timeline (JSON, ring_view.hpp)", ps.measured_path,
+                           sizeof ps.measured_path);
   ImGui::SameLine();
-  if (ImGui::Button("load")) r.measured = ps.measured_path, changed = true;
+  if (ImGui::Button("load")) {
+    // One field for both: a Trace Event file is a ring timeline, anything else a measured-times file.
+    const std::string path = ps.measured_path;
+    (is_trace_event_file(path) ? r.timeline : r.measured) = path;
+    (is_trace_event_file(path) ? r.measured : r.timeline).clear();
+    changed = true;
+  }
   ImGui::SameLine();
-  if (ImGui::Button("model")) r.measured.clear(), changed = true;
+  if (ImGui::Button("model")) r.measured.clear(), r.timeline.clear(), changed = true;
   if (!changed) return;
   if (r.measured == st.scenario.ring.measured &&
       (r.ranks != st.scenario.ring.ranks || r.seq != st.scenario.ring.seq || r.heads != st.scenario.ring.heads ||
@@ -347,10 +363,275 @@ void legend(ImDrawList* dl, const RingSettings& settings) {
   ImGui::Dummy(ImVec2(x_end - ImGui::GetCursorScreenPos().x, p.y + lh + 4 - ImGui::GetCursorScreenPos().y));
 }
 
+// --- A measured ring timeline beside the model (ring_view.hpp: RingTimelineView).
+
+constexpr ImU32 kMerge = IM_COL32(210, 210, 240, 255);
+constexpr ImU32 kExposed = IM_COL32(255, 90, 80, 255);
+constexpr ImU32 kStepLine = IM_COL32(255, 214, 120, 110);
+constexpr ImU32 kGrid = IM_COL32(60, 64, 74, 255);
+constexpr float kLaneLabel = 92.f;  // "r0 compute" left of each lane
+
+void timeline_controls(PanelState& ps, AppState& st) {
+  RingSettings r = st.scenario.ring;
+  ImGui::SetNextItemWidth(std::max(160.f, ImGui::GetContentRegionAvail().x - 470));
+  ImGui::InputTextWithHint("##timeline", "a ring timeline (Trace Event JSON) or measured times", ps.measured_path,
+                           sizeof ps.measured_path);
+  ImGui::SameLine();
+  bool changed = false;
+  if (ImGui::Button("load")) {
+    const std::string path = ps.measured_path;
+    (is_trace_event_file(path) ? r.timeline : r.measured) = path;
+    (is_trace_event_file(path) ? r.measured : r.timeline).clear();
+    changed = true;
+  }
+  ImGui::SameLine();
+  if (ImGui::Button("model only")) r.timeline.clear(), r.measured.clear(), changed = true;
+  ImGui::SameLine();
+  ImGui::Checkbox("model at the measured rates", &ps.measured_rates);
+  if (changed) st.scenario.ring = st.edit.ring = r;
+}
+
+std::string percent(double f) {
+  char b[16];
+  std::snprintf(b, sizeof b, "%.0f%%", 100 * f);
+  return b;
+}
+
+std::string whole(double x) {  // "148"
+  char b[32];
+  std::snprintf(b, sizeof b, "%.0f", x);
+  return b;
+}
+
+// One Gantt: a title line, then per rank its compute lane and its link lane, on [0, t_max] over [x0, x0 + w).
+// Returns the bottom. `hover` gets the bar under the mouse.
+float draw_gantt(ImDrawList* dl, const RingGantt& g, int ranks, float x0, float y, float w, float lane_h, double t_max,
+                 const RingBar** hover) {
+  const float lh = ImGui::GetTextLineHeight();
+  const float plot_x0 = x0 + kLaneLabel, plot_w = w - kLaneLabel;
+  const auto x_of = [&](double t) { return plot_x0 + float(t / t_max) * plot_w; };
+  dl->AddText(ImVec2(x0, y), kTitle, g.title.c_str());
+  y += lh + 1;
+  // Step labels, each centred over its step.
+  for (std::size_t s = 0; s < g.step_begin_seconds.size(); ++s) {
+    const std::string label = numbered("s", int(s));
+    const float xa = x_of(g.step_begin_seconds[s]), xb = x_of(g.step_end_seconds[s]);
+    const float tw = ImGui::CalcTextSize(label.c_str()).x;
+    if (xb - xa > tw + 2) dl->AddText(ImVec2((xa + xb - tw) / 2, y), kDim, label.c_str());
+  }
+  y += lh + 2;
+  const float top = y;
+  const ImVec2 mouse = ImGui::GetIO().MousePos;
+  for (int r = 0; r < ranks; ++r)
+    for (int lane = 0; lane < 2; ++lane) {
+      const float ly = y + float(2 * r + lane) * (lane_h + 2) + float(r) * 5;
+      const float ly1 = ly + lane_h;
+      dl->AddText(ImVec2(x0, ly + (lane_h - lh) / 2), lane == 0 ? rank_colour(r) : kDim,
+                  lane == 0 ? numbered("r", r).append(" compute").c_str() : "   link");
+      dl->ChannelsSetCurrent(0);  // under the time grid (draw_timeline splits the list in three)
+      dl->AddRectFilled(ImVec2(plot_x0, ly), ImVec2(plot_x0 + plot_w, ly1), kLaneBg);
+      dl->ChannelsSetCurrent(2);
+      for (const RingBar& b : g.bars) {
+        if (b.rank != r || b.lane != lane) continue;
+        const float xb = x_of(b.begin_seconds), xe = std::max(x_of(b.end_seconds), xb + 1);
+        switch (b.kind) {
+          case RingBarKind::Compute: dl->AddRectFilled(ImVec2(xb, ly), ImVec2(xe, ly1), rank_colour(b.share)); break;
+          case RingBarKind::Merge: dl->AddRectFilled(ImVec2(xb, ly + 2), ImVec2(xe, ly1 - 2), kMerge); break;
+          case RingBarKind::KV:
+            dl->AddRectFilled(ImVec2(xb, ly + 2), ImVec2(xe, ly1 - 2), rank_colour(b.share, 150));
+            dl->AddRect(ImVec2(xb, ly + 2), ImVec2(xe, ly1 - 2), rank_colour(b.share));
+            break;
+          case RingBarKind::Partials:
+            dl->AddRectFilled(ImVec2(xb, ly + 2), ImVec2(xe, ly1 - 2), rank_colour(b.share, 60));
+            hatch(dl, ImVec2(xb, ly + 2), ImVec2(xe, ly1 - 2));
+            dl->AddRect(ImVec2(xb, ly + 2), ImVec2(xe, ly1 - 2), rank_colour(b.share));
+            break;
+        }
+        for (const auto& [eb, ee] : b.exposed)  // the ring waited on the link here
+          dl->AddRectFilled(ImVec2(x_of(eb), ly1 - 4), ImVec2(std::max(x_of(ee), x_of(eb) + 1), ly1), kExposed);
+      }
+      if (mouse.y >= ly && mouse.y < ly1 && mouse.x >= plot_x0 && mouse.x <= plot_x0 + plot_w) {
+        const double at = double(mouse.x - plot_x0) / plot_w * t_max, tol = 3.0 / plot_w * t_max;
+        const int k = bar_at(g, r, lane, at, tol);
+        if (k >= 0) *hover = &g.bars[std::size_t(k)];
+      }
+    }
+  const float bottom = y + float(2 * ranks) * (lane_h + 2) + float(ranks - 1) * 5;
+  for (std::size_t s = 0; s < g.step_begin_seconds.size(); ++s) {
+    const float xa = x_of(g.step_begin_seconds[s]);
+    dl->AddLine(ImVec2(xa, top - 2), ImVec2(xa, bottom), kStepLine, 1.5f);
+  }
+  if (!g.step_end_seconds.empty()) {
+    const float xe = x_of(g.step_end_seconds.back());
+    dl->AddLine(ImVec2(xe, top - 2), ImVec2(xe, bottom), kStepLine, 1.5f);
+  }
+  return bottom;
+}
+
+void timeline_legend(ImDrawList* dl) {
+  const float lh = ImGui::GetTextLineHeight();
+  ImVec2 p = ImGui::GetCursorScreenPos();
+  const float x_end = p.x + ImGui::GetContentRegionAvail().x;
+  const auto item = [&](const char* text, auto&& swatch) {
+    const float w = 26 + ImGui::CalcTextSize(text).x + 16;
+    if (p.x + w > x_end) p = ImVec2(ImGui::GetCursorScreenPos().x, p.y + lh + 4);
+    swatch(ImVec2(p.x, p.y + 2), ImVec2(p.x + 20, p.y + lh - 2));
+    dl->AddText(ImVec2(p.x + 26, p.y), kText, text);
+    p.x += w;
+  };
+  item("compute on the K/V share of that colour", [&](ImVec2 a, ImVec2 b) {
+    for (int r = 0; r < 4; ++r)
+      dl->AddRectFilled(ImVec2(a.x + float(r) * 5, a.y), ImVec2(a.x + float(r + 1) * 5, b.y), rank_colour(r));
+  });
+  item("merge / add", [&](ImVec2 a, ImVec2 b) { dl->AddRectFilled(a, b, kMerge); });
+  item("K/V hop (the share it sends on)", [&](ImVec2 a, ImVec2 b) {
+    dl->AddRectFilled(a, b, rank_colour(0, 150));
+    dl->AddRect(a, b, rank_colour(0));
+  });
+  item("dK/dV partials hop", [&](ImVec2 a, ImVec2 b) {
+    dl->AddRectFilled(a, b, rank_colour(0, 60));
+    hatch(dl, a, b);
+    dl->AddRect(a, b, rank_colour(0));
+  });
+  item("not hidden: the rank's compute stream idle", [&](ImVec2 a, ImVec2 b) {
+    dl->AddRectFilled(ImVec2(a.x, b.y - 4), b, kExposed);
+  });
+  item("step starts", [&](ImVec2 a, ImVec2 b) {
+    dl->AddLine(ImVec2((a.x + b.x) / 2, a.y), ImVec2((a.x + b.x) / 2, b.y), kStepLine, 1.5f);
+  });
+  ImGui::Dummy(ImVec2(x_end - ImGui::GetCursorScreenPos().x, p.y + lh + 4 - ImGui::GetCursorScreenPos().y));
+}
+
+void step_table(const RingTimelineView& v) {
+  const int P = v.measured.run.ranks;
+  if (!ImGui::BeginTable("##ring_steps", 7, ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingStretchProp))
+    return;
+  for (const char* h : {"step", "model, assumed rates", "model, measured rates", "measured (start to next start)",
+                        "measured-rate model vs measured", "slowest compute", "transfer hidden behind compute"})
+    ImGui::TableSetupColumn(h);
+  ImGui::TableHeadersRow();
+  const auto cell = [](const std::string& text) {
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(text.c_str());
+  };
+  const auto signed_percent = [](double f) {
+    char b[16];
+    std::snprintf(b, sizeof b, "%+.0f%%", 100 * f);
+    return std::string(b);
+  };
+  for (int s = 0; s < P; ++s) {
+    const RingStepCompare& c = v.steps[std::size_t(s)];
+    ImGui::TableNextRow();
+    cell(numbered("s", s));
+    cell(ms(c.model_seconds));
+    cell(ms(c.replay_seconds));
+    cell(ms(c.measured_seconds));
+    cell(signed_percent(c.replay_error()));
+    cell(ms(c.slowest_compute_seconds) + " (" + numbered("r", c.slowest_rank) + ")");
+    cell(c.hidden_fraction ? percent(*c.hidden_fraction) : std::string("no transfer"));
+  }
+  ImGui::TableNextRow();
+  cell("ring");
+  cell(ms(v.assumed_cost.seconds));
+  cell(ms(v.replay_cost.seconds));
+  cell(ms(v.measured.seconds) + " (first stamp to last)");
+  cell(signed_percent(v.measured.seconds > 0 ? v.replay_cost.seconds / v.measured.seconds - 1 : 0));
+  cell("");
+  cell(v.measured.hidden_fraction ? percent(*v.measured.hidden_fraction) + " of all transfer time" : std::string("-"));
+  ImGui::EndTable();
+}
+
+void draw_timeline(PanelState& ps, AppState& st) {
+  const std::string& path = st.scenario.ring.timeline;
+  if (ps.timeline_shown != path) {
+    ps.timeline = load_ring_timeline(path);
+    ps.timeline_shown = path;
+    std::snprintf(ps.measured_path, sizeof ps.measured_path, "%s", path.c_str());
+  }
+  timeline_controls(ps, st);
+  if (!ps.timeline.view) {
+    ImGui::PushStyleColor(ImGuiCol_Text, kError);
+    ImGui::TextWrapped("%s", ps.timeline.error.c_str());
+    ImGui::PopStyleColor();
+    return;
+  }
+  const RingTimelineView& v = *ps.timeline.view;
+  const RingMeasurement& m = v.measured;
+  ImGui::PushStyleColor(ImGuiCol_Text, kTitle);
+  ImGui::TextWrapped("%s  \xC2\xB7  %s", v.label.empty() ? "(no label)" : v.label.c_str(), v.device.c_str());
+  ImGui::PopStyleColor();
+  ImGui::TextUnformatted(v.problem.c_str());
+  std::string link = "no link (one rank)";
+  if (m.median_bytes_per_second)
+    link = "link " + whole(*m.median_bytes_per_second / 1e9) + " GB/s median, " +
+           whole(*m.best_bytes_per_second / 1e9) + " GB/s best over " + std::to_string(m.transfers.size()) +
+           " transfers (bytes / span, waits included)";
+  ImGui::Text("measured: ring %s; compute %s TFLOP/s per rank (the schedule's FLOPs / compute time); %s; %s of the "
+              "transfer time hidden behind compute",
+              ms(m.seconds).c_str(), whole(m.flops_per_second / 1e12).c_str(), link.c_str(),
+              m.hidden_fraction ? percent(*m.hidden_fraction).c_str() : "none");
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  timeline_legend(dl);
+
+  const int P = m.run.ranks;
+  const float lh = ImGui::GetTextLineHeight();
+  const ImVec2 p0 = ImGui::GetCursorScreenPos();
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  const float table_h = float(P + 2) * (lh + 6) + 8;
+  const float axis_h = lh + 4;
+  const float gantt_fixed = 2 * (2 * lh + 3) + 2 * (float(2 * P) * 2 + float(P - 1) * 5) + 12;
+  const float lane_h = std::clamp((avail.y - table_h - axis_h - gantt_fixed) / float(4 * P), 8.f, 26.f);
+  const double t_max = v.seconds_max * 1.01;
+  const float plot_x0 = p0.x + kLaneLabel, plot_w = avail.x - kLaneLabel;
+
+  // The time axis, shared by the model and the run.
+  const TimeWindow window{.begin_ns = 0, .end_ns = t_max * 1e9};
+  const std::vector<double> ticks = time_ticks(window, std::max(2, int(plot_w / 110)));
+  const double tick_step = ticks.size() > 1 ? ticks[1] - ticks[0] : window.width();
+  float y = p0.y;
+  const RingBar* hover = nullptr;
+  const RingGantt& model = ps.measured_rates ? v.model_replayed : v.model_assumed;
+  dl->ChannelsSplit(3);  // lanes (0), the time grid (1), bars and text (2)
+  dl->ChannelsSetCurrent(2);
+  const float y_mid = draw_gantt(dl, model, P, p0.x, y + axis_h, avail.x, lane_h, t_max, &hover) + 10;
+  const float y_end = draw_gantt(dl, v.gantt, P, p0.x, y_mid, avail.x, lane_h, t_max, &hover);
+  dl->ChannelsSetCurrent(1);
+  for (double t : ticks) {
+    const float x = plot_x0 + float(t / window.end_ns) * plot_w;
+    dl->AddLine(ImVec2(x, y + axis_h - 3), ImVec2(x, y_end), kGrid);
+    const std::string label = format_us(t, tick_step);
+    const float tw = ImGui::CalcTextSize(label.c_str()).x;
+    dl->AddText(ImVec2(std::min(x - tw / 2, plot_x0 + plot_w - tw), y), kDim, label.c_str());
+  }
+  dl->ChannelsMerge();
+  ImGui::Dummy(ImVec2(avail.x, y_end - p0.y + 8));
+  if (hover) {
+    ImGui::BeginTooltip();
+    const char* kind = hover->kind == RingBarKind::Compute ? "compute"
+                       : hover->kind == RingBarKind::Merge ? "merge / add"
+                       : hover->kind == RingBarKind::KV    ? "K/V hop"
+                                                           : "dK/dV partials hop";
+    ImGui::Text("%s, rank %d, step s%d, share of rank %d", kind, hover->rank, hover->step, hover->share);
+    ImGui::Text("from %s for %s", ms(hover->begin_seconds).c_str(), ms(hover->end_seconds - hover->begin_seconds).c_str());
+    if (hover->lane == 1) {
+      double exposed = 0;
+      for (const auto& [b, e] : hover->exposed) exposed += e - b;
+      const double d = hover->end_seconds - hover->begin_seconds;
+      ImGui::Text("hidden behind compute: %s", percent(d > 0 ? 1 - exposed / d : 1).c_str());
+    }
+    ImGui::EndTooltip();
+  }
+  step_table(v);
+}
+
 }  // namespace
 
 void draw_ring(AppState& st) {
   PanelState& ps = state();
+  if (!st.scenario.ring.timeline.empty()) {
+    draw_timeline(ps, st);
+    return;
+  }
   controls(ps, st);
   if (!ps.built || ps.shown != st.scenario.ring) rebuild(ps, st);
   const RingSettings& settings = st.scenario.ring;
