@@ -70,18 +70,20 @@ TEST_CASE("two forward ranks: step boundaries, the slowest rank, hidden fraction
   CHECK(m.run.hop_bytes == 1'048'576);
   REQUIRE(m.steps.size() == 2);
 
-  // Step 0: from rank 0's start (0) to rank 0's merge end (110); rank 0 computes longest (100 against 80).
+  // Step 0: from the first stamp (0) to the first start of step 1 (rank 0 at 120); rank 0 computes longest (100
+  // against 80).
   CHECK(m.steps[0].begin_seconds == doctest::Approx(0));
-  CHECK(m.steps[0].seconds() == doctest::Approx(110e-6));
+  CHECK(m.steps[0].seconds() == doctest::Approx(120e-6));
   CHECK(m.steps[0].slowest_rank == 0);
   CHECK(m.steps[0].slowest_compute_seconds == doctest::Approx(100e-6));
   CHECK(m.steps[0].ranks[1].compute_seconds == doctest::Approx(80e-6));
   CHECK(m.steps[0].ranks[1].merge_seconds == doctest::Approx(10e-6));
-  // Step 1: from rank 0's start (120) to rank 1's merge end (260).
+  // Step 1, the last: from rank 0's start (120) to the last stamp (rank 1's merge end, 260). The steps add up.
   CHECK(m.steps[1].begin_seconds == doctest::Approx(120e-6));
   CHECK(m.steps[1].seconds() == doctest::Approx(140e-6));
   CHECK(m.steps[1].slowest_rank == 0);
   CHECK(m.seconds == doctest::Approx(260e-6));
+  CHECK(m.steps[0].end_seconds == m.steps[1].begin_seconds);
 
   // Rank 0's hop lies inside its compute: all hidden. Rank 1's hop (60-160) meets its compute stream over
   // 60-100 only (compute then merge): 40 of 100.
@@ -146,6 +148,7 @@ TEST_CASE("backward: the K/V hop then the partials, each with the schedule's byt
   CHECK(home.hidden_fraction() == doctest::Approx(0.0));
   CHECK(*m.steps[1].hidden_fraction == doctest::Approx(0.0));
   CHECK(m.seconds == doctest::Approx(270e-6));
+  CHECK(m.steps[1].seconds() == doctest::Approx(150e-6));  // the last step holds the hop home: 120 to 270
   // Bandwidths: K/V 1 MiB / 20 us, the partials (at both steps) 2 MiB / 40 us: all six the same.
   CHECK(*m.median_bytes_per_second == doctest::Approx(1048576 / 20e-6));
   CHECK(*m.best_bytes_per_second == doctest::Approx(1048576 / 20e-6));

@@ -212,7 +212,6 @@ RingMeasurement measure_ring(const Timeline& t, const std::string& what) {
         rs.begin_seconds = sec(stream.front().first);
         rs.end_seconds = sec(stream.back().second);
         if (!stepped || rs.begin_seconds < step.begin_seconds) step.begin_seconds = rs.begin_seconds;
-        if (!stepped || rs.end_seconds > step.end_seconds) step.end_seconds = rs.end_seconds;
         stepped = true;
       }
       if (r == 0 || rs.compute_seconds > step.slowest_compute_seconds)
@@ -241,7 +240,13 @@ RingMeasurement measure_ring(const Timeline& t, const std::string& what) {
     if (!kinds.empty()) step.hidden_fraction = transferring > 0 ? hidden / transferring : 1.0;
     hidden_all += hidden, transfer_all += transferring;
   }
+  // The steps tile the run: step 0 from its first stamp, each next one from the first start of its work (never
+  // before the previous one's), the last to the run's last stamp.
   m.seconds = double(t.end_ns() - t0) * 1e-9;
+  m.steps.front().begin_seconds = 0;
+  for (int s = 1; s < P; ++s)
+    m.steps[s].begin_seconds = std::max(m.steps[s].begin_seconds, m.steps[s - 1].begin_seconds);
+  for (int s = 0; s < P; ++s) m.steps[s].end_seconds = s + 1 < P ? m.steps[s + 1].begin_seconds : m.seconds;
   if (!m.transfers.empty()) m.hidden_fraction = transfer_all > 0 ? hidden_all / transfer_all : 1.0;
   if (!bandwidths.empty()) {
     m.median_bytes_per_second = median(bandwidths);

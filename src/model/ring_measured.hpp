@@ -10,9 +10,11 @@
 // Definitions (the ones every consumer uses; the panel and `flashlab trace --ring --from-timeline` show these):
 //   * A rank's compute stream at step s is its ring_compute and ring_merge spans of step s (lane 0): one or
 //     more (a span per block pair, say), none where the mask skips all its pairs; its compute time is their sum.
-//   * Step s begins when the first rank starts its compute stream's work of step s, and ends when the last rank
-//     finishes its step s work (compute or merge). Ranks drift, so consecutive steps may overlap a little; the
-//     run's time is from the first stamp to the last, not the sum of the steps.
+//   * The steps tile the run, from its first stamp to its last: step s begins when the first rank starts its
+//     compute stream's work of step s (step 0: at the first stamp) and lasts until step s + 1 begins (the last
+//     step: until the last stamp). So a step holds its compute, the waits of ranks that are slower, and the wait
+//     for the hop it sends (the share step s + 1 needs), as the model's step does (max of compute and link); the
+//     steps add up to the run's time.
 //   * A transfer (ring_send_recv, lane 1) of step s is issued during step s: the K/V hop that brings step s+1's
 //     share (every step but the last) and, in the backward, after it on the same stream, the hop of the dK/dV
 //     partials (every step: the last one takes them home). Its hidden fraction is the time it overlaps the same
@@ -69,7 +71,7 @@ struct MeasuredRankStep {
 
 struct MeasuredStep {
   std::vector<MeasuredRankStep> ranks;   // [rank]
-  double begin_seconds = 0, end_seconds = 0;  // the step's boundaries (see the definitions above)
+  double begin_seconds = 0, end_seconds = 0;  // the step's boundaries (see the definitions above), from the first stamp
   double seconds() const { return end_seconds - begin_seconds; }
   int slowest_rank = 0;                  // the rank with the longest compute at this step
   double slowest_compute_seconds = 0;
@@ -82,7 +84,7 @@ struct RingMeasurement {
   RingSchedule schedule;  // ring_schedule of the run's layout and lengths: what the model says happened
   std::vector<MeasuredStep> steps;           // [step], P of them
   std::vector<MeasuredTransfer> transfers;   // every ring_send_recv span, by rank then time
-  double seconds = 0;                        // the run: the first stamp to the last
+  double seconds = 0;                        // the run: the first stamp to the last (the steps' sum)
   std::optional<double> hidden_fraction;     // all transfers: hidden time / transfer time
   // The link, over transfers of positive duration on a ring of more than one rank (none otherwise).
   std::optional<double> median_bytes_per_second, best_bytes_per_second;
