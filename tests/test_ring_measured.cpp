@@ -1,10 +1,12 @@
 // A measured ring timeline read step by step (model/ring_measured.hpp), on synthetic timelines built here
 // whose answers are computed by hand: step boundaries, the slowest rank, hidden fractions, the implied
 // bandwidth, the compute rate, the transfers' kinds in the backward, and one sentence for each kind of bad file.
+// A timeline made by ring_timeline from an NCCL ring's stamps is read too.
 #include <doctest/doctest.h>
 
 #include "core/flops.hpp"
 #include "model/ring_measured.hpp"
+#include "model/ring_timeline.hpp"
 
 using namespace flashlab;
 
@@ -222,4 +224,46 @@ TEST_CASE("a rank the causal mask leaves idle at a step may record nothing there
   // any: rank 0 at step 0, rank 1 at both steps.
   const double visible = 1024.0 * 1025.0 / 2;
   CHECK(m.flops_per_second == doctest::Approx(forward_flops_per_score(m.run.shape) * visible / 260e-6));
+}
+
+TEST_CASE("a timeline made from an NCCL ring's stamps (model/ring_timeline.hpp) is read as the ring it records") {
+  for (Pass pass : {Pass::Forward, Pass::Backward}) {
+    CAPTURE(pass == Pass::Forward);
+    const RingSchedule ring = ring_schedule(RingLayout::Zigzag, 2, 1024, 1024, CausalAlign::TopLeft);
+    const RingTimelineRun run{.pass = pass, .shape = Shape{.batch = 1, .heads_q = 8, .heads_kv = 2, .seq_q = 1024,
+                                                           .seq_k = 1024, .head_dim = 64},
+                              .dtype = DType::BF16, .block_kernel = "cuda-fa2", .device = "test", .link = ""};
+    const RingStampLayout layout = ring_stamp_layout(ring, pass);
+    std::vector<std::int64_t> stamps(2 * layout.stamps_per_rank(), kNoStamp);
+    const auto set = [&](int r, std::size_t span, std::int64_t b, std::int64_t e) {
+      stamps[std::size_t(r) * layout.stamps_per_rank() + 2 * span] = b;
+      stamps[std::size_t(r) * layout.stamps_per_rank() + 2 * span + 1] = e;
+    };
+    int computes = 0;
+    for (int r = 0; r < 2; ++r) {
+      std::int64_t t = 0;
+      for (int s = 0; s < 2; ++s) {
+        const std::int64_t start = t;
+        if (pass == Pass::Forward) {
+          for (std::size_t k = 0; k < ring.steps[s][r].pairs.size(); ++k)
+            if (ring.steps[s][r].pairs[k].visibility != Visibility::Skipped)
+              set(r, layout.compute(s, int(k)), t, t + 100), set(r, layout.merge(s, int(k)), t + 100, t + 110), t += 110,
+                  ++computes;
+        } else {
+          set(r, layout.compute(s, 0), t, t + 300), t += 300, ++computes;
+          if (s > 0) set(r, layout.merge(s, 0), t, t + 20), t += 20;
+          set(r, layout.partials_hop(s), t, t + 50);
+        }
+        if (ring.kv_travels_on(s)) set(r, layout.kv_hop(s), start, start + 40);
+      }
+    }
+    const RingMeasurement m = measure_ring(ring_timeline(ring, run, layout, stamps), "stamps");
+    CHECK(m.run.shape.heads_kv == 2);
+    CHECK(m.run.hop_bytes == 2 * 512 * 2 * 64 * 2);  // K and V of 512 tokens, 2 K/V heads, bf16
+    CHECK(m.transfers.size() == (pass == Pass::Forward ? 2u : 6u));
+    double compute = 0;
+    for (const MeasuredStep& s : m.steps)
+      for (const MeasuredRankStep& r : s.ranks) compute += r.compute_seconds;
+    CHECK(compute == doctest::Approx(computes * (pass == Pass::Forward ? 100e-9 : 300e-9)));
+  }
 }
