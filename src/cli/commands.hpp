@@ -108,6 +108,7 @@ struct RingCommand {
   CLI::Option* seed_option = nullptr;
   int warmup = 1, iters = 3;
   std::string json_path;
+  std::string timeline_path;      // --timeline: the forward's; the backward's beside it (ring_timeline_path)
   std::vector<std::string> argv;  // as typed: the ranks are started with it
   void add_to(CLI::App& app);
   int run(std::ostream& out, std::ostream& err) const;

@@ -23,6 +23,7 @@
 
 #include "cli/commands.hpp"
 #include "core/flops.hpp"
+#include "model/ring_timeline.hpp"
 #include "registry/ring.hpp"
 #include "rendezvous.hpp"
 
@@ -184,6 +185,11 @@ void RingCommand::add_to(CLI::App& app) {
   app.add_flag("--no-one-shot", no_one_shot,
                "do not time the block kernel on the whole problem on GPU 0 beside the ring");
   app.add_option("--json", json_path, "write the timings as JSON to this file (rank 0)");
+  app.add_option("--timeline", timeline_path,
+                 "record each rank's spans of the last timed run with CUDA events (block compute, merge, NCCL "
+                 "send/recv; one lane per rank and stream) and write them as one Chrome trace to this file (rank 0); "
+                 "with --backward the backward's goes beside it, \"-backward\" before \".json\"")
+      ->type_name("FILE.json");
 }
 
 int RingCommand::run(std::ostream& out, std::ostream& err) const {
@@ -203,9 +209,12 @@ int RingCommand::run(std::ostream& out, std::ostream& err) const {
   q.warmup = warmup;
   q.iters = iters;
   q.one_shot = !no_one_shot;
+  q.timeline = !timeline_path.empty();
   if (warmup < 0 || iters < 1) throw InputError("--warmup must be >= 0 and --iters >= 1");
   if (check && !json_path.empty())
     throw InputError("--json writes timings, and --check times nothing: give one of them");
+  if (check && !timeline_path.empty())
+    throw InputError("--timeline records timed runs, and --check times nothing: give one of them");
 
   const char* rank_text = std::getenv(kRankVariable);
   const RingPlacement placement = rank_text ? RingPlacement{} : ring_placement(process_environment(), gpus);
@@ -291,6 +300,18 @@ int RingCommand::run(std::ostream& out, std::ostream& err) const {
     if (!f) throw InputError("cannot write the JSON results to '" + json_path + "'");
     out << "\nwrote " << json_path << "\n";
   }
+  // The timelines: the forward's at the path given, the backward's beside it (ring_timeline_path).
+  const auto write_timeline = [&](const std::optional<Timeline>& t, Pass pass) {
+    if (!t) return;
+    const std::string path = ring_timeline_path(timeline_path, pass);
+    std::ofstream f(path);
+    if (f) write_trace_event_json(*t, f);
+    if (!f) throw InputError("cannot write the ring's timeline to '" + path + "'");
+    out << (pass == Pass::Forward ? "\n" : "") << "wrote " << path << " (the " << t->info.at("pass")
+        << "'s spans of every rank, last timed run)\n";
+  };
+  write_timeline(report.forward_timeline, Pass::Forward);
+  write_timeline(report.backward_timeline, Pass::Backward);
   (void)err;
   return kExitOk;
 }

@@ -10,14 +10,18 @@
 // by what one rank keeps, its tokens and the shares in flight. A run to check holds the problem's whole q, k, v
 // (and dO) on every rank, in the global (B, S, H, D) layout, and each rank writes only its own tokens.
 #include <array>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "core/bench.hpp"
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
 #include "cuda/ring.hpp"  // RingBlockKernel
 #include "model/ring.hpp"
+#include "model/ring_timeline.hpp"
 
 namespace flashlab {
 
@@ -38,15 +42,26 @@ struct NcclRankPlan {
   int warmup = 1, iters = 3;
   const Qkv* inputs = nullptr;  // host inputs (every rank the same): run once, outputs gathered on rank 0
   const HostTensor* d_o = nullptr;  // with inputs and backward
+  // Timed runs: also record, with CUDA events, the spans of the last timed run of each pass (each block's
+  // compute and merge, each hop) and gather every rank's on rank 0 (model/ring_timeline.hpp). Off, nothing is
+  // recorded beyond what the ring needs.
+  bool timeline = false;
+};
+
+// One pass's spans from every rank, rank after rank: ns after each rank's reference (model/ring_timeline.hpp).
+struct NcclPassStamps {
+  RingStampLayout layout;
+  std::vector<std::int64_t> stamps;
 };
 
 // What it reports. Times: the median over iterations of each pass's slowest rank (ms); outputs: on rank 0
 // of a run with inputs, every rank's tokens gathered (a sum over ranks of outputs each rank zeroed and then
-// wrote its tokens of).
+// wrote its tokens of); stamps: on rank 0 of timed runs with plan.timeline, each pass's.
 struct NcclRankOutcome {
   double forward_ms = -1, backward_ms = -1;
   ForwardOut forward;
   Grads grads;
+  std::optional<NcclPassStamps> forward_stamps, backward_stamps;
 };
 
 // Joins the ring as rank `rank` of ring.ranks on the current GPU and runs the plan. What the one-GPU ring takes

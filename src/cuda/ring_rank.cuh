@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/logsumexp.hpp"
@@ -141,6 +142,11 @@ struct Events {
   Events(const Events&) = delete;
   Events& operator=(const Events&) = delete;
 };
+
+// Where a transport may record events inside a forward step (ring_nccl.cu's timeline): on the step's stream
+// before a pair's block kernel, between it and the merge that folds it in, and after that merge.
+enum class PairMark { BlockBegin, BlockEnd, MergeEnd };
+using PairMarker = std::function<void(std::size_t pair, PairMark)>;
 
 // ---- the rank ----------------------------------------------------------------------------------------------
 
@@ -300,9 +306,10 @@ struct ForwardRank {
     }
   }
 
-  // Its queries against the share in slot `slot`, pair by pair, each folded into (O, L).
+  // Its queries against the share in slot `slot`, pair by pair, each folded into (O, L); `mark`, if given, at
+  // each PairMark of a pair that runs.
   void step(const RankStep& rs, const std::vector<BlockLaunch>& plans, int slot, const BlockKernel& base, const Shape& s,
-            DType dtype, cudaStream_t st) {
+            DType dtype, cudaStream_t st, const PairMarker& mark = {}) {
     const RowElems row(s);
     const int B = s.batch, H = s.heads_q;
     for (std::size_t i = 0; i < rs.pairs.size(); ++i) {
@@ -318,6 +325,7 @@ struct ForwardRank {
         prm.o = o_blk.data() + b * qr.batch_stride;
         prm.lse = l_blk.data() + std::int64_t(b) * H * m;
       };
+      if (mark) mark(i, PairMark::BlockBegin);
       if (base.kernel == RingBlockKernel::Fa2) {
         for_each_launch(base.fa2, pair, plans[i], B, [&](fa2::Params prm, int b) {
           tensors(prm, b);
@@ -330,10 +338,12 @@ struct ForwardRank {
           fa3::launch_forward(dtype, prm, st);
         });
       }
+      if (mark) mark(i, PairMark::BlockEnd);
       merge_block_kernel<T><<<blocks_for(std::int64_t(B) * m * H * 32), kThreads, 0, st>>>(
           o_run.data() + qr.at, l_run.data() + std::int64_t(B) * H * pair.q_offset, o_blk.data(), l_blk.data(), B, m, H,
           s.head_dim);
       CUDA_CHECK_LAUNCH();
+      if (mark) mark(i, PairMark::MergeEnd);
     }
   }
 

@@ -1,5 +1,6 @@
 #include "registry/ring.hpp"
 
+#include "model/ring_timeline.hpp"
 #include "registry/variants.hpp"
 #ifdef FLASHLAB_HAVE_CUDA
 #include "cuda/device.hpp"
@@ -61,15 +62,25 @@ std::string new_nccl_ring_id() { return nccl_ring_id().to_hex(); }
 
 RingRankReport run_ring_rank(const RingRankRequest& q) {
   const Problem& p = q.problem;
+  if (q.check && q.timeline)
+    throw InputError("a ring timeline records timed runs, and a check times nothing: ask for one of them");
   const RingSchedule ring = ring_schedule(q.layout, q.ranks, p.shape.seq_q, p.shape.seq_k, p.options.causal);
   const cuda::CurrentDevice on(q.device >= 0 ? q.device : q.rank);
   check_supported(find_variant(q.blocks), p, q.dtype, q.backward);
   RingRankReport report;
-  NcclRankPlan plan{.kernel = block_kernel(q.blocks), .backward = q.backward, .warmup = q.warmup, .iters = q.iters};
+  NcclRankPlan plan{.kernel = block_kernel(q.blocks), .backward = q.backward, .warmup = q.warmup, .iters = q.iters,
+                    .timeline = q.timeline};
   if (!q.check) {
     const NcclRankOutcome o = nccl_ring_rank(ring, q.rank, NcclRingId::from_hex(q.nccl_id), p, q.dtype, plan);
     report.forward_ms = o.forward_ms;
     report.backward_ms = o.backward_ms;
+    const auto timeline = [&](Pass pass, const NcclPassStamps& s) {
+      const RingTimelineRun run{.pass = pass, .shape = p.shape, .dtype = q.dtype, .block_kernel = q.blocks,
+                                .device = cuda_device_name(), .warmup = q.warmup, .iters = q.iters};
+      return ring_timeline(ring, run, s.layout, s.stamps);
+    };
+    if (o.forward_stamps) report.forward_timeline = timeline(Pass::Forward, *o.forward_stamps);
+    if (o.backward_stamps) report.backward_timeline = timeline(Pass::Backward, *o.backward_stamps);
     if (q.rank == 0 && q.one_shot) {
       try {
         report.one_shot = find_variant(q.blocks).bench(

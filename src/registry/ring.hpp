@@ -10,6 +10,7 @@
 #include "core/bench.hpp"
 #include "core/problem.hpp"
 #include "model/ring.hpp"
+#include "model/timeline.hpp"
 #include "registry/check.hpp"
 
 namespace flashlab {
@@ -48,6 +49,7 @@ struct RingRankRequest {
   bool check = false;     // one run on check_inputs(), checked against the reference on rank 0; else timed runs
   int warmup = 1, iters = 3;
   bool one_shot = true;   // timed runs: rank 0 also times the block kernel on the whole problem, alone on its GPU
+  bool timeline = false;  // timed runs: record the last run of each pass, every rank's spans (not with check)
 };
 
 struct RingRankReport {
@@ -55,11 +57,14 @@ struct RingRankReport {
   std::optional<CheckReport> check;          // rank 0 of a check
   std::optional<BenchResult> one_shot;       // rank 0 of timed runs with one_shot
   std::string one_shot_skipped;              // why it could not run (out of memory at a length only the ring fits)
+  // Rank 0 of timed runs with timeline: each pass's ring timeline (model/ring_timeline.hpp), every rank's spans
+  // of the last timed run, device this rank's GPU.
+  std::optional<Timeline> forward_timeline, backward_timeline;
 };
 
 // What this process does as rank `rank` of the ring, on GPU `device` (default: GPU `rank`). Every rank must call it with the same
-// request but its rank; it returns when this rank is done. Throws as check_nccl_ring, and std::runtime_error
-// naming a failed NCCL or CUDA call.
+// request but its rank; it returns when this rank is done. Throws as check_nccl_ring, InputError for timeline with
+// check, and std::runtime_error naming a failed NCCL or CUDA call.
 RingRankReport run_ring_rank(const RingRankRequest&);
 
 }  // namespace flashlab
