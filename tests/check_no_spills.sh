@@ -1,26 +1,21 @@
 #!/usr/bin/env bash
 # The tensor-core kernels' rule "no register spills in the -Xptxas -v report for the shipped
-# configurations", as a test: compile the tensor-core kernels for sm_90 (or the --target given, e.g.
-# sm_90a for cuda-fa3-ws) with ptxas in verbose mode and fail if any kernel spills, naming it. Needs
-# nvcc, not a GPU. tests/CMakeLists.txt passes the build's own nvcc flags.
-#   check_no_spills.sh NVCC MIN_FUNCTIONS [--target GENCODE] file.cu... -- NVCC_FLAGS...
-# GENCODE defaults to --generate-code=arch=compute_90,code=sm_90. MIN_FUNCTIONS guards against a
-# vacuous pass: fewer compiled functions than that is a failure too.
+# configurations", as a test: read the ptxas reports the build kept beside the kernels' objects
+# (tests/ptxas_report.sh, the launcher of those compiles) and fail if any kernel spills, naming it. It
+# checks the very objects the build made (their flags, their architecture), without compiling them again.
+#   check_no_spills.sh MIN_FUNCTIONS --reports OBJECT.ptxas.txt...
+# MIN_FUNCTIONS guards against a vacuous pass: fewer compiled functions than that is a failure too.
 set -euo pipefail
-nvcc=$1 min_functions=$2
+min_functions=$1
+[ "${2:-}" = "--reports" ] || { echo "usage: check_no_spills.sh MIN_FUNCTIONS --reports OBJECT.ptxas.txt..."; exit 2; }
 shift 2
-target=--generate-code=arch=compute_90,code=sm_90
-if [ "${1:-}" = "--target" ]; then target=$2; shift 2; fi
-arch=${target##*code=}
-files=()
-while (($#)) && [ "$1" != "--" ]; do files+=("$1"); shift; done
-(($#)) && shift  # the --
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-for file in "${files[@]}"; do
-  "$nvcc" "$@" "$target" -Xptxas -v -c "$file" -o "$tmp/out.o" 2>>"$tmp/ptxas.txt" ||
-    { cat "$tmp/ptxas.txt"; echo "check_no_spills: nvcc failed on $file"; exit 1; }
+for report in "$@"; do
+  [ -s "$report" ] || { echo "check_no_spills: no ptxas report $report: was the object built with -Xptxas=-v through tests/ptxas_report.sh?"; exit 1; }
+  cat "$report" >>"$tmp/ptxas.txt"
 done
+arch=$(grep -o "for 'sm_[0-9a-z]*'" "$tmp/ptxas.txt" | sort -u | tr -d "'" | sed 's/for //' | paste -sd, -)
 # ptxas prints "Function properties for NAME" and then "N bytes stack frame, S bytes spill stores, L
 # bytes spill loads" for every function it compiles.
 awk '
