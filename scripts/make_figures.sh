@@ -13,8 +13,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
-viz="$build/bin/flashlab-viz"
-[ -x "$viz" ] || { echo "make_figures: $viz is missing: build with FLASHLAB_VIZ on first" >&2; exit 1; }
+viz="$build/bin/flashlab-viz" check="$build/bin/viz_png_check"
+[ -x "$viz" ] && [ -x "$check" ] || { echo "make_figures: $viz or $check is missing: build with FLASHLAB_VIZ on first" >&2; exit 1; }
+layouts=$(mktemp -d)
+trap 'rm -rf "$layouts"' EXIT
 run=()
 if [ -z "${DISPLAY:-}" ]; then
   command -v xvfb-run >/dev/null || { echo "make_figures: no display and no xvfb-run" >&2; exit 1; }
@@ -24,6 +26,11 @@ mkdir -p docs/img
 for name in readme-overview lesson01-standard-traffic lesson02-online-softmax lesson03-fa1-tiles lesson04-fa1-vs-fa2 \
     lesson04-counters pipeline-h100-d128 pipeline-h100-backward-d128 lesson07-ring; do
   cmd="flashlab-viz --scenario viz/scenarios/$name.json --png-palette --screenshot docs/img/$name.png"
-  "${run[@]}" "$viz" --scenario "viz/scenarios/$name.json" --png-palette --screenshot "docs/img/$name.png" >/dev/null
+  "${run[@]}" "$viz" --scenario "viz/scenarios/$name.json" --png-palette --screenshot "docs/img/$name.png" \
+    --dump-layout "$layouts/$name.json" >/dev/null
+  # A figure is checked where it is made: not blank, not trivial (the render test checks one of each kind); a
+  # 256-colour figure of real panels still has well over 64 distinct colours.
+  "$check" "docs/img/$name.png" "$layouts/$name.json" --min-colours 64 >/dev/null ||
+    { echo "make_figures: docs/img/$name.png is blank or trivial" >&2; exit 1; }
   printf '%-40s %6d KB   %s\n' "docs/img/$name.png" $(( $(stat -c %s "docs/img/$name.png") / 1024 )) "$cmd"
 done

@@ -45,7 +45,7 @@ struct Flags {
   std::string bench_dir = std::string(FLASHLAB_SOURCE_DIR) + "/bench/results";
   int seq = 0, head_dim = 0, br = -1, bc = -1, bench_frames = 0;
   std::int64_t sram_bytes = 0, step = -2;
-  bool causal_flag = false, png_palette = false;
+  bool causal_flag = false, png_palette = false, no_wait = false;
 };
 
 // The scenario: the file (if any), then every flag given on top of it.
@@ -174,6 +174,7 @@ int main(int argc, char** argv) {
   cli.add_option("--step", f.step, "events applied (default: all)");
   cli.add_option("--screenshot", f.screenshot, "render, save the window as PNG, exit");
   cli.add_option("--dump-layout", f.dump_layout, "with --screenshot: write the tiles' screen rectangles as JSON");
+  cli.add_flag("--no-wait", f.no_wait, "with --screenshot: save the first frame, without waiting for the panels' workers");
   cli.add_flag("--png-palette", f.png_palette, "write the screenshot with 256 colours (small files for docs)");
   cli.add_option("--size", f.size, "window size WIDTHxHEIGHT (default 1600x1000)");
   cli.add_option("--bench-frames", f.bench_frames, "render this many frames (plots shown, playing), print frame times, exit");
@@ -187,6 +188,7 @@ int main(int argc, char** argv) {
     return kExitBadInput;
   }
 
+  const auto started = std::chrono::steady_clock::now();
   std::string command_line = "flashlab-viz";  // written into each screenshot's PNG comment
   for (int k = 1; k < argc; ++k) command_line += std::string(" ") + argv[k];
   AppState st;
@@ -236,17 +238,29 @@ int main(int argc, char** argv) {
 
   int rc = 0;
   if (headless) {
-    // The plots need the count-only sweep and the GPU level; wait for them so every screenshot shows the same thing.
+    // The panels' workers (sweeps, the GPU level, the measured points' model) finish before a screenshot, so
+    // every screenshot shows the same thing; frames are drawn meanwhile, as in the window. --no-wait takes the
+    // first frame as it is.
     const auto t0 = std::chrono::steady_clock::now();
+    const auto seconds_since = [](auto t) { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count(); };
     render_frame(window, st);  // a drawn Plots panel starts the GPU level's sweep
     glfwSwapBuffers(window);
-    while ((st.sweep_job.running() || st.gpu_job.running()) &&
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < kSweepWaitSeconds) {
+    if (f.no_wait) std::fprintf(stderr, "flashlab-viz: first frame drawn %.2f s after start\n", seconds_since(started));
+    bool said = false;
+    while (!f.no_wait && working(st) && seconds_since(t0) < kSweepWaitSeconds) {
+      if (!said && seconds_since(t0) > 1.0) {
+        std::fprintf(stderr, "flashlab-viz: waiting for the panels' workers before the screenshot (%s)\n", busy_with(st).c_str());
+        said = true;
+      }
       render_frame(window, st);
       glfwSwapBuffers(window);
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    for (int k = 0; k < kSettleFrames; ++k) {
+    if (said) std::fprintf(stderr, "flashlab-viz: the workers finished after %.1f s\n", seconds_since(t0));
+    if (working(st) && !f.no_wait)
+      std::fprintf(stderr, "flashlab-viz: %s still running after %.0f s; the screenshot shows what is done so far\n",
+                   busy_with(st).c_str(), seconds_since(t0));
+    for (int k = 0; k < (f.no_wait ? 0 : kSettleFrames); ++k) {
       render_frame(window, st);
       glfwSwapBuffers(window);
     }
@@ -284,8 +298,7 @@ int main(int argc, char** argv) {
   } else {
     while (!glfwWindowShouldClose(window)) {
       // Idle (nothing playing or computing): sleep until an event, so the app costs nothing at rest.
-      if (!st.playing && !st.sweep_job.running() && !st.timing_job.running() && !st.gpu_job.running())
-        glfwWaitEventsTimeout(0.25);
+      if (!st.playing && !working(st)) glfwWaitEventsTimeout(0.25);
       render_frame(window, st);
       if (!st.screenshot_request.empty()) {
         try {
@@ -298,9 +311,7 @@ int main(int argc, char** argv) {
       glfwSwapBuffers(window);
     }
   }
-  st.sweep_job.cancel();
-  st.timing_job.cancel();
-  st.gpu_job.cancel();
+  st.cancel_work();
   ImGui_ImplOpenGL3_Shutdown();
   ImGui_ImplGlfw_Shutdown();
   ImGui::DestroyContext();

@@ -37,6 +37,12 @@ std::string format_count(double n) {
   return printf_string("%.0f%s", n, "");
 }
 
+std::string format_length(std::int64_t n) {
+  if (n >= (1 << 20) && n % (1 << 20) == 0) return std::to_string(n >> 20) + "M";
+  if (n >= 1024 && n % 1024 == 0) return std::to_string(n >> 10) + "k";
+  return std::to_string(n);
+}
+
 std::string format_ratio(double r) { return printf_string(r >= 10 ? "%.0f%s" : "%.1f%s", r, "x"); }
 
 namespace {

@@ -85,6 +85,7 @@ void run_gpu_sweep(Job& job, const Scenario& s, const std::string& results_dir, 
   const std::vector<int> ns = sweep_lengths(kFirstLength, max_n);
   for (std::size_t k = 0; k < ns.size(); ++k) {
     if (job.stop_requested()) return;
+    job.set_activity("replaying " + fresh.variant + " on the " + fresh.gpu_id + "'s L2 at N = " + format_length(ns[k]));
     const auto t0 = std::chrono::steady_clock::now();
     const GpuLevelPoint pt = model_point(s, ns[k]);  // InputError (a head dim the kernel lacks): the job's error
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -38,7 +38,7 @@ void read_measured(const Scenario&, const std::string& results_dir, GpuSweep& ou
 GpuLevelPoint model_point(const Scenario&, int n);
 // Fills `out` (under job.mutex): the measured points, then the model at N = 1k, 2k, ... up to max_n, stopping
 // after a length whose replay took longer than budget_s (the fp32 kernels' replays grow as N^2).
-void run_gpu_sweep(Job&, const Scenario&, const std::string& results_dir, GpuSweep& out, int max_n = 131072,
+void run_gpu_sweep(Job&, const Scenario&, const std::string& results_dir, GpuSweep& out, int max_n = kSweepMaxLength,
                    double budget_s = 2.0);
 
 // The memory chart's note for the scenario's problem (one head): the CUDA variant of its algorithm

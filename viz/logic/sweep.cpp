@@ -6,6 +6,7 @@
 #include "core/flops.hpp"
 #include "core/tensor.hpp"
 #include "cpu_reference/naive.hpp"
+#include "format.hpp"
 #include "replay.hpp"
 
 namespace flashlab::viz {
@@ -45,13 +46,31 @@ std::vector<int> sweep_lengths(int lo, int hi) {
   return n;
 }
 
-SweepPoint count_point(const Scenario& base, Algorithm algorithm, int n) {
+namespace {
+// Passes the events on, and stops the walk once its job is asked to stop (looking every 64k events).
+class StoppableObserver : public TrafficObserver {
+ public:
+  StoppableObserver(TrafficObserver& inner, const Job* job) : inner_(inner), job_(job) {}
+  void on_event(const TileEvent& e) override {
+    if (job_ && (++events_ & 0xffff) == 0 && job_->stop_requested()) throw JobStopped{};
+    inner_.on_event(e);
+  }
+
+ private:
+  TrafficObserver& inner_;
+  const Job* job_;
+  std::int64_t events_ = 0;
+};
+}  // namespace
+
+SweepPoint count_point(const Scenario& base, Algorithm algorithm, int n, const Job* job) {
   Scenario s = base;
   s.seq_q = s.seq_k = n;
   const Problem p = to_problem(s);
   const Tiling t = resolve_tiling(s);
   FootprintCounter fc(ceil_div(n, t.Br), ceil_div(n, t.Bc));
-  count_traffic(algorithm, s.pass, p, t, bytes_per_element(s), fc);
+  StoppableObserver walk(fc, job);
+  count_traffic(algorithm, s.pass, p, t, bytes_per_element(s), walk);
   SweepPoint pt;
   pt.n = n;
   pt.hbm_bytes = double(fc.totals().total());
@@ -71,11 +90,14 @@ void Job::start(std::function<void(Job&)> work) {
   {
     std::lock_guard lock(mutex);
     error.clear();
+    activity_.clear();
   }
   running_ = true;
   thread_ = std::thread([this, work = std::move(work)] {
     try {
       work(*this);
+    } catch (const JobStopped&) {
+      // asked to stop in the middle of a walk: nothing to report
     } catch (const std::exception& e) {
       std::lock_guard lock(mutex);
       error = e.what();
@@ -104,7 +126,8 @@ void run_traffic_sweep(Job& job, const Scenario& s, TrafficSweep& out, int max_n
   for (int n : ns) {
     for (std::size_t a = 0; a < algs.size(); ++a) {
       if (job.stop_requested()) return;
-      const SweepPoint pt = count_point(s, algs[a], n);
+      job.set_activity("counting " + std::string(to_string(algs[a])) + "'s traffic at N = " + format_length(n));
+      const SweepPoint pt = count_point(s, algs[a], n, &job);
       std::lock_guard lock(job.mutex);
       out.points[a].push_back(pt);
       job.set_progress(++done, total);

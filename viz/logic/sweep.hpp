@@ -45,10 +45,19 @@ struct Series {
   std::vector<double> x, y;
 };
 
+// The longest sequence the app's sweeps walk: the count-only loop nest at N = 128k takes well under a second, and
+// its work grows as N^2.
+constexpr int kSweepMaxLength = 131072;
+
 // Powers of two from lo to hi.
-std::vector<int> sweep_lengths(int lo = 256, int hi = 131072);
-// One count-only run at sequence length n (seq_q = seq_k = n) with the scenario's other settings.
-SweepPoint count_point(const Scenario&, Algorithm, int n);
+std::vector<int> sweep_lengths(int lo = 256, int hi = kSweepMaxLength);
+class Job;
+// What a long walk throws when its job is asked to stop (Job::start's worker takes it as a clean stop).
+struct JobStopped {};
+
+// One count-only run at sequence length n (seq_q = seq_k = n) with the scenario's other settings. With a job, the
+// walk stops (JobStopped) soon after the job is asked to: at N = 128k it has tens of millions of events.
+SweepPoint count_point(const Scenario&, Algorithm, int n, const Job* job = nullptr);
 
 // A background job with progress. The function runs on a worker thread; it reports progress and
 // checks stop_requested() between units of work. Results go wherever the function puts them (guard
@@ -67,6 +76,16 @@ class Job {
     done_ = done;
     total_ = total;
   }
+  // What the work is computing now, in a few words ("cuda-fa2 on the h100 at N = 32k"), for progress bars
+  // and the headless screenshot's note on stderr.
+  void set_activity(std::string what) {
+    std::lock_guard lock(mutex);
+    activity_ = std::move(what);
+  }
+  std::string activity() {
+    std::lock_guard lock(mutex);
+    return activity_;
+  }
   bool stop_requested() const { return stop_; }
   std::mutex mutex;
   std::string error;  // set by the work when it fails (guarded by mutex)
@@ -75,6 +94,7 @@ class Job {
   std::thread thread_;
   std::atomic<bool> running_{false}, stop_{false};
   std::atomic<int> done_{0}, total_{0};
+  std::string activity_;  // guarded by mutex
 };
 
 struct TrafficSweep {
@@ -82,7 +102,7 @@ struct TrafficSweep {
   std::vector<std::vector<SweepPoint>> points;  // [algorithm][n]
 };
 // Fills `out` (under job.mutex) point by point: every algorithm at every n of sweep_lengths().
-void run_traffic_sweep(Job&, const Scenario&, TrafficSweep& out, int max_n = 131072);
+void run_traffic_sweep(Job&, const Scenario&, TrafficSweep& out, int max_n = kSweepMaxLength);
 
 struct CpuTiming {
   std::vector<Series> series;  // one per algorithm: x = N, y = seconds (median of 3)

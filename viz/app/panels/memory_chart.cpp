@@ -136,7 +136,13 @@ void draw_memory_chart(AppState& st) {
   const double secs = double(now.total()) / gpu.hbm_bytes_per_s;
   ImGui::Text("at %.1f TB/s these bytes take %s (whole run %s)", gpu.hbm_bytes_per_s / 1e12, format_seconds(secs).c_str(),
               format_seconds(double(t.totals.total()) / gpu.hbm_bytes_per_s).c_str());
-  ImGui::TextWrapped("L2 model: %s", st.gpu_note.c_str());
+  std::string note;
+  {
+    std::lock_guard lock(st.note_job.mutex);
+    note = st.gpu_note;
+  }
+  if (note.empty() && st.note_job.running()) note = "modeling this problem's kernel on the " + st.scenario.gpu + "'s L2 ...";
+  ImGui::TextWrapped("L2 model: %s", note.c_str());
 }
 
 }  // namespace flashlab::viz

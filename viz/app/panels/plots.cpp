@@ -38,10 +38,14 @@ void draw_plots(AppState& st) {
     std::lock_guard lock(st.timing_job.mutex);
     timing = st.timing;
   }
-  if (st.sweep_job.running()) {
-    ImGui::ProgressBar(st.sweep_job.progress(), ImVec2(160, 0), "counting");
-    ImGui::SameLine();
-  }
+  // What the workers are doing, while they work: the panel draws what is done so far.
+  for (Job* job : {&st.sweep_job, &st.gpu_job, &st.bench_job})
+    if (job->running()) {
+      ImGui::ProgressBar(job->progress(), ImVec2(120, 0));
+      ImGui::SameLine();
+      ImGui::TextDisabled("%s", job->activity().c_str());
+      ImGui::SameLine();
+    }
   ImGui::Text("d = %d, M = %s, %s%s", st.scenario.head_dim, format_bytes(double(st.scenario.sram_bytes)).c_str(),
               to_string(st.scenario.dtype), st.scenario.causal != CausalAlign::None ? ", causal" : "");
   ImGui::SameLine();
@@ -108,6 +112,12 @@ void draw_plots(AppState& st) {
     times.push_back(m);
   }
 
+  std::vector<double> bench_intensity, bench_flops;
+  {
+    std::lock_guard lock(st.bench_job.mutex);
+    bench_intensity = st.bench_intensity;
+    bench_flops = st.bench_flops;
+  }
   // Roofline: the H100's measured ceilings, this scenario's modeled point, the measured points.
   std::vector<PlotSeries> roof;
   PlotSeries ceiling{"H100 roof", {}, {}, series_colour(5)};
@@ -126,11 +136,11 @@ void draw_plots(AppState& st) {
   for (std::size_t v = 0; v < variants.size(); ++v) {
     PlotSeries m{variants[v], {}, {}, series_colour(int(v) + 6)};
     m.line = false;
-    for (std::size_t k = 0; k < st.bench.points.size() && k < st.bench_intensity.size(); ++k) {
+    for (std::size_t k = 0; k < st.bench.points.size() && k < bench_intensity.size(); ++k) {
       const BenchPoint& p = st.bench.points[k];
-      if (p.variant != variants[v] || p.head_dim != head_dim || st.bench_intensity[k] <= 0 || p.forward_ms <= 0) continue;
-      m.x.push_back(st.bench_intensity[k]);
-      m.y.push_back(p.tflops > 0 ? p.tflops * 1e12 : st.bench_flops[k] / (p.forward_ms * 1e-3));
+      if (p.variant != variants[v] || p.head_dim != head_dim || bench_intensity[k] <= 0 || p.forward_ms <= 0) continue;
+      m.x.push_back(bench_intensity[k]);
+      m.y.push_back(p.tflops > 0 ? p.tflops * 1e12 : bench_flops[k] / (p.forward_ms * 1e-3));
     }
     if (!m.x.empty()) roof.push_back(m);
   }
@@ -182,7 +192,7 @@ void draw_plots(AppState& st) {
   PlotSpec c{"time", "time vs N: lines H100 model, rings measured per head", "N", "time", true, true, axis_count, axis_seconds};
   plot(c, times, cell);
   ImGui::SameLine();
-  PlotSpec d{"roofline", "roofline: H100 3.0 TB/s, 756 TF/s; dots modeled, rings measured", "FLOP/byte", "FLOP/s", true, true, fmt_intensity, axis_flops};
+  PlotSpec d{"roofline", "roofline: H100 3.0 TB/s, 756 TF/s; dots modeled, rings measured (N <= 128k)", "FLOP/byte", "FLOP/s", true, true, fmt_intensity, axis_flops};
   plot(d, roof, cell);
 }
 
