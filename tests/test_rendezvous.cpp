@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "core/problem.hpp"
-#include "rendezvous.hpp"
+#include "cli/rendezvous.hpp"
 
 using namespace flashlab;
 using namespace flashlab::cli;

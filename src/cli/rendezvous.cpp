@@ -1,4 +1,4 @@
-#include "rendezvous.hpp"
+#include "cli/rendezvous.hpp"
 
 #include <fcntl.h>
 #include <netdb.h>

@@ -25,7 +25,7 @@
 #include "core/flops.hpp"
 #include "model/ring_timeline.hpp"
 #include "registry/ring.hpp"
-#include "rendezvous.hpp"
+#include "cli/rendezvous.hpp"
 
 extern char** environ;
 
