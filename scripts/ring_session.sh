@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Ring attention on a host with several GPUs, in two device calls (each well inside a call's 10 minutes):
+#   bash scripts/ring_session.sh check   OUT   build; --check forward and backward on 2 and 4 GPUs (every layout,
+#                                              causal none / top-left / bottom-right, GQA, odd lengths); the GPU ring
+#                                              tests; compute-sanitizer on a 2-GPU check; a check under torchrun
+#   bash scripts/ring_session.sh measure OUT   ours and PyTorch's context parallelism on the same shapes, in one
+#                                              command: B = 1, H = 16, d = 128, bf16, causal, N = 256k and 1M (4M
+#                                              forward while time is left), 2 and 4 GPUs, with each rank's timeline
+# Carry .deps (scripts/make_deps.sh). Everything lands in OUT/ring/ and OUT/ring.tgz; scripts/ring_tables.py reads
+# the JSON files. Multicast stays off in every process (the hosts require it).
+set -uo pipefail
+phase=${1:?usage: ring_session.sh check|measure OUT} out=${2:?usage: ring_session.sh check|measure OUT}
+res=$out/ring
+mkdir -p "$res"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+bin=$PWD/build-device/bin/flashlab
+started=$SECONDS
+gpus=$(nvidia-smi -L | wc -l)
+pack() { tar -C "$out" -czf "$out/ring.tgz" ring; }
+trap pack EXIT
+
+if [ "$phase" = check ]; then
+  nvidia-smi -L | tee "$res/gpus.txt"
+  nvidia-smi topo -m >"$res/topo.txt" 2>&1
+  echo "== build"
+  bash scripts/device_build.sh flashlab_cmd gpu_ring_tests >"$res/build.log" 2>&1 || { tail -40 "$res/build.log"; exit 1; }
+  echo "built in $((SECONDS - started)) s"
+  echo "== --check --backward (P = 2, 4; every layout and mask; B = 2, H = 4, H_kv = 2 (GQA), d = 128, N = 1000)"
+  for P in 2 4; do
+    ((P <= gpus)) || continue
+    for layout in contiguous zigzag striped; do
+      for causal in none top-left bottom-right; do
+        log="$res/check-p$P-$layout-$causal.txt"
+        timeout 180 "$bin" ring --gpus "$P" --layout "$layout" --causal "$causal" --check --backward \
+          --batch 2 --heads 4 --heads-kv 2 --seq-q 1000 --head-dim 128 >"$log" 2>&1
+        echo "P=$P $layout $causal: exit $? $(grep -cE '\bpass' "$log") pass lines, $(grep -ciE '\bfail' "$log") fail lines"
+      done
+    done
+  done
+  # Other head dims and lengths, and the cuda-fa2 blocks.
+  for args in "--layout zigzag --causal bottom-right --seq-q 1992 --head-dim 64" \
+              "--layout striped --causal top-left --seq-q 777 --head-dim 256" \
+              "--layout contiguous --causal none --seq-q 1000 --seq-k 1500 --head-dim 128" \
+              "--layout contiguous --causal top-left --seq-q 1000 --seq-k 1500 --head-dim 128" \
+              "--layout zigzag --causal bottom-right --seq-q 1000 --head-dim 128 --blocks cuda-fa2"; do
+    log="$res/check-p4-extra-$(echo "$args" | tr -c 'a-z0-9' '_' | cut -c1-60).txt"
+    timeout 180 "$bin" ring --gpus 4 $args --check --backward --batch 1 --heads 4 --heads-kv 1 >"$log" 2>&1
+    echo "P=4 $args: exit $? $(grep -cE '\bpass' "$log") pass lines"
+  done
+  echo "== gpu_ring_tests"
+  timeout 240 build-device/bin/gpu_ring_tests >"$res/gpu_ring_tests.txt" 2>&1; echo "gpu_ring_tests: exit $?"; tail -3 "$res/gpu_ring_tests.txt"
+  echo "== compute-sanitizer memcheck, every rank (P = 2, zigzag, causal, forward and backward)"
+  timeout 240 compute-sanitizer --target-processes all --tool memcheck --error-exitcode 9 "$bin" ring --gpus 2 \
+    --layout zigzag --causal bottom-right --check --backward --batch 1 --heads 2 --seq-q 512 --head-dim 128 \
+    >"$res/memcheck-p2.txt" 2>&1
+  echo "memcheck: exit $? ($(grep -E 'ERROR SUMMARY' "$res/memcheck-p2.txt" | sort | uniq -c | tr '\n' ' '))"
+  echo "== under torchrun (--no-python): 4 processes, a check"
+  timeout 180 torchrun --standalone --nproc_per_node "$gpus" --no-python "$bin" ring --gpus "$gpus" --layout zigzag \
+    --causal bottom-right --check --backward --batch 1 --heads 4 --heads-kv 2 --seq-q 1000 --head-dim 128 \
+    >"$res/torchrun-check.txt" 2>&1
+  echo "torchrun: exit $?"; cat "$res/torchrun-check.txt" | grep -v "^$" | head -30
+  exit 0
+fi
+
+# measure: each run under a time limit; the last ones only while the call has time left.
+left() { echo $((560 - (SECONDS - started))); }
+common=(--batch 1 --heads 16 --head-dim 128 --causal bottom-right --dtype bf16)
+ours() {  # name P layout N warmup iters extra...
+  local name=$1 P=$2 layout=$3 n=$4 warmup=$5 iters=$6
+  shift 6
+  if (($(left) < 30)); then echo "$name: skipped, the call's time is spent"; return; fi
+  CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((P - 1))) timeout "$(left)" "$bin" ring --gpus "$P" --layout "$layout" \
+    --seq-q "$n" "${common[@]}" --warmup "$warmup" --iters "$iters" --json "$res/$name.json" "$@" >"$res/$name.txt" 2>&1
+  echo "$name: exit $? at $((SECONDS - started)) s"
+  grep -E "^(forward|backward) " "$res/$name.txt"
+}
+peer() {  # name P N... extra (after --)
+  local name=$1 P=$2
+  shift 2
+  if (($(left) < 40)); then echo "$name: skipped, the call's time is spent"; return; fi
+  CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((P - 1))) timeout "$(left)" torchrun --standalone --nproc_per_node "$P" \
+    scripts/cp_bench.py --backend cudnn --json "$res/$name.json" "$@" >"$res/$name.txt" 2>&1
+  echo "$name: exit $? at $((SECONDS - started)) s"
+  grep -E "ms" "$res/$name.txt" | tail -8
+}
+nvidia-smi -L | tee "$res/gpus-measure.txt"
+nvidia-smi topo -m >"$res/topo.txt" 2>&1
+[ -x "$bin" ] || bash scripts/device_build.sh flashlab_cmd >"$res/build.log" 2>&1 || { tail -40 "$res/build.log"; exit 1; }
+# The one-shot kernel on the whole problem (P x one GPU) is timed once per length, beside zigzag on 4 GPUs.
+ours ring4-zigzag-256k 4 zigzag 262144 1 3 --backward --timeline "$res/ring4-zigzag-256k-timeline.json"
+ours ring4-zigzag-1m 4 zigzag 1048576 1 2 --backward --timeline "$res/ring4-zigzag-1m-timeline.json"
+peer cp4 4 --seq 262144 1048576 --rotate alltoall allgather --passes fwdbwd --warmup 1 --iters 2 --one-gpu \
+  --one-gpu-max-seq 262144
+ours ring4-striped-256k 4 striped 262144 1 3 --backward --no-one-shot
+ours ring4-striped-1m 4 striped 1048576 1 2 --backward --no-one-shot
+ours ring4-contiguous-256k 4 contiguous 262144 1 3 --backward --no-one-shot
+ours ring2-zigzag-256k 2 zigzag 262144 1 3 --backward --no-one-shot
+ours ring2-zigzag-1m 2 zigzag 1048576 1 2 --backward --no-one-shot
+peer cp2 2 --seq 262144 1048576 --rotate alltoall --passes fwdbwd --warmup 1 --iters 2
+ours ring2-striped-256k 2 striped 262144 1 3 --backward --no-one-shot
+ours ring2-contiguous-256k 2 contiguous 262144 1 3 --backward --no-one-shot
+ours ring4-zigzag-4m 4 zigzag 4194304 0 1 --no-one-shot
+peer cp4-4m 4 --seq 4194304 --rotate alltoall --passes fwd --warmup 0 --iters 1
+echo "measured in $((SECONDS - started)) s"
