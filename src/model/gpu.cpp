@@ -95,6 +95,7 @@ class UnitCursor : public TrafficObserver {
 // The share of a tile homed in partition h, keyed apart from the others: the partition in two bits above
 // the tile's column (cache_key keeps 22 bits of it).
 constexpr int kShareShift = 20;
+constexpr int kMaxPartitions = 1 << (22 - kShareShift);
 int partition_share_col(int tile_col, std::size_t h) {
   if (tile_col >= (1 << kShareShift))
     throw InputError("a key block index of " + std::to_string(tile_col) + " is beyond the GPU model's 2^20");
@@ -109,6 +110,51 @@ void add(TrafficTotals& sum, const TrafficTotals& t) {
   sum.events += t.events;
 }
 
+// The tile event of an access.
+TileEvent event_of(const Access& a) {
+  TileEvent e;
+  e.bh = a.bh;
+  e.tensor = static_cast<TensorId>(a.tensor);
+  e.direction = a.store ? Direction::Store : Direction::Load;
+  e.tile_row = a.tile_row;
+  e.tile_col = a.tile_col;
+  e.bytes = a.bytes;
+  return e;
+}
+
+// The share of a tile homed in partition h: `bytes` of it (the first partition takes what does not divide).
+TileEvent share_of(const TileEvent& e, std::size_t h, std::int64_t bytes) {
+  TileEvent share = e;
+  share.tile_col = partition_share_col(e.tile_col, h);
+  share.bytes = bytes;
+  return share;
+}
+
+// The keys the partitions keep an access's shares under (every partition keys a tile alike). Blocks side by
+// side often access the same tile one after another: the last tile's keys are kept.
+class ShareKeys {
+ public:
+  ShareKeys(const SetAssociativeL2& cache, int partitions) : cache_(&cache), partitions_(partitions) {}
+  const std::array<std::uint64_t, kMaxPartitions>& of(const Access& a) {
+    if (!valid_ || a.bh != last_.bh || a.tile_row != last_.tile_row || a.tile_col != last_.tile_col ||
+        a.tensor != last_.tensor) {
+      const TileEvent e = event_of(a);
+      for (std::size_t h = 0; h < std::size_t(partitions_); ++h)
+        keys_[h] = cache_->key_of(share_of(e, h, 0));  // a key does not depend on the bytes
+      last_ = a;
+      valid_ = true;
+    }
+    return keys_;
+  }
+
+ private:
+  const SetAssociativeL2* cache_;
+  int partitions_;
+  bool valid_ = false;
+  Access last_;
+  std::array<std::uint64_t, kMaxPartitions> keys_{};
+};
+
 KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const KernelGrid& grid) {
   KernelTraffic out;
   out.name = grid.name;
@@ -117,13 +163,15 @@ KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const Kernel
   // One cache per L2 partition, each holding what the SMs on its side access; resident slot s runs on
   // partition s % partitions (the block scheduler spreads consecutive blocks over the GPCs).
   const int partitions = std::max(1, gpu.l2_partitions);
-  if (partitions > (1 << (22 - kShareShift)))
-    throw InputError("the GPU model keys at most " + std::to_string(1 << (22 - kShareShift)) + " L2 partitions");
+  if (partitions > kMaxPartitions)
+    throw InputError("the GPU model keys at most " + std::to_string(kMaxPartitions) + " L2 partitions");
   std::vector<SetAssociativeL2> l2;
   for (int n = 0; n < partitions; ++n) l2.emplace_back(gpu.partition_bytes(), gpu.l2_ways, shape, gpu.l2_store_age);
   L2Model unbounded(std::numeric_limits<std::int64_t>::max(), &shape);  // compulsory: nothing is evicted
 
   std::vector<UnitCursor> slots(static_cast<std::size_t>(out.resident));
+  std::vector<std::uint8_t> side_of(slots.size());  // s % partitions, once (a division per access is not free)
+  for (std::size_t s = 0; s < slots.size(); ++s) side_of[s] = std::uint8_t(s % std::size_t(partitions));
   std::vector<std::size_t> busy, freed;  // slots holding a unit; slots that finished this round
   std::int64_t next_unit = 0;
   auto start_next = [&](std::size_t s) {  // the next unit that has an access, into slot s
@@ -135,22 +183,25 @@ KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const Kernel
   };
   for (std::size_t s = 0; s < slots.size(); ++s) start_next(s);
 
-  TileEvent e;
+  ShareKeys keys_ahead(l2[0], partitions), keys_now(l2[0], partitions);
   while (!busy.empty()) {
     ++out.rounds;
     freed.clear();
     std::size_t kept = 0;
     for (std::size_t n = 0; n < busy.size(); ++n) {
-      constexpr std::size_t kAhead = 8;  // the buffers are many and far apart: fetch a few slots ahead
+      // The buffers are many and far apart: fetch a few slots ahead, and where the partitions index their
+      // accesses' tiles a few less ahead (it is those lookups that miss the CPU's caches).
+      constexpr std::size_t kAhead = 8, kIndexAhead = 4;
       if (n + kAhead < busy.size()) __builtin_prefetch(&slots[busy[n + kAhead]].peek());
+      if (n + kIndexAhead < busy.size()) {
+        const auto& ahead = keys_ahead.of(slots[busy[n + kIndexAhead]].peek());
+        for (std::size_t h = 0; h < std::size_t(partitions); ++h)
+          for (const SetAssociativeL2& part : l2) part.prefetch(ahead[h]);
+      }
       UnitCursor& c = slots[busy[n]];
       const Access& a = c.peek();
-      e.bh = a.bh;
-      e.tensor = static_cast<TensorId>(a.tensor);
-      e.direction = a.store ? Direction::Store : Direction::Load;
-      e.tile_row = a.tile_row;
-      e.tile_col = a.tile_col;
-      e.bytes = a.bytes;
+      const auto& keys = keys_now.of(a);
+      const TileEvent e = event_of(a);
       (a.store ? out.two_level.written : out.two_level.read)[a.tensor] += e.bytes;
       // The tile's lines are interleaved over both partitions' slices: each partition is the home (the point of
       // coherence) of an equal share of its bytes, keyed apart. A load looks in the near partition, then the far
@@ -158,24 +209,30 @@ KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const Kernel
       // dirtied there; the far share is written to the far partition (dirty there) and a near copy, if any, is
       // refreshed clean. So a block's private output is held once, half on the other side, and written back from
       // there; what every SM reads (FA2's K/V) is still held in both.
-      const std::size_t side = busy[n] % std::size_t(partitions);
+      const std::size_t side = side_of[busy[n]];
       SetAssociativeL2& near = l2[side];
-      TileEvent share = e;
+      // (a tile is at most 128 MiB: 32-bit division)
+      const auto share_bytes = std::int64_t(std::uint32_t(a.bytes) / std::uint32_t(partitions));
+      const auto first_extra = std::int64_t(std::uint32_t(a.bytes) % std::uint32_t(partitions));
       for (std::size_t h = 0; h < std::size_t(partitions); ++h) {
-        share.tile_col = partition_share_col(e.tile_col, h);
-        share.bytes = e.bytes / partitions + (h == 0 ? e.bytes % partitions : 0);
+        const TileEvent share = share_of(e, h, share_bytes + (h == 0 ? first_extra : 0));
+        const std::uint64_t key = keys[h];
         if (a.store && h != side) {
-          l2[h].access(share);
-          near.refresh(share);
+          l2[h].access(l2[h].find(key), share);
+          near.refresh(near.find(key));
         } else if (a.store) {
-          near.access(share);
+          near.access(near.find(key), share);
         } else {
           // What the near partition may miss, the far one serves when it holds it (and its copy is touched).
+          const SetAssociativeL2::Found here = near.find(key);
           double from_peer = 0;
-          if (near.presence(share) < 1)
-            for (std::size_t f = 0; f < l2.size() && from_peer == 0; ++f)
-              if (f != side && (from_peer = l2[f].presence(share)) > 0) l2[f].refresh(share);
-          near.access(share, from_peer);
+          if (near.presence(here) < 1)
+            for (std::size_t f = 0; f < l2.size() && from_peer == 0; ++f) {
+              if (f == side) continue;
+              const SetAssociativeL2::Found there = l2[f].find(key);
+              if ((from_peer = l2[f].presence(there)) > 0) l2[f].refresh(there);
+            }
+          near.access(here, share, from_peer);
         }
       }
       unbounded.on_event(e);

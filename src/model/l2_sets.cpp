@@ -3,7 +3,9 @@
 #include "model/l2_sets.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <stdexcept>
 
 namespace flashlab {
 
@@ -14,6 +16,7 @@ SetAssociativeL2::SetAssociativeL2(std::int64_t capacity_bytes, int ways, const 
       heads_q_(shape.heads_q),
       heads_kv_(shape.heads_kv),
       fenwick_(std::size_t{1} << 16, 0),
+      slot_bytes_((std::size_t{1} << 16) - 1, 0),
       slot_tile_((std::size_t{1} << 16) - 1, -1) {
   if (ways_ == 0) return;
   h_table_.resize(kSteps + 2);
@@ -26,18 +29,32 @@ SetAssociativeL2::SetAssociativeL2(std::int64_t capacity_bytes, int ways, const 
     }
     h_table_[std::size_t(n)] = std::min(1.0, sum);
   }
+  // H interpolates between neighbours of the table. Where each is positive and at least half the one before,
+  // their difference is exact and H above 0 wherever x < kSteps, which D below 4 C (1 - 2^-40) assures.
+  bool positive = true;
+  for (int n = 0; n < kSteps; ++n)
+    positive = positive && h_table_[std::size_t(n)] > 0 && h_table_[std::size_t(n) + 1] >= h_table_[std::size_t(n)] / 2;
+  if (positive) surely_held_ = kReach * capacity_ * (1 - 0x1p-40);
+  // Over the first steps the table holds 1 exactly (the chance that a set took A lines more rounds to 0), and so
+  // does H between two of them: below x = flat - 1, that is D below this, H is 1 with no division.
+  std::size_t flat = 0;
+  while (flat <= std::size_t(kSteps) && h_table_[flat] == 1) ++flat;
+  if (flat >= 2) surely_whole_ = double(flat - 1) / kSteps * kReach * capacity_ * (1 - 0x1p-40);
 }
 
 double SetAssociativeL2::still_here(double distance, std::int64_t own_bytes) const {
   if (ways_ == 0) return distance + double(own_bytes) <= capacity_ ? 1 : 0;
   if (capacity_ <= 0) return 0;
+  // D >= kReach C makes x >= kSteps below (the division rounds monotonically, and 4 C is exact): no division.
+  if (distance >= kReach * capacity_) return 0;
+  if (distance < surely_whole_) return 1;
   const double x = distance / capacity_ / kReach * kSteps;
   if (x >= kSteps) return 0;
   const auto n = std::size_t(x);
   return h_table_[n] + (h_table_[n + 1] - h_table_[n]) * (x - double(n));
 }
 
-// Fenwick tree over slots 0 .. fenwick_.size() - 2 (index = slot + 1).
+// Fenwick tree over slots 0 .. fenwick_.size() - 2 (index = slot + 1), holding the slots below flushed_.
 void SetAssociativeL2::add_bytes(std::int32_t slot, std::int64_t bytes) {
   for (std::size_t i = std::size_t(slot) + 1; i < fenwick_.size(); i += i & (~i + 1)) fenwick_[i] += bytes;
 }
@@ -47,40 +64,88 @@ std::int64_t SetAssociativeL2::bytes_up_to(std::int32_t slot) const {
   return sum;
 }
 
-double SetAssociativeL2::distance(const Tile& t) const { return double(total_ - bytes_up_to(t.slot)) + t.age; }
-
-SetAssociativeL2::Tile* SetAssociativeL2::find(const TileEvent& e) {
-  const auto it = index_.find(cache_key(e, heads_q_, heads_kv_));
-  return it == index_.end() ? nullptr : &tiles_[std::size_t(it->second)];
+// The slots flushed_ .. next_slot_ - 1 enter the tree together. Each node takes the sum of its children in the
+// range before passing it to its parent, so most of them cost one addition, not one per level; only the nodes
+// whose parent lies beyond the range (one per level at most) climb the tree.
+void SetAssociativeL2::flush() {
+  const std::size_t first = std::size_t(flushed_) + 1, end = std::size_t(next_slot_) + 1;  // tree indices
+  std::array<std::int64_t, kBatch> carry{};
+  for (std::size_t i = first; i < end; ++i) {
+    const std::int64_t bytes = carry[i - first] + slot_bytes_[i - 1];
+    if (bytes == 0) continue;
+    fenwick_[i] += bytes;
+    std::size_t up = i + (i & (~i + 1));
+    if (up < end) {
+      carry[up - first] += bytes;
+      continue;
+    }
+    for (; up < fenwick_.size(); up += up & (~up + 1)) fenwick_[up] += bytes;
+  }
+  flushed_ = next_slot_;
 }
-const SetAssociativeL2::Tile* SetAssociativeL2::find(const TileEvent& e) const {
-  const auto it = index_.find(cache_key(e, heads_q_, heads_kv_));
-  return it == index_.end() ? nullptr : &tiles_[std::size_t(it->second)];
+
+// A slot takes `bytes` (0: it is left).
+void SetAssociativeL2::set_slot(std::int32_t slot, std::int64_t bytes) {
+  std::int64_t& held = slot_bytes_[std::size_t(slot)];
+  if (slot < flushed_) add_bytes(slot, bytes - held);
+  total_ += bytes - held;
+  held = bytes;
 }
 
-double SetAssociativeL2::presence(const TileEvent& e) const {
-  const Tile* t = find(e);
-  return t ? t->here * still_here(distance(*t), t->bytes) : 0;
+// total_ - bytes_up_to(t.slot), in integers, so each way below gives the same D to the last bit.
+double SetAssociativeL2::distance(const Tile& t) const {
+  std::int64_t after = 0;
+  if (t.slot >= flushed_ || next_slot_ - t.slot <= kScan) {  // among the newest (blocks in lock-step share tiles)
+    for (std::int32_t s = t.slot + 1; s < next_slot_; ++s) after += slot_bytes_[std::size_t(s)];
+  } else if (t.slot == oldest_slot_) {  // the slots before the oldest are empty
+    after = total_ - slot_bytes_[std::size_t(t.slot)];
+  } else {
+    after = total_ - bytes_up_to(t.slot);
+  }
+  return double(after) + t.age;
+}
+
+SetAssociativeL2::Found SetAssociativeL2::find(std::uint64_t key) const {
+  Found f{.key = key, .tile = index_.find(key), .kept = 0, .generation = generation_};
+  if (f.tile >= 0) {
+    const Tile& t = tiles_[std::size_t(f.tile)];
+    f.kept = still_here(distance(t), t.bytes);
+  }
+  return f;
+}
+
+void SetAssociativeL2::stale() {
+  throw std::logic_error("SetAssociativeL2: a Found was used after the cache changed; find the tile again");
 }
 
 void SetAssociativeL2::write_back(const Tile& t, double bytes) { written_[std::size_t(t.tensor)] += bytes; }
 
-double SetAssociativeL2::reuse(Tile& t) {
-  const double h = still_here(distance(t), t.bytes);
-  write_back(t, double(t.bytes) * t.dirty * (1 - h));  // dirty and evicted since the last touch
-  t.dirty *= h;
-  t.here *= h;
+double SetAssociativeL2::reuse(Tile& t, double kept) {
+  write_back(t, double(t.bytes) * t.dirty * (1 - kept));  // dirty and evicted since the last touch
+  t.dirty *= kept;
+  t.here *= kept;
   return t.here;
 }
 
 void SetAssociativeL2::access(const TileEvent& e, double from_peer) {
+  if (e.direction != Direction::Load && e.direction != Direction::Store) {
+    ++dram_.events;
+    return;
+  }
+  access(find(key_of(e)), e, from_peer);
+}
+
+void SetAssociativeL2::access(const Found& f, const TileEvent& e, double from_peer) {
+  check(f);
+  ++generation_;
   ++dram_.events;
   if (e.direction != Direction::Load && e.direction != Direction::Store) return;
   const bool store = e.direction == Direction::Store;
   const double bytes = double(e.bytes);
   auto& read = read_[std::size_t(e.tensor)];
-  if (Tile* t = find(e)) {
-    const double here = reuse(*t);
+  if (f.tile >= 0) {
+    Tile* t = &tiles_[std::size_t(f.tile)];
+    const double here = reuse(*t, f.kept);
     if (store) {
       t->dirty = 1;
     } else {
@@ -91,7 +156,7 @@ void SetAssociativeL2::access(const TileEvent& e, double from_peer) {
     t->here = 1;
     t->age = store ? store_age_bytes_ : 0;
     t->bytes = e.bytes;
-    touch(std::int32_t(t - tiles_.data()));
+    touch(f.tile);
   } else {
     std::int32_t at;
     if (!free_tiles_.empty()) {
@@ -101,9 +166,9 @@ void SetAssociativeL2::access(const TileEvent& e, double from_peer) {
       at = std::int32_t(tiles_.size());
       tiles_.emplace_back();
     }
-    tiles_[std::size_t(at)] = Tile{.key = cache_key(e, heads_q_, heads_kv_), .bytes = e.bytes, .tensor = e.tensor,
-                                   .here = 1, .dirty = store ? 1.0 : 0.0, .age = store ? store_age_bytes_ : 0};
-    index_.emplace(tiles_[std::size_t(at)].key, at);
+    tiles_[std::size_t(at)] = Tile{.key = f.key, .bytes = e.bytes, .tensor = e.tensor, .here = 1,
+                                   .dirty = store ? 1.0 : 0.0, .age = store ? store_age_bytes_ : 0};
+    index_.insert(f.key, at);
     if (!store) {
       read += bytes * (1 - from_peer);
       hit_ += bytes * from_peer;
@@ -113,15 +178,17 @@ void SetAssociativeL2::access(const TileEvent& e, double from_peer) {
   drop_gone();
 }
 
-void SetAssociativeL2::refresh(const TileEvent& e) {
-  Tile* t = find(e);
-  if (!t) return;
-  reuse(*t);
-  touch(std::int32_t(t - tiles_.data()));
+void SetAssociativeL2::refresh(const Found& f) {
+  check(f);
+  ++generation_;
+  if (f.tile < 0) return;
+  reuse(tiles_[std::size_t(f.tile)], f.kept);
+  touch(f.tile);
   drop_gone();
 }
 
 void SetAssociativeL2::settle() {
+  ++generation_;
   dirty_at_end_ = 0;
   for (std::int32_t s = oldest_slot_; s < next_slot_; ++s) {
     const std::int32_t at = slot_tile_[std::size_t(s)];
@@ -140,8 +207,11 @@ void SetAssociativeL2::settle() {
 
 void SetAssociativeL2::touch(std::int32_t at) {
   Tile& t = tiles_[std::size_t(at)];
-  add_bytes(t.slot, -t.counted);
-  total_ -= t.counted;
+  if (t.slot == next_slot_ - 1) {  // already the newest: it stays in its slot, with its new bytes
+    set_slot(t.slot, t.bytes);
+    return;
+  }
+  set_slot(t.slot, 0);
   slot_tile_[std::size_t(t.slot)] = -1;
   place(at);
 }
@@ -150,16 +220,14 @@ void SetAssociativeL2::place(std::int32_t at) {
   if (std::size_t(next_slot_) == slot_tile_.size()) renumber();
   Tile& t = tiles_[std::size_t(at)];
   t.slot = next_slot_++;
-  t.counted = t.bytes;
   slot_tile_[std::size_t(t.slot)] = at;
-  add_bytes(t.slot, t.counted);
-  total_ += t.counted;
+  set_slot(t.slot, t.bytes);
+  if (next_slot_ - flushed_ == kBatch) flush();
 }
 
 void SetAssociativeL2::forget(std::int32_t at) {
   Tile& t = tiles_[std::size_t(at)];
-  add_bytes(t.slot, -t.counted);
-  total_ -= t.counted;
+  set_slot(t.slot, 0);
   slot_tile_[std::size_t(t.slot)] = -1;
   t.slot = -1;
   index_.erase(t.key);
@@ -172,31 +240,84 @@ void SetAssociativeL2::drop_gone() {
     const std::int32_t at = slot_tile_[std::size_t(oldest_slot_)];
     if (at < 0) continue;
     const Tile& t = tiles_[std::size_t(at)];
-    if (still_here(distance(t), t.bytes) > 0) return;
+    const double d = distance(t);
+    if (d < surely_held_ || still_here(d, t.bytes) > 0) return;
     write_back(t, double(t.bytes) * t.dirty);
     forget(at);
   }
 }
 
 // The slots run out: the tiles held take slots 0, 1, ... in the same order, in a tree at least four times
-// their number.
+// their number, built in one pass (each node passes its sum to its parent).
 void SetAssociativeL2::renumber() {
   std::vector<std::int32_t> held;
+  std::vector<std::int64_t> bytes;
   for (std::int32_t s = oldest_slot_; s < next_slot_; ++s)
-    if (slot_tile_[std::size_t(s)] >= 0) held.push_back(slot_tile_[std::size_t(s)]);
+    if (slot_tile_[std::size_t(s)] >= 0) {
+      held.push_back(slot_tile_[std::size_t(s)]);
+      bytes.push_back(slot_bytes_[std::size_t(s)]);
+    }
   std::size_t slots = slot_tile_.size();
   while (slots < 4 * held.size()) slots = 2 * slots + 1;
   fenwick_.assign(slots + 1, 0);
+  slot_bytes_.assign(slots, 0);
   slot_tile_.assign(slots, -1);
   next_slot_ = oldest_slot_ = 0;
   total_ = 0;
-  for (std::int32_t at : held) {
-    Tile& t = tiles_[std::size_t(at)];
-    t.slot = next_slot_++;
-    slot_tile_[std::size_t(t.slot)] = at;
-    add_bytes(t.slot, t.counted);
-    total_ += t.counted;
+  for (std::size_t n = 0; n < held.size(); ++n) {
+    tiles_[std::size_t(held[n])].slot = next_slot_++;
+    slot_tile_[n] = held[n];
+    slot_bytes_[n] = fenwick_[n + 1] = bytes[n];
+    total_ += bytes[n];
   }
+  for (std::size_t i = 1; i < fenwick_.size(); ++i)
+    if (const std::size_t up = i + (i & (~i + 1)); up < fenwick_.size()) fenwick_[up] += fenwick_[i];
+  flushed_ = next_slot_;
+}
+
+SetAssociativeL2::TileIndex::TileIndex() : entries_(1024), shift_(64 - 10) {}
+
+std::int32_t SetAssociativeL2::TileIndex::find(std::uint64_t key) const {
+  const std::size_t mask = entries_.size() - 1;
+  for (std::size_t at = home(key);; at = (at + 1) & mask) {
+    const Entry& e = entries_[at];
+    if (e.tile < 0 || e.key == key) return e.tile;
+  }
+}
+
+void SetAssociativeL2::TileIndex::insert(std::uint64_t key, std::int32_t tile) {
+  if (2 * (used_ + 1) > entries_.size()) grow();
+  const std::size_t mask = entries_.size() - 1;
+  std::size_t at = home(key);
+  while (entries_[at].tile >= 0) at = (at + 1) & mask;
+  entries_[at] = Entry{key, tile};
+  ++used_;
+}
+
+// The entries after the erased one, up to the next empty one, move back into the hole when their home is not
+// between the hole and where they are: every key stays reachable from its home without a gap.
+void SetAssociativeL2::TileIndex::erase(std::uint64_t key) {
+  const std::size_t mask = entries_.size() - 1;
+  std::size_t hole = home(key);
+  while (entries_[hole].key != key || entries_[hole].tile < 0) hole = (hole + 1) & mask;
+  for (std::size_t at = (hole + 1) & mask; entries_[at].tile >= 0; at = (at + 1) & mask) {
+    const std::size_t from_home = (at - home(entries_[at].key)) & mask;  // how far it sits past its home
+    if (from_home >= ((at - hole) & mask)) {  // its home is at or before the hole
+      entries_[hole] = entries_[at];
+      hole = at;
+    }
+  }
+  entries_[hole].tile = -1;
+  --used_;
+}
+
+void SetAssociativeL2::TileIndex::grow() {
+  std::vector<Entry> old(2 * entries_.size());
+  old.swap(entries_);
+  --shift_;
+  used_ = 0;
+  for (const Entry& e : old)
+    if (e.tile >= 0) insert(e.key, e.tile);
 }
 
 }  // namespace flashlab

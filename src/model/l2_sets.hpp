@@ -32,7 +32,6 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <unordered_map>
 #include <vector>
 
 #include "core/problem.hpp"
@@ -46,15 +45,37 @@ class SetAssociativeL2 {
   // far below the newest a store leaves its tile, in fractions of the capacity (0: a store is a touch).
   SetAssociativeL2(std::int64_t capacity_bytes, int ways, const Shape& shape, double store_age = 0);
 
-  // The probability that this cache holds the tile of a Load or Store event now.
-  double presence(const TileEvent& e) const;
-  // A Load or Store of the tile. A load's missing part is served by DRAM, except `from_peer`, the share of
-  // it another cache serves (an L2 partition on the other side); it counts as a hit. A store writes the
-  // whole tile (nothing fetched) and leaves it dirty.
-  void access(const TileEvent& e, double from_peer = 0);
+  // A tile looked up once. A replay asks about the same tile two or three times per access (is it here? then
+  // the access or refresh itself); a Found carries what the lookup learnt to the calls that follow, and is good
+  // until this cache next changes (access, refresh or settle: using it after that throws std::logic_error).
+  struct Found {
+    std::uint64_t key = 0;
+    std::int32_t tile = -1;       // index of its Tile; -1: not held
+    double kept = 0;              // H(D): the chance it stayed since its last touch
+    std::uint64_t generation = 0; // the cache's changes so far, when it was found
+  };
+  std::uint64_t key_of(const TileEvent& e) const { return cache_key(e, heads_q_, heads_kv_); }
+  Found find(std::uint64_t key) const;
+  // A hint that find(key) comes soon: its place in the index is fetched into the CPU's cache meanwhile.
+  void prefetch(std::uint64_t key) const { index_.prefetch(key); }
+
+  // The probability that this cache holds the tile now.
+  double presence(const Found& f) const {
+    check(f);
+    return f.tile >= 0 ? tiles_[std::size_t(f.tile)].here * f.kept : 0;
+  }
+  // A Load or Store `e` of the tile `f` found (other events only count). A load's missing part is served by
+  // DRAM, except `from_peer`, the share of it another cache serves (an L2 partition on the other side); it
+  // counts as a hit. A store writes the whole tile (nothing fetched) and leaves it dirty.
+  void access(const Found& f, const TileEvent& e, double from_peer = 0);
   // The tile, if here, becomes the most recently used, counting nothing (a near copy of bytes that a store
   // wrote in their home partition); it keeps the age a store gave it.
-  void refresh(const TileEvent& e);
+  void refresh(const Found& f);
+
+  // The same for the tile of one Load or Store event, looked up each time.
+  double presence(const TileEvent& e) const { return presence(find(key_of(e))); }
+  void access(const TileEvent& e, double from_peer = 0);
+  void refresh(const TileEvent& e) { refresh(find(key_of(e))); }
   // The kernel ended: what left dirty before now counts as written; the rest is dirty_bytes().
   void settle();
 
@@ -66,23 +87,48 @@ class SetAssociativeL2 {
   struct Tile {
     std::uint64_t key = 0;
     std::int64_t bytes = 0;
-    std::int64_t counted = 0;  // its bytes as the Fenwick tree holds them
     std::int32_t slot = -1;    // its place in the order of last touches; -1: gone
     TensorId tensor{};
     double here = 1, dirty = 0;  // P(held) and P(held and dirty), as of its last touch
     double age = 0;              // bytes it counts as older than its last touch: store_age x C after a store
   };
+  // Tile keys to their index in tiles_: open addressing with linear probing, at most half full, and backward
+  // shifts on erase (no tombstones). A replay looks up a tile for every access of every partition.
+  class TileIndex {
+   public:
+    TileIndex();
+    std::int32_t find(std::uint64_t key) const;  // -1: absent
+    void prefetch(std::uint64_t key) const { __builtin_prefetch(&entries_[home(key)]); }
+    void insert(std::uint64_t key, std::int32_t tile);  // the key is absent
+    void erase(std::uint64_t key);                      // the key is present
+
+   private:
+    struct Entry {
+      std::uint64_t key = 0;
+      std::int32_t tile = -1;  // -1: empty
+    };
+    std::size_t home(std::uint64_t key) const { return std::size_t((key * 0x9E3779B97F4A7C15ULL) >> shift_); }
+    void grow();
+    std::vector<Entry> entries_;
+    std::size_t used_ = 0;
+    int shift_ = 0;  // 64 - log2(entries_.size())
+  };
+
   double still_here(double distance, std::int64_t own_bytes) const;  // H
   double distance(const Tile& t) const;  // bytes of other tiles touched since t, plus its age
-  Tile* find(const TileEvent& e);
-  const Tile* find(const TileEvent& e) const;
-  // Its reuse: what left since the last touch (dirty bytes written back), then its touch.
-  double reuse(Tile& t);
+  void check(const Found& f) const {     // f is still good: nothing changed since it was found
+    if (f.generation != generation_) stale();
+  }
+  [[noreturn]] static void stale();
+  // Its reuse: what left since the last touch (dirty bytes written back), then its touch. `kept` is H(D).
+  double reuse(Tile& t, double kept);
   void touch(std::int32_t at);
   void place(std::int32_t at);
   void forget(std::int32_t at);
   void drop_gone();
   void renumber();
+  void set_slot(std::int32_t slot, std::int64_t bytes);
+  void flush();
   void add_bytes(std::int32_t slot, std::int64_t bytes);
   std::int64_t bytes_up_to(std::int32_t slot) const;
   void write_back(const Tile& t, double bytes);
@@ -93,14 +139,22 @@ class SetAssociativeL2 {
   int heads_q_, heads_kv_;
   static constexpr int kSteps = 4096;        // H tabulated over D / C in [0, kReach]
   static constexpr double kReach = 4.0;      // beyond 4 C a line of a set of 16 ways or more is gone (H < 1e-8)
+  // The newest slots enter the tree kBatch at a time (a tile touched again before that never enters it, and
+  // the batch costs little more than one slot); the bytes after a tile among them, or within the last kScan
+  // slots, are summed slot by slot.
+  static constexpr std::int32_t kBatch = 64, kScan = 32;
   std::vector<double> h_table_;
-  std::vector<std::int64_t> fenwick_;        // bytes per slot
+  double surely_held_ = 0;                   // H(D) > 0 for every D below it
+  double surely_whole_ = 0;                  // H(D) = 1 for every D below it
+  std::vector<std::int64_t> fenwick_;        // bytes per slot, of the slots below flushed_
+  std::vector<std::int64_t> slot_bytes_;     // bytes per slot: each tile's as of its last touch, 0 for a free slot
   std::vector<std::int32_t> slot_tile_;      // tile index per slot, -1: free
-  std::int32_t next_slot_ = 0, oldest_slot_ = 0;
-  std::int64_t total_ = 0;                   // bytes of the tiles held in the tree
+  std::int32_t next_slot_ = 0, oldest_slot_ = 0, flushed_ = 0;
+  std::int64_t total_ = 0;                   // bytes of the tiles held
   std::vector<Tile> tiles_;
   std::vector<std::int32_t> free_tiles_;
-  std::unordered_map<std::uint64_t, std::int32_t> index_;
+  TileIndex index_;
+  std::uint64_t generation_ = 0;             // changes so far (access, refresh, settle)
   TrafficTotals dram_;
   std::array<double, static_cast<int>(TensorId::Count)> read_{}, written_{};
   double hit_ = 0, dirty_at_end_ = 0;
