@@ -8,6 +8,7 @@
 #   flashlab-viz --scenario viz/scenarios/lesson04-fa1-vs-fa2.json --png-palette --screenshot docs/img/lesson04-fa1-vs-fa2.png
 #   flashlab-viz --scenario viz/scenarios/lesson04-counters.json --png-palette --screenshot docs/img/lesson04-counters.png
 #   flashlab-viz --scenario viz/scenarios/lesson07-ring.json --png-palette --screenshot docs/img/lesson07-ring.png
+#   flashlab-viz --scenario viz/scenarios/lesson07-ring-measured.json --png-palette --screenshot docs/img/lesson07-ring-measured.png
 # (--png-palette: 256 colours, so each committed figure stays near 100 KB.)
 # Usage: scripts/make_figures.sh [build-dir]   (default: build)
 set -euo pipefail
@@ -24,7 +25,7 @@ if [ -z "${DISPLAY:-}" ]; then
 fi
 mkdir -p docs/img
 for name in readme-overview lesson01-standard-traffic lesson02-online-softmax lesson03-fa1-tiles lesson04-fa1-vs-fa2 \
-    lesson04-counters pipeline-h100-d128 pipeline-h100-backward-d128 lesson07-ring; do
+    lesson04-counters pipeline-h100-d128 pipeline-h100-backward-d128 lesson07-ring lesson07-ring-measured; do
   cmd="flashlab-viz --scenario viz/scenarios/$name.json --png-palette --screenshot docs/img/$name.png"
   "${run[@]}" "$viz" --scenario "viz/scenarios/$name.json" --png-palette --screenshot "docs/img/$name.png" \
     --dump-layout "$layouts/$name.json" >/dev/null
