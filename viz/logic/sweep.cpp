@@ -3,6 +3,12 @@
 #include <algorithm>
 #include <chrono>
 
+#ifdef __linux__
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "core/flops.hpp"
 #include "core/tensor.hpp"
 #include "cpu_reference/naive.hpp"
@@ -12,6 +18,7 @@
 namespace flashlab::viz {
 
 namespace {
+constexpr int kWorkerNice = 10;  // a worker's priority below the window's (Linux's nice: 0 normal, 19 lowest)
 constexpr int kTensorCount = static_cast<int>(TensorId::Count);
 constexpr std::uint8_t kTouched = 1, kRead = 2, kWritten = 4;
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -94,6 +101,11 @@ void Job::start(std::function<void(Job&)> work) {
   }
   running_ = true;
   thread_ = std::thread([this, work = std::move(work)] {
+#ifdef __linux__
+    // Below the window's thread: on a machine of few cores (and a software renderer) the frames come first,
+    // the model takes what is left.
+    setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kWorkerNice);
+#endif
     try {
       work(*this);
     } catch (const JobStopped&) {
