@@ -329,17 +329,37 @@ void draw_column(ImDrawList* dl, const RingColumn& column, ImVec2 p0, ImVec2 siz
   dl->PopClipRect();
 }
 
-void legend(ImDrawList* dl, const RingSettings& settings) {
-  const float lh = ImGui::GetTextLineHeight();
-  ImVec2 p = ImGui::GetCursorScreenPos();
-  const float x_end = p.x + ImGui::GetContentRegionAvail().x;
-  const auto item = [&](const char* text, auto&& swatch) {
+// A legend: items (a swatch and its text) laid left to right from the cursor, wrapping at the panel's edge; the
+// cursor moves below the last row when it goes.
+class LegendRow {
+ public:
+  explicit LegendRow(ImDrawList* dl)
+      : dl_(dl), lh_(ImGui::GetTextLineHeight()), p_(ImGui::GetCursorScreenPos()),
+        x_end_(p_.x + ImGui::GetContentRegionAvail().x) {}
+  ~LegendRow() { ImGui::Dummy(ImVec2(x_end_ - ImGui::GetCursorScreenPos().x, p_.y + lh_ + 4 - ImGui::GetCursorScreenPos().y)); }
+  LegendRow(const LegendRow&) = delete;
+  LegendRow& operator=(const LegendRow&) = delete;
+
+  // swatch(a, b) draws in the box from a to b, 20 px wide and a line high.
+  template <class Swatch>
+  void item(const char* text, Swatch&& swatch) {
     const float w = 26 + ImGui::CalcTextSize(text).x + 16;
-    if (p.x + w > x_end) p = ImVec2(ImGui::GetCursorScreenPos().x, p.y + lh + 4);
-    swatch(ImVec2(p.x, p.y + 2), ImVec2(p.x + 20, p.y + lh - 2));
-    dl->AddText(ImVec2(p.x + 26, p.y), kText, text);
-    p.x += w;
-  };
+    if (p_.x + w > x_end_) p_ = ImVec2(ImGui::GetCursorScreenPos().x, p_.y + lh_ + 4);
+    swatch(ImVec2(p_.x, p_.y + 2), ImVec2(p_.x + 20, p_.y + lh_ - 2));
+    dl_->AddText(ImVec2(p_.x + 26, p_.y), kText, text);
+    p_.x += w;
+  }
+
+ private:
+  ImDrawList* dl_;
+  float lh_;
+  ImVec2 p_;
+  float x_end_;
+};
+
+void legend(ImDrawList* dl, const RingSettings& settings) {
+  LegendRow row(dl);
+  const auto item = [&](const char* text, auto&& swatch) { row.item(text, swatch); };
   item("work on the K/V share of that colour", [&](ImVec2 a, ImVec2 b) {
     for (int r = 0; r < 4; ++r)
       dl->AddRectFilled(ImVec2(a.x + float(r) * 5, a.y), ImVec2(a.x + float(r + 1) * 5, b.y), rank_colour(r));
@@ -360,7 +380,6 @@ void legend(ImDrawList* dl, const RingSettings& settings) {
     dl->AddRectFilled(a, ImVec2(a.x + 10, a.y + 10), rgb(palette::kSkipped));
     dl->AddRect(a, ImVec2(a.x + 10, a.y + 10), kBoxEdge);
   });
-  ImGui::Dummy(ImVec2(x_end - ImGui::GetCursorScreenPos().x, p.y + lh + 4 - ImGui::GetCursorScreenPos().y));
 }
 
 // --- A measured ring timeline beside the model (ring_view.hpp: RingTimelineView).
@@ -469,16 +488,8 @@ float draw_gantt(ImDrawList* dl, const RingGantt& g, int ranks, float x0, float 
 }
 
 void timeline_legend(ImDrawList* dl) {
-  const float lh = ImGui::GetTextLineHeight();
-  ImVec2 p = ImGui::GetCursorScreenPos();
-  const float x_end = p.x + ImGui::GetContentRegionAvail().x;
-  const auto item = [&](const char* text, auto&& swatch) {
-    const float w = 26 + ImGui::CalcTextSize(text).x + 16;
-    if (p.x + w > x_end) p = ImVec2(ImGui::GetCursorScreenPos().x, p.y + lh + 4);
-    swatch(ImVec2(p.x, p.y + 2), ImVec2(p.x + 20, p.y + lh - 2));
-    dl->AddText(ImVec2(p.x + 26, p.y), kText, text);
-    p.x += w;
-  };
+  LegendRow row(dl);
+  const auto item = [&](const char* text, auto&& swatch) { row.item(text, swatch); };
   item("compute on the K/V share of that colour", [&](ImVec2 a, ImVec2 b) {
     for (int r = 0; r < 4; ++r)
       dl->AddRectFilled(ImVec2(a.x + float(r) * 5, a.y), ImVec2(a.x + float(r + 1) * 5, b.y), rank_colour(r));
@@ -499,7 +510,6 @@ void timeline_legend(ImDrawList* dl) {
   item("step starts", [&](ImVec2 a, ImVec2 b) {
     dl->AddLine(ImVec2((a.x + b.x) / 2, a.y), ImVec2((a.x + b.x) / 2, b.y), kStepLine, 1.5f);
   });
-  ImGui::Dummy(ImVec2(x_end - ImGui::GetCursorScreenPos().x, p.y + lh + 4 - ImGui::GetCursorScreenPos().y));
 }
 
 void step_table(const RingTimelineView& v) {
