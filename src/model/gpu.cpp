@@ -110,24 +110,14 @@ void add(TrafficTotals& sum, const TrafficTotals& t) {
   sum.events += t.events;
 }
 
-// The tile event of an access.
-TileEvent event_of(const Access& a) {
-  TileEvent e;
+// The tile event of an access (e's other fields stay as they are).
+void set_event(TileEvent& e, const Access& a) {
   e.bh = a.bh;
   e.tensor = static_cast<TensorId>(a.tensor);
   e.direction = a.store ? Direction::Store : Direction::Load;
   e.tile_row = a.tile_row;
   e.tile_col = a.tile_col;
   e.bytes = a.bytes;
-  return e;
-}
-
-// The share of a tile homed in partition h: `bytes` of it (the first partition takes what does not divide).
-TileEvent share_of(const TileEvent& e, std::size_t h, std::int64_t bytes) {
-  TileEvent share = e;
-  share.tile_col = partition_share_col(e.tile_col, h);
-  share.bytes = bytes;
-  return share;
 }
 
 // The keys the partitions keep an access's shares under (every partition keys a tile alike). Blocks side by
@@ -138,9 +128,12 @@ class ShareKeys {
   const std::array<std::uint64_t, kMaxPartitions>& of(const Access& a) {
     if (!valid_ || a.bh != last_.bh || a.tile_row != last_.tile_row || a.tile_col != last_.tile_col ||
         a.tensor != last_.tensor) {
-      const TileEvent e = event_of(a);
-      for (std::size_t h = 0; h < std::size_t(partitions_); ++h)
-        keys_[h] = cache_->key_of(share_of(e, h, 0));  // a key does not depend on the bytes
+      TileEvent share;
+      set_event(share, a);
+      for (std::size_t h = 0; h < std::size_t(partitions_); ++h) {
+        share.tile_col = partition_share_col(a.tile_col, h);
+        keys_[h] = cache_->key_of(share);
+      }
       last_ = a;
       valid_ = true;
     }
@@ -184,6 +177,7 @@ KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const Kernel
   for (std::size_t s = 0; s < slots.size(); ++s) start_next(s);
 
   ShareKeys keys_ahead(l2[0], partitions), keys_now(l2[0], partitions);
+  TileEvent e, share;  // the access, and its share homed in one partition
   while (!busy.empty()) {
     ++out.rounds;
     freed.clear();
@@ -201,7 +195,7 @@ KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const Kernel
       UnitCursor& c = slots[busy[n]];
       const Access& a = c.peek();
       const auto& keys = keys_now.of(a);
-      const TileEvent e = event_of(a);
+      set_event(e, a);
       (a.store ? out.two_level.written : out.two_level.read)[a.tensor] += e.bytes;
       // The tile's lines are interleaved over both partitions' slices: each partition is the home (the point of
       // coherence) of an equal share of its bytes, keyed apart. A load looks in the near partition, then the far
@@ -214,8 +208,9 @@ KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const Kernel
       // (a tile is at most 128 MiB: 32-bit division)
       const auto share_bytes = std::int64_t(std::uint32_t(a.bytes) / std::uint32_t(partitions));
       const auto first_extra = std::int64_t(std::uint32_t(a.bytes) % std::uint32_t(partitions));
+      set_event(share, a);  // which share it is, its Found key tells
       for (std::size_t h = 0; h < std::size_t(partitions); ++h) {
-        const TileEvent share = share_of(e, h, share_bytes + (h == 0 ? first_extra : 0));
+        share.bytes = share_bytes + (h == 0 ? first_extra : 0);  // the first takes the bytes that do not divide
         const std::uint64_t key = keys[h];
         if (a.store && h != side) {
           l2[h].access(l2[h].find(key), share);

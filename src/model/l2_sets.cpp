@@ -42,7 +42,7 @@ SetAssociativeL2::SetAssociativeL2(std::int64_t capacity_bytes, int ways, const 
   if (flat >= 2) surely_whole_ = double(flat - 1) / kSteps * kReach * capacity_ * (1 - 0x1p-40);
 }
 
-double SetAssociativeL2::still_here(double distance, std::int64_t own_bytes) const {
+inline double SetAssociativeL2::still_here(double distance, std::int64_t own_bytes) const {
   if (ways_ == 0) return distance + double(own_bytes) <= capacity_ ? 1 : 0;
   if (capacity_ <= 0) return 0;
   // D >= kReach C makes x >= kSteps below (the division rounds monotonically, and 4 C is exact): no division.
@@ -55,10 +55,10 @@ double SetAssociativeL2::still_here(double distance, std::int64_t own_bytes) con
 }
 
 // Fenwick tree over slots 0 .. fenwick_.size() - 2 (index = slot + 1), holding the slots below flushed_.
-void SetAssociativeL2::add_bytes(std::int32_t slot, std::int64_t bytes) {
+inline void SetAssociativeL2::add_bytes(std::int32_t slot, std::int64_t bytes) {
   for (std::size_t i = std::size_t(slot) + 1; i < fenwick_.size(); i += i & (~i + 1)) fenwick_[i] += bytes;
 }
-std::int64_t SetAssociativeL2::bytes_up_to(std::int32_t slot) const {
+inline std::int64_t SetAssociativeL2::bytes_up_to(std::int32_t slot) const {
   std::int64_t sum = 0;
   for (std::size_t i = std::size_t(slot) + 1; i > 0; i -= i & (~i + 1)) sum += fenwick_[i];
   return sum;
@@ -85,7 +85,7 @@ void SetAssociativeL2::flush() {
 }
 
 // A slot takes `bytes` (0: it is left).
-void SetAssociativeL2::set_slot(std::int32_t slot, std::int64_t bytes) {
+inline void SetAssociativeL2::set_slot(std::int32_t slot, std::int64_t bytes) {
   std::int64_t& held = slot_bytes_[std::size_t(slot)];
   if (slot < flushed_) add_bytes(slot, bytes - held);
   total_ += bytes - held;
@@ -93,7 +93,7 @@ void SetAssociativeL2::set_slot(std::int32_t slot, std::int64_t bytes) {
 }
 
 // total_ - bytes_up_to(t.slot), in integers, so each way below gives the same D to the last bit.
-double SetAssociativeL2::distance(const Tile& t) const {
+inline double SetAssociativeL2::distance(const Tile& t) const {
   std::int64_t after = 0;
   if (t.slot >= flushed_ || next_slot_ - t.slot <= kScan) {  // among the newest (blocks in lock-step share tiles)
     for (std::int32_t s = t.slot + 1; s < next_slot_; ++s) after += slot_bytes_[std::size_t(s)];
@@ -118,9 +118,9 @@ void SetAssociativeL2::stale() {
   throw std::logic_error("SetAssociativeL2: a Found was used after the cache changed; find the tile again");
 }
 
-void SetAssociativeL2::write_back(const Tile& t, double bytes) { written_[std::size_t(t.tensor)] += bytes; }
+inline void SetAssociativeL2::write_back(const Tile& t, double bytes) { written_[std::size_t(t.tensor)] += bytes; }
 
-double SetAssociativeL2::reuse(Tile& t, double kept) {
+inline double SetAssociativeL2::reuse(Tile& t, double kept) {
   write_back(t, double(t.bytes) * t.dirty * (1 - kept));  // dirty and evicted since the last touch
   t.dirty *= kept;
   t.here *= kept;
@@ -205,10 +205,26 @@ void SetAssociativeL2::settle() {
   }
 }
 
-void SetAssociativeL2::touch(std::int32_t at) {
+inline void SetAssociativeL2::touch(std::int32_t at) {
   Tile& t = tiles_[std::size_t(at)];
   if (t.slot == next_slot_ - 1) {  // already the newest: it stays in its slot, with its new bytes
     set_slot(t.slot, t.bytes);
+    return;
+  }
+  // Among the last few slots, none of them in the tree (blocks in lock-step take turns on the same tiles): the
+  // slots after it move down one and it takes the newest, so no slot is used up. The order is the one a new
+  // slot would give, and so are the bytes after every tile.
+  if (t.slot >= flushed_ && next_slot_ - t.slot <= kRotate) {
+    total_ += t.bytes - slot_bytes_[std::size_t(t.slot)];
+    for (std::int32_t s = t.slot; s < next_slot_ - 1; ++s) {
+      const std::int32_t moved = slot_tile_[std::size_t(s) + 1];
+      slot_tile_[std::size_t(s)] = moved;
+      slot_bytes_[std::size_t(s)] = slot_bytes_[std::size_t(s) + 1];
+      if (moved >= 0) tiles_[std::size_t(moved)].slot = s;
+    }
+    t.slot = next_slot_ - 1;
+    slot_tile_[std::size_t(t.slot)] = at;
+    slot_bytes_[std::size_t(t.slot)] = t.bytes;
     return;
   }
   set_slot(t.slot, 0);
@@ -216,7 +232,7 @@ void SetAssociativeL2::touch(std::int32_t at) {
   place(at);
 }
 
-void SetAssociativeL2::place(std::int32_t at) {
+inline void SetAssociativeL2::place(std::int32_t at) {
   if (std::size_t(next_slot_) == slot_tile_.size()) renumber();
   Tile& t = tiles_[std::size_t(at)];
   t.slot = next_slot_++;
@@ -235,7 +251,7 @@ void SetAssociativeL2::forget(std::int32_t at) {
 }
 
 // The oldest tiles, once surely gone (H = 0), leave the books; their dirty bytes were written back.
-void SetAssociativeL2::drop_gone() {
+inline void SetAssociativeL2::drop_gone() {
   for (; oldest_slot_ < next_slot_; ++oldest_slot_) {
     const std::int32_t at = slot_tile_[std::size_t(oldest_slot_)];
     if (at < 0) continue;
@@ -277,7 +293,7 @@ void SetAssociativeL2::renumber() {
 
 SetAssociativeL2::TileIndex::TileIndex() : entries_(1024), shift_(64 - 10) {}
 
-std::int32_t SetAssociativeL2::TileIndex::find(std::uint64_t key) const {
+inline std::int32_t SetAssociativeL2::TileIndex::find(std::uint64_t key) const {
   const std::size_t mask = entries_.size() - 1;
   for (std::size_t at = home(key);; at = (at + 1) & mask) {
     const Entry& e = entries_[at];

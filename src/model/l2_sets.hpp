@@ -97,7 +97,7 @@ class SetAssociativeL2 {
   class TileIndex {
    public:
     TileIndex();
-    std::int32_t find(std::uint64_t key) const;  // -1: absent
+    inline std::int32_t find(std::uint64_t key) const;  // -1: absent
     void prefetch(std::uint64_t key) const { __builtin_prefetch(&entries_[home(key)]); }
     void insert(std::uint64_t key, std::int32_t tile);  // the key is absent
     void erase(std::uint64_t key);                      // the key is present
@@ -114,24 +114,26 @@ class SetAssociativeL2 {
     int shift_ = 0;  // 64 - log2(entries_.size())
   };
 
-  double still_here(double distance, std::int64_t own_bytes) const;  // H
-  double distance(const Tile& t) const;  // bytes of other tiles touched since t, plus its age
-  void check(const Found& f) const {     // f is still good: nothing changed since it was found
+  // The helpers of the hot path are inline (defined in l2_sets.cpp, the one file that calls them): built as
+  // position-independent code, a function that could be interposed is not inlined otherwise.
+  inline double still_here(double distance, std::int64_t own_bytes) const;  // H
+  inline double distance(const Tile& t) const;  // bytes of other tiles touched since t, plus its age
+  void check(const Found& f) const {            // f is still good: nothing changed since it was found
     if (f.generation != generation_) stale();
   }
   [[noreturn]] static void stale();
   // Its reuse: what left since the last touch (dirty bytes written back), then its touch. `kept` is H(D).
-  double reuse(Tile& t, double kept);
-  void touch(std::int32_t at);
-  void place(std::int32_t at);
+  inline double reuse(Tile& t, double kept);
+  inline void touch(std::int32_t at);
+  inline void place(std::int32_t at);
   void forget(std::int32_t at);
-  void drop_gone();
+  inline void drop_gone();
   void renumber();
-  void set_slot(std::int32_t slot, std::int64_t bytes);
+  inline void set_slot(std::int32_t slot, std::int64_t bytes);
   void flush();
-  void add_bytes(std::int32_t slot, std::int64_t bytes);
-  std::int64_t bytes_up_to(std::int32_t slot) const;
-  void write_back(const Tile& t, double bytes);
+  inline void add_bytes(std::int32_t slot, std::int64_t bytes);
+  inline std::int64_t bytes_up_to(std::int32_t slot) const;
+  inline void write_back(const Tile& t, double bytes);
 
   double capacity_;
   int ways_;
@@ -143,6 +145,7 @@ class SetAssociativeL2 {
   // the batch costs little more than one slot); the bytes after a tile among them, or within the last kScan
   // slots, are summed slot by slot.
   static constexpr std::int32_t kBatch = 64, kScan = 32;
+  static constexpr std::int32_t kRotate = 8;  // a tile touched within the last kRotate slots takes no new one
   std::vector<double> h_table_;
   double surely_held_ = 0;                   // H(D) > 0 for every D below it
   double surely_whole_ = 0;                  // H(D) = 1 for every D below it
