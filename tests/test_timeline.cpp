@@ -181,7 +181,7 @@ TEST_CASE("a bad timeline file is one sentence naming the file and the problem")
             .find("has no \"tid\"") != std::string::npos);
   CHECK(read_error(R"({"traceEvents": [{"name": "mma", "ph": "X", "ts": 1, "dur": 1, "pid": 0, "tid": 0}]})") ==
         "timeline bad.json: event 0 has unknown name \"mma\"; known events are tma_issue, tma_landed, wgmma_issue, "
-        "wgmma_wait, softmax, barrier_wait, epilogue");
+        "wgmma_wait, softmax, barrier_wait, epilogue, ring_compute, ring_send_recv, ring_merge");
   CHECK(read_error(R"({"traceEvents": [{"name": "softmax", "ph": "X", "ts": 1, "dur": -2, "pid": 0, "tid": 1}]})") ==
         "timeline bad.json: event 0 (\"softmax\") has a negative duration (-2 us)");
   CHECK(read_error(R"({"traceEvents": [{"name": "softmax", "ph": "B", "ts": 1, "pid": 0, "tid": 1}]})")
