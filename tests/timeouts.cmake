@@ -1,0 +1,64 @@
+# Every CPU test's CTest timeout: three times the time it took in a fresh-clone CI run on a 2-core machine
+# (scripts/test.sh, then scripts/test.sh --sanitize, 2026-11-27; ctest runs two tests at a time), rounded up to
+# whole seconds, and never under 10 s, since starting any process on a busy machine can take seconds. A timeout
+# guards against a hang; it is no speed target. The tests labelled `gpu` run on a GPU machine and keep none. A
+# CPU test missing from this table gets a warning at configure time, and no timeout: measure it and add it.
+#                                              release  sanitize  (seconds, rounded up; - : not in that build)
+set(FLASHLAB_MEASURED_SECONDS
+  core_tests                                   1        1
+  cpu_reference_tests                          1        2
+  ring_tests                                   1        1
+  ring_measured_tests                          1        1
+  traffic_tests                                1        1
+  traffic_gpu_level_tests                      28       3
+  gpu_counters_tests                           81       48
+  timeline_tests                               1        1
+  ring_timeline_tests                          1        1
+  cli_tests                                    4        17
+  rendezvous_tests                             3        3
+  python_cpu_tests                             8        -
+  cuda_fa2_no_register_spills                  1        -
+  cuda_fa2_sass_has_hmma                       1        -
+  cuda_fa3_ws_no_register_spills               1        -
+  cuda_fa3_ws_timeline_no_register_spills      1        -
+  cuda_fa3_ws_backward_no_register_spills      1        -
+  cuda_fa3_ws_sass_has_hgmma_and_tma           1        -
+  layers_point_down                            1        1
+  layers_check_catches_upward_include          1        1
+  viz_logic_tests                              1        -
+  pipeline_view_tests                          1        -
+  ring_view_tests                              1        -
+  viz_app_tests                                46       -
+  viz_render                                   34       -)
+set(FLASHLAB_TIMEOUT_FLOOR 10)  # the lessons' CPU suites, well under a second each, get it too
+
+# Sets the timeouts of the tests this directory added (CMake sets test properties per directory): call it at the
+# end of each CMakeLists.txt that adds tests.
+function(flashlab_apply_timeouts)
+  set(column 1)
+  if(FLASHLAB_SANITIZE)
+    set(column 2)
+  endif()
+  get_property(tests DIRECTORY PROPERTY TESTS)
+  foreach(name IN LISTS tests)
+    get_test_property(${name} LABELS labels)
+    if("gpu" IN_LIST labels)
+      continue()
+    endif()
+    list(FIND FLASHLAB_MEASURED_SECONDS ${name} at)
+    if(at GREATER_EQUAL 0)
+      math(EXPR at "${at} + ${column}")
+      list(GET FLASHLAB_MEASURED_SECONDS ${at} seconds)
+      math(EXPR timeout "3 * ${seconds}")
+    elseif(name MATCHES "^lesson")
+      set(timeout 0)
+    else()
+      message(WARNING "test ${name} has no measured time in tests/timeouts.cmake, so it has no timeout")
+      continue()
+    endif()
+    if(timeout LESS FLASHLAB_TIMEOUT_FLOOR)
+      set(timeout ${FLASHLAB_TIMEOUT_FLOOR})
+    endif()
+    set_tests_properties(${name} PROPERTIES TIMEOUT ${timeout})
+  endforeach()
+endfunction()
