@@ -83,6 +83,8 @@ void run_gpu_sweep(Job& job, const Scenario& s, const std::string& results_dir, 
     out = fresh;
   }
   const std::vector<int> ns = sweep_lengths(kFirstLength, max_n);
+  constexpr double kGrowth = 4;  // a length's replay over the last one's, at least: the work grows as N^2
+  double elapsed = 0;
   for (std::size_t k = 0; k < ns.size(); ++k) {
     if (job.stop_requested()) return;
     job.set_activity("replaying " + fresh.variant + " on the " + fresh.gpu_id + "'s L2 at N = " + format_length(ns[k]));
@@ -94,7 +96,8 @@ void run_gpu_sweep(Job& job, const Scenario& s, const std::string& results_dir, 
       out.points.push_back(pt);
     }
     job.set_progress(int(k) + 1, int(ns.size()));
-    if (secs > budget_s) break;  // the next length takes about four times longer
+    elapsed += secs;
+    if (elapsed + kGrowth * secs > budget_s) break;  // the next length would end past the budget
   }
   job.set_progress(1, 1);
 }

@@ -36,10 +36,12 @@ constexpr int kGpuSweepBatch = 1, kGpuSweepHeads = 16;
 void read_measured(const Scenario&, const std::string& results_dir, GpuSweep& out);
 // The model at one length.
 GpuLevelPoint model_point(const Scenario&, int n);
-// Fills `out` (under job.mutex): the measured points, then the model at N = 1k, 2k, ... up to max_n, stopping
-// after a length whose replay took longer than budget_s (the fp32 kernels' replays grow as N^2).
+// Fills `out` (under job.mutex): the measured points, then the model at N = 1k, 2k, ... up to max_n, as long as
+// the sweep stays within budget_s: a length is not started when, at four times the last one's time (a replay's
+// work grows at least as N^2), it would end past the budget. So the sweep ends on time, and where it ends does
+// not hang on one slow moment of a busy machine.
 void run_gpu_sweep(Job&, const Scenario&, const std::string& results_dir, GpuSweep& out, int max_n = kSweepMaxLength,
-                   double budget_s = 2.0);
+                   double budget_s = 4.0);
 
 // The memory chart's note for the scenario's problem (one head): the CUDA variant of its algorithm
 // (standard: cuda-naive, fa1: cuda-fa1, fa2: cuda-fa2, or cuda-fa3-ws when that is the scenario's
