@@ -33,6 +33,7 @@ constexpr int kExitBadInput = 2;
 constexpr int kExitNoDisplay = 3;
 constexpr double kSweepWaitSeconds = 60;  // headless: wait this long at most for the plots' sweep
 constexpr int kSettleFrames = 3;          // ImGui lays windows out over the first frames
+constexpr auto kHeadlessFrameInterval = std::chrono::milliseconds(200);  // headless, while the workers work
 constexpr const char* kFontPath = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 constexpr float kFontSize = 15.f;
 constexpr float kBackground[3] = {0.085f, 0.09f, 0.105f};  // the panels' background (see setup_style)
@@ -254,7 +255,8 @@ int main(int argc, char** argv) {
       }
       render_frame(window, st);
       glfwSwapBuffers(window);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      // Nobody watches these frames: draw few, and leave the cores (a software renderer's too) to the workers.
+      std::this_thread::sleep_for(kHeadlessFrameInterval);
     }
     if (said) std::fprintf(stderr, "flashlab-viz: the workers finished after %.1f s\n", seconds_since(t0));
     if (working(st) && !f.no_wait)
