@@ -98,6 +98,24 @@ void rebuild(PanelState& ps, AppState& st) {
 }
 
 
+// The file field, its "load" and a button back to the model alone; true when `r` changed. One field for both
+// kinds of file: a Trace Event file is a ring timeline, anything else a measured-times file.
+bool file_row(PanelState& ps, RingSettings& r, const char* hint, const char* model_label) {
+  ImGui::InputTextWithHint("##ring_file", hint, ps.measured_path, sizeof ps.measured_path);
+  ImGui::SameLine();
+  bool changed = false;
+  if (ImGui::Button("load")) {
+    const std::string path = ps.measured_path;
+    const bool timeline = is_trace_event_file(path);
+    (timeline ? r.timeline : r.measured) = path;
+    (timeline ? r.measured : r.timeline).clear();
+    changed = true;
+  }
+  ImGui::SameLine();
+  if (ImGui::Button(model_label)) r.measured.clear(), r.timeline.clear(), changed = true;
+  return changed;
+}
+
 // The panel's own controls: the ring's problem. Any change drops a measured file (it fixed the problem).
 void controls(PanelState& ps, AppState& st) {
   RingSettings r = st.scenario.ring;
@@ -121,18 +139,7 @@ void controls(PanelState& ps, AppState& st) {
   ImGui::Checkbox("one time scale", &ps.shared_scale);
   ImGui::SameLine();
   ImGui::SetNextItemWidth(std::max(120.f, ImGui::GetContentRegionAvail().x - 130));
-  ImGui::InputTextWithHint("##measured", "measured times or a ring timeline (JSON, ring_view.hpp)", ps.measured_path,
-                           sizeof ps.measured_path);
-  ImGui::SameLine();
-  if (ImGui::Button("load")) {
-    // One field for both: a Trace Event file is a ring timeline, anything else a measured-times file.
-    const std::string path = ps.measured_path;
-    (is_trace_event_file(path) ? r.timeline : r.measured) = path;
-    (is_trace_event_file(path) ? r.measured : r.timeline).clear();
-    changed = true;
-  }
-  ImGui::SameLine();
-  if (ImGui::Button("model")) r.measured.clear(), r.timeline.clear(), changed = true;
+  if (file_row(ps, r, "measured times or a ring timeline (JSON, ring_view.hpp)", "model")) changed = true;
   if (!changed) return;
   if (r.measured == st.scenario.ring.measured &&
       (r.ranks != st.scenario.ring.ranks || r.seq != st.scenario.ring.seq || r.heads != st.scenario.ring.heads ||
@@ -393,18 +400,7 @@ constexpr float kLaneLabel = 92.f;  // "r0 compute" left of each lane
 void timeline_controls(PanelState& ps, AppState& st) {
   RingSettings r = st.scenario.ring;
   ImGui::SetNextItemWidth(std::max(160.f, ImGui::GetContentRegionAvail().x - 470));
-  ImGui::InputTextWithHint("##timeline", "a ring timeline (Trace Event JSON) or measured times", ps.measured_path,
-                           sizeof ps.measured_path);
-  ImGui::SameLine();
-  bool changed = false;
-  if (ImGui::Button("load")) {
-    const std::string path = ps.measured_path;
-    (is_trace_event_file(path) ? r.timeline : r.measured) = path;
-    (is_trace_event_file(path) ? r.measured : r.timeline).clear();
-    changed = true;
-  }
-  ImGui::SameLine();
-  if (ImGui::Button("model only")) r.timeline.clear(), r.measured.clear(), changed = true;
+  const bool changed = file_row(ps, r, "a ring timeline (Trace Event JSON) or measured times", "model only");
   ImGui::SameLine();
   ImGui::Checkbox("model at the measured rates", &ps.measured_rates);
   if (changed) st.scenario.ring = st.edit.ring = r;
