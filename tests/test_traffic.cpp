@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -524,6 +525,67 @@ TEST_CASE("the L2 level with a Shape: query heads that share a K/V head share it
   CHECK(l2.dram().total_read() == 0);
   CHECK(l2.hit_bytes() == 100);
   CHECK(l2.dirty_bytes() == 100);
+}
+
+TEST_CASE("CompulsoryTraffic lets through what an endless L2Model does, byte for byte") {
+  auto same = [](const TrafficTotals& a, const TrafficTotals& b) {
+    CHECK(a.read == b.read);
+    CHECK(a.written == b.written);
+    CHECK(a.events == b.events);
+    CHECK(a.peak_sram_bytes == b.peak_sram_bytes);
+  };
+  SUBCASE("every loop nest, both passes, with query heads sharing K/V heads") {
+    Problem p = problem(640, 384, 64, CausalAlign::BottomRight, 2, 8);
+    p.shape.heads_kv = 2;
+    const Tiling t{.Br = 64, .Bc = 32};
+    for (const Algorithm a : {Algorithm::Standard, Algorithm::FA1, Algorithm::FA2})
+      for (const Pass pass : {Pass::Forward, Pass::Backward}) {
+        CAPTURE(to_string(a));
+        CAPTURE(int(pass));
+        L2Model endless(std::numeric_limits<I64>::max(), &p.shape);
+        CompulsoryTraffic compulsory(&p.shape);
+        count_traffic(a, pass, p, t, kBytes, endless);
+        count_traffic(a, pass, p, t, kBytes, compulsory);
+        endless.flush();
+        compulsory.flush();
+        same(compulsory.dram(), endless.dram());
+        CHECK(compulsory.dram().total_read() > 0);
+        CHECK(compulsory.dram().total_written() > 0);
+      }
+  }
+  SUBCASE("random loads, stores and other events over tiles whose bytes change (enough tiles to grow its table)") {
+    std::uint64_t state = 777;
+    auto next = [&] {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      return state >> 33;
+    };
+    L2Model endless(std::numeric_limits<I64>::max());
+    CompulsoryTraffic compulsory;
+    for (int n = 0; n < 50000; ++n) {
+      TileEvent e;
+      e.bh = int(next() % 4);
+      e.tensor = next() % 2 ? TensorId::K : TensorId::O;
+      e.tile_row = int(next() % 1000);
+      e.tile_col = int(next() % 3);
+      e.bytes = 256 * I64(1 + next() % 4);
+      const auto kind = next() % 8;
+      e.direction = kind < 4 ? Direction::Load : kind < 7 ? Direction::Store : Direction::Compute;
+      if (e.direction == Direction::Compute) e.bytes = 0;
+      e.sram_bytes = I64(next() % 100000);
+      endless.on_event(e);
+      compulsory.on_event(e);
+      if (next() % 5 == 0) {  // the same tile again at once (the last-tile shortcut)
+        e.direction = Direction::Load;
+        e.bytes = 128;
+        endless.on_event(e);
+        compulsory.on_event(e);
+      }
+    }
+    endless.flush();
+    compulsory.flush();
+    same(compulsory.dram(), endless.dram());
+    CHECK(compulsory.dram().total_written() > 0);
+  }
 }
 
 TEST_CASE("the CPU variants report the traffic of their own loop nest, in their dtype's bytes") {

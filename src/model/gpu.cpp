@@ -160,7 +160,7 @@ KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const Kernel
     throw InputError("the GPU model keys at most " + std::to_string(kMaxPartitions) + " L2 partitions");
   std::vector<SetAssociativeL2> l2;
   for (int n = 0; n < partitions; ++n) l2.emplace_back(gpu.partition_bytes(), gpu.l2_ways, shape, gpu.l2_store_age);
-  L2Model unbounded(std::numeric_limits<std::int64_t>::max(), &shape);  // compulsory: nothing is evicted
+  CompulsoryTraffic unbounded(&shape);
 
   std::vector<UnitCursor> slots(static_cast<std::size_t>(out.resident));
   std::vector<std::uint8_t> side_of(slots.size());  // s % partitions, once (a division per access is not free)

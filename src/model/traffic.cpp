@@ -224,4 +224,66 @@ void L2Model::flush() {
   c.dirty = 0;
 }
 
+// ---------------------------------------------------------------------------------------------
+// CompulsoryTraffic: the tiles in one flat table, each entry holding its tile (no indirection, no list).
+
+CompulsoryTraffic::CompulsoryTraffic(const Shape* shape) {
+  if (shape) {
+    heads_q_ = shape->heads_q;
+    heads_kv_ = shape->heads_kv;
+  }
+}
+
+CompulsoryTraffic::Tile& CompulsoryTraffic::find_or_add(std::uint64_t key) {
+  if (last_ && last_key_ == key) return *last_;
+  if (2 * (used_ + 1) > table_.size()) grow();
+  const std::size_t mask = table_.size() - 1;
+  std::size_t at = std::size_t((key * 0x9E3779B97F4A7C15ULL) >> shift_);
+  while (table_[at].bytes >= 0 && table_[at].key != key) at = (at + 1) & mask;
+  Tile& t = table_[at];
+  if (t.bytes < 0) {
+    t.key = key;
+    ++used_;
+  }
+  last_key_ = key;
+  last_ = &t;
+  return t;
+}
+
+void CompulsoryTraffic::grow() {
+  std::vector<Tile> old(2 * table_.size());
+  old.swap(table_);
+  --shift_;
+  const std::size_t mask = table_.size() - 1;
+  for (const Tile& t : old) {
+    if (t.bytes < 0) continue;
+    std::size_t at = std::size_t((t.key * 0x9E3779B97F4A7C15ULL) >> shift_);
+    while (table_[at].bytes >= 0) at = (at + 1) & mask;
+    table_[at] = t;
+  }
+  last_ = nullptr;
+}
+
+void CompulsoryTraffic::on_event(const TileEvent& e) {
+  ++dram_.events;
+  dram_.peak_sram_bytes = std::max(dram_.peak_sram_bytes, e.sram_bytes);
+  if (e.direction != Direction::Load && e.direction != Direction::Store) return;
+  Tile& t = find_or_add(cache_key(e, heads_q_, heads_kv_));
+  const bool store = e.direction == Direction::Store;
+  if (t.bytes < 0) {  // its first access: a load reads it from DRAM, a store allocates it
+    t.tensor = e.tensor;
+    if (!store) dram_.read[static_cast<std::size_t>(e.tensor)] += e.bytes;
+  }
+  t.bytes = e.bytes;
+  t.stored = t.stored || store;
+}
+
+void CompulsoryTraffic::flush() {
+  for (Tile& t : table_)
+    if (t.bytes >= 0 && t.stored) {
+      dram_.written[static_cast<std::size_t>(t.tensor)] += t.bytes;
+      t.stored = false;
+    }
+}
+
 }  // namespace flashlab

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/problem.hpp"
 
@@ -89,8 +90,9 @@ std::uint64_t cache_key(const TileEvent& e, int heads_q, int heads_kv);
 // head, tensor, tile): with a Shape, the query heads that share a K/V head (GQA) share its K, V, dK
 // and dV tiles; without one, every bh has its own (cache_key). Fed by a loop nest directly, the order is
 // the nest's sequential one. Capacity 0 reproduces the two-level TrafficCounter totals exactly; an
-// endless one gives the compulsory traffic, which is what the GPU level (model/gpu.hpp) takes from it. Its
-// L2 partitions are SetAssociativeL2s (model/l2_sets.hpp), which with 0 ways reproduce this LRU exactly.
+// endless one gives the compulsory traffic (CompulsoryTraffic counts the same faster, and the GPU level,
+// model/gpu.hpp, takes it from there). The GPU level's L2 partitions are SetAssociativeL2s (model/l2_sets.hpp),
+// which with 0 ways reproduce this LRU exactly.
 class L2Model : public TrafficObserver {
  public:
   explicit L2Model(std::int64_t capacity_bytes, const Shape* shape = nullptr);
@@ -114,6 +116,36 @@ class L2Model : public TrafficObserver {
   int heads_q_ = 0, heads_kv_ = 0;  // from the Shape; 0: no sharing
   TrafficTotals dram_;
   std::int64_t hit_bytes_ = 0;
+};
+
+// The compulsory traffic: what an L2 of endless size lets through to DRAM. Each distinct tile is read once, if
+// its first access is a Load, and written once, with the bytes of its last access, if any access was a Store.
+// The same totals as L2Model with an endless capacity, counted without an order of last touches (nothing is
+// ever evicted, so there is none to keep): one lookup per event in a flat table of tiles. Keys as cache_key.
+class CompulsoryTraffic : public TrafficObserver {
+ public:
+  explicit CompulsoryTraffic(const Shape* shape = nullptr);
+  void on_event(const TileEvent& e) override;
+  // Adds the written bytes of the tiles that were stored; call once after the walk. The totals are final after it.
+  void flush();
+  const TrafficTotals& dram() const { return dram_; }  // reads, writes, events and peak SRAM
+
+ private:
+  struct Tile {
+    std::uint64_t key = 0;
+    std::int64_t bytes = -1;  // as of its last access; -1: an empty entry
+    TensorId tensor{};
+    bool stored = false;
+  };
+  Tile& find_or_add(std::uint64_t key);
+  void grow();
+  std::vector<Tile> table_ = std::vector<Tile>(1024);  // open addressing, linear probing, at most half full
+  std::size_t used_ = 0;
+  int shift_ = 64 - 10;  // 64 - log2(table_.size())
+  std::uint64_t last_key_ = 0;
+  Tile* last_ = nullptr;  // the tile of the last access (blocks side by side access the same tile in turn)
+  int heads_q_ = 0, heads_kv_ = 0;
+  TrafficTotals dram_;
 };
 
 }  // namespace flashlab
