@@ -16,6 +16,8 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -314,6 +316,11 @@ TEST_CASE("where cuda-fa1's Q and O cross the L2's size, the GPU's ways and writ
 }
 
 int main(int argc, char** argv) {
+  // Every replay allocates and frees tables of megabytes on each core. By default glibc hands such memory back to
+  // the kernel at once and faults it in again for the next replay, which with two threads also costs TLB
+  // shootdowns: on two cores that was a sixth of the second test case's time. Kept in the process, it is reused.
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   if (counters_files().empty()) {
     std::printf("SKIPPED: no DRAM counters recorded: %s is missing; record it on the GPU with "
                 "`bash scripts/record_dram_counters.sh` and copy the JSON into bench/results/\n",
