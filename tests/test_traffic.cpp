@@ -527,6 +527,28 @@ TEST_CASE("the L2 level with a Shape: query heads that share a K/V head share it
   CHECK(l2.dirty_bytes() == 100);
 }
 
+// flashlab bench counts one head's nest and multiplies (src/cli/bench.cpp): every head moves the same bytes.
+TEST_CASE("the two-level count of B x H heads is B * H times one head's, with GQA and every mask") {
+  for (const CausalAlign causal : {CausalAlign::None, CausalAlign::TopLeft, CausalAlign::BottomRight})
+    for (const Algorithm a : {Algorithm::Standard, Algorithm::FA1, Algorithm::FA2})
+      for (const Pass pass : {Pass::Forward, Pass::Backward}) {
+        CAPTURE(to_string(a));
+        CAPTURE(int(pass));
+        CAPTURE(int(causal));
+        Problem many = problem(300, 200, 32, causal, 2, 6);
+        many.shape.heads_kv = 3;
+        const Problem one = problem(300, 200, 32, causal, 1, 1);
+        const Tiling t{.Br = 32, .Bc = 48};
+        const TrafficTotals all = count(a, pass, many, t), single = count(a, pass, one, t);
+        CHECK(single.total() > 0);
+        CHECK(all.total() == 12 * single.total());
+        for (std::size_t n = 0; n < all.read.size(); ++n) {
+          CHECK(all.read[n] == 12 * single.read[n]);
+          CHECK(all.written[n] == 12 * single.written[n]);
+        }
+      }
+}
+
 TEST_CASE("CompulsoryTraffic lets through what an endless L2Model does, byte for byte") {
   auto same = [](const TrafficTotals& a, const TrafficTotals& b) {
     CHECK(a.read == b.read);
