@@ -6,10 +6,17 @@
 #   bash scripts/ring_session.sh measure OUT   ours and PyTorch's context parallelism on the same shapes, in one
 #                                              command: B = 1, H = 16, d = 128, bf16, causal, N = 256k and 1M (4M
 #                                              forward while time is left), 2 and 4 GPUs, with each rank's timeline
+#   bash scripts/ring_session.sh long OUT      N = 4M forward + backward, zigzag on 4 GPUs, with the one-GPU kernel
+#                                              beside it (at H = 4, see below), and contiguous at 1M on 4 GPUs while
+#                                              time is left
+#   bash scripts/ring_session.sh layouts OUT   the rest of the 1M rows: striped and contiguous on 2 GPUs, PyTorch's
+#                                              all-gather on 2 GPUs, and PyTorch at 4M forward + backward on 4 GPUs
 # Carry .deps (scripts/make_deps.sh). Everything lands in OUT/ring/ and OUT/ring.tgz; scripts/ring_tables.py reads
 # the JSON files. Multicast stays off in every process (the hosts require it).
 set -uo pipefail
-phase=${1:?usage: ring_session.sh check|measure OUT} out=${2:?usage: ring_session.sh check|measure OUT}
+usage="usage: ring_session.sh check|measure|long|layouts OUT"
+phase=${1:?$usage} out=${2:?$usage}
+case $phase in check | measure | long | layouts) ;; *) echo "ring_session: no phase '$phase'; $usage"; exit 2 ;; esac
 res=$out/ring
 mkdir -p "$res"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -63,7 +70,7 @@ if [ "$phase" = check ]; then
 fi
 
 # measure: each run under a time limit; the last ones only while the call has time left.
-left() { echo $((560 - (SECONDS - started))); }
+left() { echo $((585 - (SECONDS - started))); }
 common=(--batch 1 --heads 16 --head-dim 128 --causal bottom-right --dtype bf16)
 ours() {  # name P layout N warmup iters extra...
   local name=$1 P=$2 layout=$3 n=$4 warmup=$5 iters=$6
@@ -83,9 +90,39 @@ peer() {  # name P N... extra (after --)
   echo "$name: exit $? at $((SECONDS - started)) s"
   grep -E "ms" "$res/$name.txt" | tail -8
 }
-nvidia-smi -L | tee "$res/gpus-measure.txt"
+nvidia-smi -L | tee "$res/gpus-$phase.txt"
 nvidia-smi topo -m >"$res/topo.txt" 2>&1
 [ -x "$bin" ] || bash scripts/device_build.sh flashlab_cmd >"$res/build.log" 2>&1 || { tail -40 "$res/build.log"; exit 1; }
+one_gpu() {  # name N heads: the block kernel alone on GPU 0, forward and backward (flashlab bench)
+  local name=$1 n=$2 heads=$3
+  if (($(left) < 30)); then echo "$name: skipped, the call's time is spent"; return; fi
+  CUDA_VISIBLE_DEVICES=0 timeout "$(left)" "$PWD/build-device/bin/flashlab" bench --device cuda --variants cuda-fa3-ws \
+    --seq "$n" --batch 1 --heads "$heads" --head-dim 128 --causal bottom-right --dtype bf16 --backward --warmup 0 \
+    --iters 1 --json "$res/$name.json" >"$res/$name.txt" 2>&1
+  echo "$name: exit $? at $((SECONDS - started)) s"
+  tail -4 "$res/$name.txt"
+}
+if [ "$phase" = long ]; then
+  # One GPU on the whole 4M problem takes about 7 minutes with all 16 heads (forward and backward), more than the
+  # ring and its peer together: it is timed with H = 4 and H = 16 at 1M (where both fit the call) and with H = 4
+  # at 4M. Each head alone fills the GPU at these lengths (8k query tiles of 128 rows at 1M), so the time grows
+  # with H in proportion; the 1M pair measures how closely (scripts/ring_tables.py scales by H / 4).
+  one_gpu one-gpu-1m-h4 1048576 4
+  one_gpu one-gpu-1m-h16 1048576 16
+  one_gpu one-gpu-4m-h4 4194304 4
+  ours ring4-zigzag-4m-fwdbwd 4 zigzag 4194304 0 1 --backward --no-one-shot
+  ours ring4-contiguous-1m 4 contiguous 1048576 1 2 --backward --no-one-shot
+  echo "measured in $((SECONDS - started)) s"
+  exit 0
+fi
+if [ "$phase" = layouts ]; then
+  ours ring2-striped-1m 2 striped 1048576 1 2 --backward --no-one-shot
+  ours ring2-contiguous-1m 2 contiguous 1048576 1 2 --backward --no-one-shot
+  peer cp2-allgather 2 --seq 262144 1048576 --rotate allgather --passes fwdbwd --warmup 1 --iters 2
+  peer cp4-4m-fwdbwd 4 --seq 4194304 --rotate alltoall --passes fwdbwd --warmup 0 --iters 1
+  echo "measured in $((SECONDS - started)) s"
+  exit 0
+fi
 # The one-shot kernel on the whole problem (P x one GPU) is timed once per length, beside zigzag on 4 GPUs.
 ours ring4-zigzag-256k 4 zigzag 262144 1 3 --backward --timeline "$res/ring4-zigzag-256k-timeline.json"
 ours ring4-zigzag-1m 4 zigzag 1048576 1 2 --backward --timeline "$res/ring4-zigzag-1m-timeline.json"
