@@ -4,11 +4,11 @@
 #   flashlab-viz --scenario viz/scenarios/readme-overview.json --png-palette --screenshot docs/img/readme-overview.png
 #   flashlab-viz --scenario viz/scenarios/lesson01-standard-traffic.json --png-palette --screenshot docs/img/lesson01-standard-traffic.png
 #   flashlab-viz --scenario viz/scenarios/lesson02-online-softmax.json --png-palette --screenshot docs/img/lesson02-online-softmax.png
-#   flashlab-viz --scenario viz/scenarios/lesson03-fa1-tiles.json --png-palette --screenshot docs/img/lesson03-fa1-tiles.png
-#   flashlab-viz --scenario viz/scenarios/lesson04-fa1-vs-fa2.json --png-palette --screenshot docs/img/lesson04-fa1-vs-fa2.png
-#   flashlab-viz --scenario viz/scenarios/lesson04-counters.json --png-palette --screenshot docs/img/lesson04-counters.png
-#   flashlab-viz --scenario viz/scenarios/lesson07-ring.json --png-palette --screenshot docs/img/lesson07-ring.png
-#   flashlab-viz --scenario viz/scenarios/lesson07-ring-measured.json --png-palette --screenshot docs/img/lesson07-ring-measured.png
+#   flashlab-viz --scenario viz/scenarios/lesson04-fa1-tiles.json --png-palette --screenshot docs/img/lesson04-fa1-tiles.png
+#   flashlab-viz --scenario viz/scenarios/lesson05-fa1-vs-fa2.json --png-palette --screenshot docs/img/lesson05-fa1-vs-fa2.png
+#   flashlab-viz --scenario viz/scenarios/lesson05-counters.json --png-palette --screenshot docs/img/lesson05-counters.png
+#   flashlab-viz --scenario viz/scenarios/lesson09-ring.json --png-palette --screenshot docs/img/lesson09-ring.png
+#   flashlab-viz --scenario viz/scenarios/lesson09-ring-measured.json --png-palette --screenshot docs/img/lesson09-ring-measured.png
 # (--png-palette: 256 colours, so each committed figure stays near 100 KB.)
 # Usage: scripts/make_figures.sh [build-dir]   (default: build)
 set -euo pipefail
@@ -24,8 +24,8 @@ if [ -z "${DISPLAY:-}" ]; then
   run=(xvfb-run -a -s "-screen 0 1920x1200x24")
 fi
 mkdir -p docs/img
-for name in readme-overview lesson01-standard-traffic lesson02-online-softmax lesson03-fa1-tiles lesson04-fa1-vs-fa2 \
-    lesson04-counters pipeline-h100-d128 pipeline-h100-backward-d128 lesson07-ring lesson07-ring-measured; do
+for name in readme-overview lesson01-standard-traffic lesson02-online-softmax lesson04-fa1-tiles lesson05-fa1-vs-fa2 \
+    lesson05-counters pipeline-h100-d128 pipeline-h100-backward-d128 lesson09-ring lesson09-ring-measured; do
   cmd="flashlab-viz --scenario viz/scenarios/$name.json --png-palette --screenshot docs/img/$name.png"
   "${run[@]}" "$viz" --scenario "viz/scenarios/$name.json" --png-palette --screenshot "docs/img/$name.png" \
     --dump-layout "$layouts/$name.json" >/dev/null

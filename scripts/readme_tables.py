@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The README's and lesson 06's cuda-fa3-ws tables, as Markdown, from one kept bench_vs_sdpa.sh result.
+"""The README's and lesson 08's cuda-fa3-ws tables, as Markdown, from one kept bench_vs_sdpa.sh result.
 
 usage: readme_tables.py bench/results/h100-vs-sdpa_bf16_DATE.json [--ladder-head-dim 128] [--backward]
 

@@ -341,7 +341,7 @@ TEST_CASE("the scenario's \"ring\" object: parsed, written back, checked, and th
 }
 
 TEST_CASE("the lesson's scenario shows the ring, causal, with all three layouts drawable") {
-  const Scenario s = load_scenario_file(std::string(FLASHLAB_SOURCE_DIR) + "/viz/scenarios/lesson07-ring.json");
+  const Scenario s = load_scenario_file(std::string(FLASHLAB_SOURCE_DIR) + "/viz/scenarios/lesson09-ring.json");
   CHECK(std::find(s.panels.begin(), s.panels.end(), "ring") != s.panels.end());
   CHECK(s.ring.causal);
   CHECK(s.ring.measured.empty());  // no measurement is shipped: the figure shows the model
@@ -541,7 +541,7 @@ TEST_CASE("the committed synthetic ring timeline is the generator's output, byte
 }
 
 TEST_CASE("the measured-ring scenario names a ring timeline, relative to its folder, and the panel can show it") {
-  const Scenario s = load_scenario_file(std::string(FLASHLAB_SOURCE_DIR) + "/viz/scenarios/lesson07-ring-measured.json");
+  const Scenario s = load_scenario_file(std::string(FLASHLAB_SOURCE_DIR) + "/viz/scenarios/lesson09-ring-measured.json");
   CHECK(std::find(s.panels.begin(), s.panels.end(), "ring") != s.panels.end());
   REQUIRE(!s.ring.timeline.empty());
   CHECK(s.ring.timeline.find("..") == std::string::npos);

@@ -1,6 +1,6 @@
 #pragma once
 // What cuda-fa1 and cuda-fa2-simt share, so that the only difference between them is the loop order
-// (lesson 04): the problem as kernels see it (AttnParams), moving tiles between HBM and shared memory,
+// (lesson 05): the problem as kernels see it (AttnParams), moving tiles between HBM and shared memory,
 // and the fp32 tile matmuls on CUDA cores, each thread computing a small register tile.
 //
 // Forward tiles (Br = Bc = 64, 128 threads as a 16 x 8 grid (ty, tx)):

@@ -14,7 +14,7 @@
 // whose H steps from 1 to 0 where D plus the tile itself passes C (and then this class reproduces an LRU of
 // whole tiles exactly).
 //
-// Why it matters on an H100 (lesson 04, "What the counters say"): cuda-fa1 sweeps each head's Q and O again
+// Why it matters on an H100 (lesson 05, "What the counters say"): cuda-fa1 sweeps each head's Q and O again
 // and again. An LRU either holds such a working set (no re-reads) or not (every pass misses); the counters
 // move smoothly between the two, from about 24 MiB of Q and O to about 48 MiB, and sets of 28 ways follow them
 // (bench/results/h100-dram-counters_l2-transition*.json).

@@ -30,7 +30,7 @@ shot --algorithm fa1 --seq 256 --head-dim 64 --sram-bytes 16384 --causal --panel
 # 3. One scenario of each kind of panel renders non-trivially: every panel at once (the README's overview,
 # with the Plots panel's sweeps and the GPU level), a recorded pipeline timeline, and the ring. The other
 # figure scenarios are rendered and checked the same way where figures are made (scripts/make_figures.sh).
-for name in readme-overview pipeline-h100-d128 lesson07-ring; do
+for name in readme-overview pipeline-h100-d128 lesson09-ring; do
   f="$scenarios/$name.json"
   shot --scenario "$f" --screenshot "$out/$name.png" --dump-layout "$out/$name.json" || { fail "$name did not render"; continue; }
   "$check" "$out/$name.png" "$out/$name.json" --min-colours 300 || fail "$name is blank or trivial"

@@ -1,14 +1,14 @@
-// Lesson 05, exercise: the fragment layouts of mma.sync.m16n8k16 and P kept in registers.
+// Lesson 07, exercise: the fragment layouts of mma.sync.m16n8k16 and P kept in registers.
 //
 // Fill in the five TODOs (README.md draws the layouts), then build and test YOUR file:
 //   cmake -S . -B build -DFLASHLAB_LESSON_SOLUTIONS=OFF
-//   cmake --build build --target lesson05_tensor_cores
+//   cmake --build build --target lesson07_tensor_cores
 //   ctest --test-dir build -L lesson -R 05 --output-on-failure
 // lane = 4 g + t: g = lane / 4 picks the row (and g + 8), t = lane % 4 picks a pair of columns.
 // Delete each `(void)x;` line once your code uses x (it only silences "unused" warnings).
 #include "lesson.hpp"
 
-namespace flashlab::lesson05 {
+namespace flashlab::lesson07 {
 
 RowCol c_element(int lane, int i) {
   // TODO 1 (about 2 lines): c[0], c[1] sit in row g, columns 2t and 2t + 1; c[2], c[3] in row g + 8,
@@ -52,4 +52,4 @@ void warp_mma(const WarpA& a, const WarpB& b, WarpC& c) {
   (void)c;
 }
 
-}  // namespace flashlab::lesson05
+}  // namespace flashlab::lesson07

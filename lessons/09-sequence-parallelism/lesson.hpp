@@ -1,5 +1,5 @@
 #pragma once
-// Lesson 07: sequence parallelism. Ring attention for one head on P virtual ranks, on the CPU, on plain
+// Lesson 09: sequence parallelism. Ring attention for one head on P virtual ranks, on the CPU, on plain
 // row-major arrays. You write the functions declared here in exercise.cpp; solution.cpp is ours;
 // test.cpp checks yours against the project's reference (src/cpu_reference: lse_merge.hpp's merge,
 // ring_forward, naive_forward).
@@ -21,7 +21,7 @@
 
 #include "model/ring.hpp"
 
-namespace flashlab::lesson07 {
+namespace flashlab::lesson09 {
 
 inline constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
@@ -105,4 +105,4 @@ struct HeadResult {
 HeadResult ring_attention(const RingSchedule& ring, std::span<const double> Q, std::span<const double> K,
                           std::span<const double> V, int d, double scale);
 
-}  // namespace flashlab::lesson07
+}  // namespace flashlab::lesson09

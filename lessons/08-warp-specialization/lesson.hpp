@@ -1,5 +1,5 @@
 #pragma once
-// Lesson 06: the two pieces of bookkeeping that a warp-specialized Hopper kernel gets wrong first.
+// Lesson 08: the two pieces of bookkeeping that a warp-specialized Hopper kernel gets wrong first.
 // Everything here runs on the CPU.
 //
 // Part 1, the pipeline: a ring of S shared-memory stages, each guarded by two mbarriers, "full"
@@ -14,7 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace flashlab::lesson06 {
+namespace flashlab::lesson08 {
 
 // ---- Part 1: mbarrier pipeline ------------------------------------------------------------------
 
@@ -103,4 +103,4 @@ enum class Swizzle : std::uint32_t { None = 0, B128 = 1, B64 = 2, B32 = 3 };
 // Every other bit is 0. `address`, `lbo` and `sbo` are byte values, multiples of 16.
 std::uint64_t make_descriptor(std::uint32_t address, std::uint32_t lbo, std::uint32_t sbo, Swizzle swizzle);
 
-}  // namespace flashlab::lesson06
+}  // namespace flashlab::lesson08

@@ -1,7 +1,7 @@
-// Lesson 03's test: your FA1 kernel (exercise.cu) on the GPU against the project's reference
+// Lesson 04's test: your FA1 kernel (exercise.cu) on the GPU against the project's reference
 // (naive_forward<double>), on one K/V block and on many, ragged last blocks, seq_q != seq_k. It also
 // counts how often the kernel reads a row of O from HBM: FA1 reads it once per K/V block, which is
-// the cost lesson 04 removes. A failure says in plain words what to look at.
+// the cost lesson 05 removes. A failure says in plain words what to look at.
 // Without a CUDA device the suite exits 77 and CTest reports it skipped.
 #include <doctest/doctest.h>
 
@@ -17,7 +17,7 @@
 
 using namespace flashlab;
 using namespace flashlab::cuda;
-namespace lesson = flashlab::lesson03;
+namespace lesson = flashlab::lesson04;
 
 namespace {
 
@@ -107,7 +107,7 @@ TEST_CASE("your FA1 kernel matches the reference over many K/V blocks and ragged
 
 TEST_CASE("FA1 reads every row of O from HBM once per K/V block") {
   // Not something you write: it is what the loop order costs. With the K/V loop outer, row i of O
-  // is loaded, updated and stored again for every one of the Tc blocks. Lesson 04 turns the loops
+  // is loaded, updated and stored again for every one of the Tc blocks. Lesson 05 turns the loops
   // around so that O stays on chip and is written once.
   const Problem p = one_head(96, 200, 32);
   const Fa1Run got = run_your_kernel(p, random_qkv(p.shape, DType::F32, 3));

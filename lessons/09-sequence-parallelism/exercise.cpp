@@ -1,16 +1,16 @@
-// Lesson 07, exercise: the logsumexp merge of two partial attention results, and ring attention for one
+// Lesson 09, exercise: the logsumexp merge of two partial attention results, and ring attention for one
 // head on P virtual ranks, run by the project's ring schedule.
 //
 // Fill in the six TODOs (README.md has the equations and the ring), then build and test YOUR file:
 //   cmake -S . -B build -DFLASHLAB_LESSON_SOLUTIONS=OFF
-//   cmake --build build --target lesson07_sequence_parallelism
+//   cmake --build build --target lesson09_sequence_parallelism
 //   ctest --test-dir build -L lesson -R 07 --output-on-failure
 // Delete each `(void)x;` line once your code uses x (it only silences "unused" warnings).
 #include <utility>
 
 #include "lesson.hpp"
 
-namespace flashlab::lesson07 {
+namespace flashlab::lesson09 {
 
 double log_add_exp(double a, double b) {
   // TODO 1 (about 3 lines): max(a, b) + log1p(exp(-|a - b|)). When a is -inf the answer is b (and the
@@ -72,4 +72,4 @@ HeadResult ring_attention(const RingSchedule& ring, std::span<const double> Q, s
   return out;
 }
 
-}  // namespace flashlab::lesson07
+}  // namespace flashlab::lesson09

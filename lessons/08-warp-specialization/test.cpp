@@ -1,4 +1,4 @@
-// Lesson 06's test. Part 1 runs your ring bookkeeping (advance, try_wait_parity, the two wait
+// Lesson 08's test. Part 1 runs your ring bookkeeping (advance, try_wait_parity, the two wait
 // parities) in a simulated warp-specialized kernel: one producer issuing bulk copies, a copy engine
 // landing them in pieces, and one or two consumer warpgroups, scheduled in many random orders. The
 // simulator keeps its own record of what each stage holds, so it catches a producer refilling a
@@ -16,7 +16,7 @@
 
 #include "lesson.hpp"
 
-using namespace flashlab::lesson06;
+using namespace flashlab::lesson08;
 
 namespace {
 
@@ -211,7 +211,7 @@ const char* name(Swizzle s) {
 
 }  // namespace
 
-TEST_CASE("lesson 06: advance walks the ring and flips the phase each time it wraps") {
+TEST_CASE("lesson 08: advance walks the ring and flips the phase each time it wraps") {
   for (int stages : {1, 2, 3, 4}) {
     RingCursor c;
     for (int used = 1; used <= 4 * stages + 1; ++used) {
@@ -225,7 +225,7 @@ TEST_CASE("lesson 06: advance walks the ring and flips the phase each time it wr
   }
 }
 
-TEST_CASE("lesson 06: try_wait_parity passes once the phase of that parity has completed") {
+TEST_CASE("lesson 08: try_wait_parity passes once the phase of that parity has completed") {
   MBarrier bar;
   init(bar, 1);
   CHECK_FALSE_MESSAGE(try_wait_parity(bar, 0), "a fresh barrier is in phase 0: a wait for parity 0 must block");
@@ -239,7 +239,7 @@ TEST_CASE("lesson 06: try_wait_parity passes once the phase of that parity has c
   CHECK_FALSE_MESSAGE(try_wait_parity(bar, 1), "phase 1 is now in progress: a wait for parity 1 must block");
 }
 
-TEST_CASE("lesson 06: the consumer waits on its own pass's phase, the producer one phase behind") {
+TEST_CASE("lesson 08: the consumer waits on its own pass's phase, the producer one phase behind") {
   for (int stage : {0, 1, 2})
     for (std::uint32_t phase : {0u, 1u}) {
       const RingCursor c{.stage = stage, .phase = phase};
@@ -255,7 +255,7 @@ TEST_CASE("lesson 06: the consumer waits on its own pass's phase, the producer o
     }
 }
 
-TEST_CASE("lesson 06: the pipeline delivers every block once, in order, and never overwrites a stage in use") {
+TEST_CASE("lesson 08: the pipeline delivers every block once, in order, and never overwrites a stage in use") {
   constexpr int kBlocks = 40, kSeeds = 200;
   for (int stages : {2, 3})
     for (int consumers : {1, 2}) {
@@ -276,7 +276,7 @@ TEST_CASE("lesson 06: the pipeline delivers every block once, in order, and neve
     }
 }
 
-TEST_CASE("lesson 06: the simulator catches a wrong schedule (with your advance and try_wait_parity)") {
+TEST_CASE("lesson 08: the simulator catches a wrong schedule (with your advance and try_wait_parity)") {
   SUBCASE("the producer waits on empty with the consumer's parity: deadlock before the first block") {
     const Schedule wrong{.advance = advance, .full_parity = consumer_full_parity, .empty_parity = consumer_full_parity};
     const Outcome out = simulate(2, 1, 8, wrong, 1);
@@ -314,7 +314,7 @@ TEST_CASE("lesson 06: the simulator catches a wrong schedule (with your advance 
   }
 }
 
-TEST_CASE("lesson 06: swizzled_offset is the 128-byte swizzle of a (rows x 64) bf16 tile") {
+TEST_CASE("lesson 08: swizzled_offset is the 128-byte swizzle of a (rows x 64) bf16 tile") {
   constexpr int kRows = 64;
   int wrong = 0;
   std::string first;
@@ -335,7 +335,7 @@ TEST_CASE("lesson 06: swizzled_offset is the 128-byte swizzle of a (rows x 64) b
   CHECK(wrong == 0);
 }
 
-TEST_CASE("lesson 06: the swizzle is a permutation that puts 8 rows of one chunk in 8 bank groups") {
+TEST_CASE("lesson 08: the swizzle is a permutation that puts 8 rows of one chunk in 8 bank groups") {
   constexpr int kRows = 64;
   // Every element in the tile's bytes, once: nothing lost, nothing overlapping.
   std::set<std::size_t> used;
@@ -382,7 +382,7 @@ TEST_CASE("lesson 06: the swizzle is a permutation that puts 8 rows of one chunk
   }
 }
 
-TEST_CASE("lesson 06: make_descriptor puts each field in its bits") {
+TEST_CASE("lesson 08: make_descriptor puts each field in its bits") {
   struct Case {
     std::uint32_t address, lbo, sbo;
     Swizzle swizzle;
@@ -428,7 +428,7 @@ TEST_CASE("lesson 06: make_descriptor puts each field in its bits") {
   }
 }
 
-TEST_CASE("lesson 06: stepping k inside a swizzled tile moves the descriptor by 32 bytes") {
+TEST_CASE("lesson 08: stepping k inside a swizzled tile moves the descriptor by 32 bytes") {
   // A 64-column bf16 tile holds four k16 slices of 32 bytes per row. wgmma applies the swizzle to the
   // address bits itself, so slice kk is the same descriptor with the start address 32 * kk further.
   const std::uint64_t first = make_descriptor(0x2000, 16, 1024, Swizzle::B128);

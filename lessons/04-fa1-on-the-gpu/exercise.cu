@@ -1,11 +1,17 @@
-// Lesson 03, reference solution: FlashAttention-1 forward (paper Algorithm 1) for one head.
-// The two TODO blocks of exercise.cu are filled in; everything else is identical.
+// Lesson 04, your exercise: FlashAttention-1 forward (paper Algorithm 1) for one head on the GPU.
+// Fill in the two TODO blocks (read README.md first), then build with -DFLASHLAB_LESSON_SOLUTIONS=OFF
+// and run: ctest --test-dir build -R lesson04 --output-on-failure
 #include <cmath>
+
+// Until the TODOs are written, some variables are computed and not yet used: let the unfinished
+// exercise compile under the project's warnings-as-errors. (Harmless; keep or delete.)
+#pragma nv_diag_suppress 177  // declared but never referenced
+#pragma nv_diag_suppress 550  // set but never used
 
 #include "lesson.hpp"
 #include "cuda/common.cuh"
 
-namespace flashlab::lesson03 {
+namespace flashlab::lesson04 {
 namespace {
 
 __global__ void fa1_forward_kernel(const float* Q, const float* K, const float* V, float* O, float* m, float* l,
@@ -26,11 +32,9 @@ __global__ void fa1_forward_kernel(const float* Q, const float* K, const float* 
     __syncthreads();              // everyone is done with the previous K_j, V_j
     // Line 6: load K_j, V_j from HBM to SRAM. Keys past seq_k are zero (and never used).
     // ---- TODO 1 (about 5 lines): the threads together copy the (kBc, d) tiles K_j and V_j.
-    for (int idx = r; idx < kBc * d; idx += kBr) {
-      const int c = idx / d, k = idx % d, key = j * kBc + c;
-      Kj[c][k] = key < seq_k ? K[key * d + k] : 0.0f;
-      Vj[c][k] = key < seq_k ? V[key * d + k] : 0.0f;
-    }
+    // Thread r copies elements r, r + kBr, r + 2 kBr, ... of the kBc * d tile: element idx is
+    // key c = idx / d (global key j * kBc + c), dimension k = idx % d.
+
     // ---- end TODO 1
     __syncthreads();
     const int cols = min(kBc, seq_k - j * kBc);
@@ -65,12 +69,8 @@ __global__ void fa1_forward_kernel(const float* Q, const float* K, const float* 
       // ---- TODO 2 (about 6 lines):
       //   m_new = max(m_old, m~);   l_new = e^(m_old - m_new) l_old + e^(m~ - m_new) l~
       //   O_i   = (l_old e^(m_old - m_new) O_i + e^(m~ - m_new) p~V_j) / l_new
-      const float m_new = fmaxf(m_old, m_tilde);
-      const float alpha = expf(m_old - m_new), beta = expf(m_tilde - m_new);
-      const float l_new = alpha * l_old + beta * l_tilde;
-      for (int k = 0; k < d; ++k) o[k] = (l_old * alpha * o[k] + beta * pv[k]) / l_new;
-      m[row] = m_new;
-      l[row] = l_new;
+      // Then store m_new and l_new into m[row] and l[row]; o[] is written to HBM just below.
+
       // ---- end TODO 2
       for (int k = 0; k < d; ++k) O[row * d + k] = o[k];
     }
@@ -85,4 +85,4 @@ void launch_fa1_forward(const float* Q, const float* K, const float* V, float* O
   CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace flashlab::lesson03
+}  // namespace flashlab::lesson04

@@ -1,7 +1,7 @@
-// Lesson 06, reference solution (see exercise.cpp for the guided version).
+// Lesson 08, reference solution (see exercise.cpp for the guided version).
 #include "lesson.hpp"
 
-namespace flashlab::lesson06 {
+namespace flashlab::lesson08 {
 
 RingCursor advance(RingCursor cursor, int stages) {
   if (++cursor.stage == stages) {  // wrapped: the next pass over the ring waits on the next phase
@@ -32,4 +32,4 @@ std::uint64_t make_descriptor(std::uint32_t address, std::uint32_t lbo, std::uin
          | (std::uint64_t(swizzle) << 62);            // bits 62-63; base offset 0
 }
 
-}  // namespace flashlab::lesson06
+}  // namespace flashlab::lesson08

@@ -1,7 +1,7 @@
-// Lesson 04's test: your FA2 kernel (exercise.cu) on the GPU against the project's reference
+// Lesson 05's test: your FA2 kernel (exercise.cu) on the GPU against the project's reference
 // (naive_forward<double>): O and the log-sum-exp L, on one K/V block and on many, ragged last blocks,
 // seq_q != seq_k. It also checks what the loop swap buys: every row of O is written to HBM exactly
-// once (lesson 03's FA1 read and wrote it once per K/V block), and the grid has one block per Q block.
+// once (lesson 04's FA1 read and wrote it once per K/V block), and the grid has one block per Q block.
 // A failure says in plain words what to look at. Without a CUDA device the suite exits 77 (skipped).
 #include <doctest/doctest.h>
 
@@ -17,7 +17,7 @@
 
 using namespace flashlab;
 using namespace flashlab::cuda;
-namespace lesson = flashlab::lesson04;
+namespace lesson = flashlab::lesson05;
 
 namespace {
 

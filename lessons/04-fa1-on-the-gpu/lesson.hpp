@@ -1,8 +1,8 @@
 #pragma once
-// Lesson 03: FlashAttention-1's forward pass (paper Algorithm 1) as a CUDA kernel, one head, fp32.
+// Lesson 04: FlashAttention-1's forward pass (paper Algorithm 1) as a CUDA kernel, one head, fp32.
 // You write the kernel in exercise.cu; solution.cu is ours; test.cu runs it on the GPU and checks it
 // against the project's reference (src/cpu_reference: naive_forward<double>).
-namespace flashlab::lesson03 {
+namespace flashlab::lesson04 {
 
 constexpr int kBr = 32;           // rows of Q per tile: one thread per row
 constexpr int kBc = 32;           // rows of K and V per tile
@@ -16,4 +16,4 @@ constexpr int kMaxHeadDim = 64;   // the kernel's arrays are sized for d <= 64
 void launch_fa1_forward(const float* Q, const float* K, const float* V, float* O, float* m, float* l,
                         unsigned long long* o_row_reads, int seq_q, int seq_k, int d, float scale);
 
-}  // namespace flashlab::lesson03
+}  // namespace flashlab::lesson04

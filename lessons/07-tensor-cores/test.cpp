@@ -1,4 +1,4 @@
-// Lesson 05's test: your fragment maps, pack_a_from_c and warp_mma (lesson.hpp) against the layouts
+// Lesson 07's test: your fragment maps, pack_a_from_c and warp_mma (lesson.hpp) against the layouts
 // of mma.sync.m16n8k16 that the cuda-fa2 kernel uses (src/cuda/fa2_mma.cuh; the kernel passes
 // gpu_fa2_tests on an H100, so these layouts are the hardware's). A failure names the lane and the
 // element that is wrong.
@@ -12,7 +12,7 @@
 
 #include "lesson.hpp"
 
-using namespace flashlab::lesson05;
+using namespace flashlab::lesson07;
 
 namespace {
 
@@ -56,19 +56,19 @@ float random_value() { return std::uniform_real_distribution<float>(-1.f, 1.f)(r
 
 }  // namespace
 
-TEST_CASE("lesson 05: the C fragment layout (16 x 8 fp32 accumulator)") {
+TEST_CASE("lesson 07: the C fragment layout (16 x 8 fp32 accumulator)") {
   check_map("c_element", 4, 16, 8, c_element, ref_c);
 }
 
-TEST_CASE("lesson 05: the A fragment layout (16 x 16, row major)") {
+TEST_CASE("lesson 07: the A fragment layout (16 x 16, row major)") {
   check_map("a_element", 8, 16, 16, a_element, ref_a);
 }
 
-TEST_CASE("lesson 05: the B fragment layout (16 x 8, indexed (k, n))") {
+TEST_CASE("lesson 07: the B fragment layout (16 x 8, indexed (k, n))") {
   check_map("b_element", 4, 16, 8, b_element, ref_b);
 }
 
-TEST_CASE("lesson 05: the C fragments of S are the A fragment of P, lane by lane") {
+TEST_CASE("lesson 07: the C fragments of S are the A fragment of P, lane by lane") {
   // A random 16 x 16 block of P, held as the C fragments of its two 8-column n-tiles.
   float P[16][16];
   for (auto& row : P)
@@ -92,7 +92,7 @@ TEST_CASE("lesson 05: the C fragments of S are the A fragment of P, lane by lane
   }
 }
 
-TEST_CASE("lesson 05: warp_mma computes D = A B + C on distributed fragments") {
+TEST_CASE("lesson 07: warp_mma computes D = A B + C on distributed fragments") {
   float A[16][16], B[16][8], C[16][8];
   WarpA a{};
   WarpB b{};

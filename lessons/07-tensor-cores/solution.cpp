@@ -1,7 +1,7 @@
-// Lesson 05, reference solution (see exercise.cpp for the guided version).
+// Lesson 07, reference solution (see exercise.cpp for the guided version).
 #include "lesson.hpp"
 
-namespace flashlab::lesson05 {
+namespace flashlab::lesson07 {
 
 RowCol c_element(int lane, int i) {
   const int g = lane / 4, t = lane % 4;
@@ -38,4 +38,4 @@ void warp_mma(const WarpA& a, const WarpB& b, WarpC& c) {
     for (int i = 0; i < 4; ++i) c[lane][i] = D[c_element(lane, i).row][c_element(lane, i).col];
 }
 
-}  // namespace flashlab::lesson05
+}  // namespace flashlab::lesson07

@@ -1,9 +1,9 @@
-// Lesson 07, reference solution (see exercise.cpp for the guided version).
+// Lesson 09, reference solution (see exercise.cpp for the guided version).
 #include <utility>
 
 #include "lesson.hpp"
 
-namespace flashlab::lesson07 {
+namespace flashlab::lesson09 {
 
 double log_add_exp(double a, double b) {
   if (a == kNegInf) return b;  // also when both are: -inf, where -inf - -inf would be NaN
@@ -82,4 +82,4 @@ HeadResult ring_attention(const RingSchedule& ring, std::span<const double> Q, s
   return out;
 }
 
-}  // namespace flashlab::lesson07
+}  // namespace flashlab::lesson09

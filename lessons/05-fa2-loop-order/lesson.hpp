@@ -1,8 +1,8 @@
 #pragma once
-// Lesson 04: FlashAttention-2's forward pass as a CUDA kernel, one head, fp32: lesson 03's kernel
+// Lesson 05: FlashAttention-2's forward pass as a CUDA kernel, one head, fp32: lesson 04's kernel
 // with the loops swapped. You write the kernel's two TODO blocks in exercise.cu; solution.cu is ours;
 // test.cu runs it on the GPU against the project's reference (naive_forward<double>).
-namespace flashlab::lesson04 {
+namespace flashlab::lesson05 {
 
 constexpr int kBr = 32;           // rows of Q per block: one thread per row
 constexpr int kBc = 32;           // rows of K and V per tile
@@ -16,7 +16,7 @@ constexpr int kMaxHeadDim = 64;   // the kernel's arrays are sized for d <= 64
 void launch_fa2_forward(const float* Q, const float* K, const float* V, float* O, float* L,
                         unsigned long long* o_row_writes, int seq_q, int seq_k, int d, float scale);
 
-// How many thread blocks launch_fa2_forward starts for seq_q rows (lesson 03's FA1 starts 1 per head).
+// How many thread blocks launch_fa2_forward starts for seq_q rows (lesson 04's FA1 starts 1 per head).
 int fa2_blocks(int seq_q);
 
-}  // namespace flashlab::lesson04
+}  // namespace flashlab::lesson05

@@ -1,14 +1,14 @@
-// Lesson 06, exercise: the mbarrier ring of a warp-specialized kernel, and the 128-byte swizzle with
+// Lesson 08, exercise: the mbarrier ring of a warp-specialized kernel, and the 128-byte swizzle with
 // wgmma's matrix descriptor.
 //
 // Fill in the four TODOs (README.md draws the ring and the swizzle), then build and test YOUR file:
 //   cmake -S . -B build -DFLASHLAB_LESSON_SOLUTIONS=OFF
-//   cmake --build build --target lesson06_warp_specialization
+//   cmake --build build --target lesson08_warp_specialization
 //   ctest --test-dir build -L lesson -R 06 --output-on-failure
 // Delete each `(void)x;` line once your code uses x (it only silences "unused" warnings).
 #include "lesson.hpp"
 
-namespace flashlab::lesson06 {
+namespace flashlab::lesson08 {
 
 RingCursor advance(RingCursor cursor, int stages) {
   // TODO 1 (about 4 lines): move to the next stage. When the stage index runs off the end of the
@@ -56,4 +56,4 @@ std::uint64_t make_descriptor(std::uint32_t address, std::uint32_t lbo, std::uin
   return 0;
 }
 
-}  // namespace flashlab::lesson06
+}  // namespace flashlab::lesson08

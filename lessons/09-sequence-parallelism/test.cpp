@@ -1,4 +1,4 @@
-// Lesson 07's test: your log_add_exp, stable_sigmoid and merge_row (lesson.hpp) against the project's
+// Lesson 09's test: your log_add_exp, stable_sigmoid and merge_row (lesson.hpp) against the project's
 // merge (src/cpu_reference/lse_merge.hpp: stable_sigmoid, merge_attention_partial), including scores a
 // thousand apart and rows that saw no key; blocks of keys merged in any order against naive attention
 // over all of them (naive_forward<double>); and your ring_attention against the project's ring
@@ -20,7 +20,7 @@
 #include "lesson.hpp"
 
 using namespace flashlab;
-namespace lesson = flashlab::lesson07;
+namespace lesson = flashlab::lesson09;
 
 namespace {
 

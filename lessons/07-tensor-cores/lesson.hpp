@@ -1,5 +1,5 @@
 #pragma once
-// Lesson 05: the register layouts of one tensor-core instruction, mma.sync.m16n8k16, and the trick
+// Lesson 07: the register layouts of one tensor-core instruction, mma.sync.m16n8k16, and the trick
 // that keeps P in registers between the two matmuls of attention. Everything here runs on the CPU:
 // a "warp" is 32 lanes, each holding a few numbers, exactly as the registers of src/cuda/fa2_*.cu
 // hold them on the GPU. You write these functions in exercise.cpp; solution.cpp is ours; test.cpp
@@ -9,7 +9,7 @@
 // The instruction computes D (16 x 8, fp32) = A (16 x 16, fp16/bf16) * B (16 x 8) + C (16 x 8).
 #include <array>
 
-namespace flashlab::lesson05 {
+namespace flashlab::lesson07 {
 
 struct RowCol {
   int row = -1, col = -1;
@@ -44,4 +44,4 @@ using WarpC = std::array<std::array<float, 4>, 32>;
 // the maps together describe a matrix product.)
 void warp_mma(const WarpA& a, const WarpB& b, WarpC& c);
 
-}  // namespace flashlab::lesson05
+}  // namespace flashlab::lesson07
