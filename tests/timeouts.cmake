@@ -25,6 +25,8 @@ set(FLASHLAB_MEASURED_SECONDS
   cuda_fa3_ws_sass_has_hgmma_and_tma           1        -
   layers_point_down                            1        1
   layers_check_catches_upward_include          1        1
+  docs_generated_blocks                        1        1
+  docs_generated_blocks_catch_edits            1        1
   viz_logic_tests                              1        -
   pipeline_view_tests                          1        -
   ring_view_tests                              1        -
