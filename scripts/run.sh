@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh default
 if [ -x build/bin/flashlab-viz ] && { [ -n "${DISPLAY:-}" ] || [ -n "${WAYLAND_DISPLAY:-}" ]; }; then
-  exec build/bin/flashlab-viz "$@"
+  # The README's front image: FA2 at one step, every panel (arguments given here override the scenario).
+  exec build/bin/flashlab-viz --scenario viz/scenarios/readme-overview.json "$@"
 fi
 if [ -x build/bin/flashlab-viz ]; then
   echo "run: no display here, so the app cannot open a window; running the terminal tour instead."
