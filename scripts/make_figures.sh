@@ -4,9 +4,12 @@
 #   flashlab-viz --scenario viz/scenarios/readme-overview.json --png-palette --screenshot docs/img/readme-overview.png
 #   flashlab-viz --scenario viz/scenarios/lesson01-standard-traffic.json --png-palette --screenshot docs/img/lesson01-standard-traffic.png
 #   flashlab-viz --scenario viz/scenarios/lesson02-online-softmax.json --png-palette --screenshot docs/img/lesson02-online-softmax.png
+#   flashlab-viz --scenario viz/scenarios/lesson03-hbm-to-shared.json --png-palette --screenshot docs/img/lesson03-hbm-to-shared.png
 #   flashlab-viz --scenario viz/scenarios/lesson04-fa1-tiles.json --png-palette --screenshot docs/img/lesson04-fa1-tiles.png
 #   flashlab-viz --scenario viz/scenarios/lesson05-fa1-vs-fa2.json --png-palette --screenshot docs/img/lesson05-fa1-vs-fa2.png
 #   flashlab-viz --scenario viz/scenarios/lesson05-counters.json --png-palette --screenshot docs/img/lesson05-counters.png
+#   flashlab-viz --scenario viz/scenarios/lesson06-backward.json --png-palette --screenshot docs/img/lesson06-backward.png
+#   flashlab-viz --scenario viz/scenarios/lesson07-roofline.json --png-palette --screenshot docs/img/lesson07-roofline.png
 #   flashlab-viz --scenario viz/scenarios/lesson09-ring.json --png-palette --screenshot docs/img/lesson09-ring.png
 #   flashlab-viz --scenario viz/scenarios/lesson09-ring-measured.json --png-palette --screenshot docs/img/lesson09-ring-measured.png
 # (--png-palette: 256 colours, so each committed figure stays near 100 KB.)
@@ -24,8 +27,8 @@ if [ -z "${DISPLAY:-}" ]; then
   run=(xvfb-run -a -s "-screen 0 1920x1200x24")
 fi
 mkdir -p docs/img
-for name in readme-overview lesson01-standard-traffic lesson02-online-softmax lesson04-fa1-tiles lesson05-fa1-vs-fa2 \
-    lesson05-counters pipeline-h100-d128 pipeline-h100-backward-d128 lesson09-ring lesson09-ring-measured; do
+for name in readme-overview lesson01-standard-traffic lesson02-online-softmax lesson03-hbm-to-shared lesson04-fa1-tiles lesson05-fa1-vs-fa2 \
+    lesson05-counters lesson06-backward lesson07-roofline pipeline-h100-d128 pipeline-h100-backward-d128 lesson09-ring lesson09-ring-measured; do
   cmd="flashlab-viz --scenario viz/scenarios/$name.json --png-palette --screenshot docs/img/$name.png"
   "${run[@]}" "$viz" --scenario "viz/scenarios/$name.json" --png-palette --screenshot "docs/img/$name.png" \
     --dump-layout "$layouts/$name.json" >/dev/null
