@@ -3,7 +3,7 @@
 // Fill in the five TODOs (README.md draws the layouts), then build and test YOUR file:
 //   cmake -S . -B build -DFLASHLAB_LESSON_SOLUTIONS=OFF
 //   cmake --build build --target lesson07_tensor_cores
-//   ctest --test-dir build -L lesson -R 05 --output-on-failure
+//   ctest --test-dir build -L lesson -R 07 --output-on-failure
 // lane = 4 g + t: g = lane / 4 picks the row (and g + 8), t = lane % 4 picks a pair of columns.
 // Delete each `(void)x;` line once your code uses x (it only silences "unused" warnings).
 #include "lesson.hpp"

@@ -4,7 +4,7 @@
 // Fill in the four TODOs (README.md draws the ring and the swizzle), then build and test YOUR file:
 //   cmake -S . -B build -DFLASHLAB_LESSON_SOLUTIONS=OFF
 //   cmake --build build --target lesson08_warp_specialization
-//   ctest --test-dir build -L lesson -R 06 --output-on-failure
+//   ctest --test-dir build -L lesson -R 08 --output-on-failure
 // Delete each `(void)x;` line once your code uses x (it only silences "unused" warnings).
 #include "lesson.hpp"
 

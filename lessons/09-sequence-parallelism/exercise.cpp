@@ -4,7 +4,7 @@
 // Fill in the six TODOs (README.md has the equations and the ring), then build and test YOUR file:
 //   cmake -S . -B build -DFLASHLAB_LESSON_SOLUTIONS=OFF
 //   cmake --build build --target lesson09_sequence_parallelism
-//   ctest --test-dir build -L lesson -R 07 --output-on-failure
+//   ctest --test-dir build -L lesson -R 09 --output-on-failure
 // Delete each `(void)x;` line once your code uses x (it only silences "unused" warnings).
 #include <utility>
 
