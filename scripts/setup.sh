@@ -8,7 +8,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ pkg-config
   libeigen3-dev doctest-dev libcli11-dev nlohmann-json3-dev libstb-dev
-  libglfw3-dev libimgui-dev libgl-dev libpng-dev xvfb xauth libgl1-mesa-dri
+  libglfw3-dev libimgui-dev libgl-dev libpng-dev xvfb xauth libgl1-mesa-dri xdotool
   python3-dev python3-numpy python3-pytest pybind11-dev libdlpack-dev
   python3-exceptiongroup python3-tomli
 )

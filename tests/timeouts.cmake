@@ -31,7 +31,8 @@ set(FLASHLAB_MEASURED_SECONDS
   pipeline_view_tests                          1        -
   ring_view_tests                              1        -
   viz_app_tests                                46       -
-  viz_render                                   34       -)
+  viz_render                                   34       -
+  viz_drive                                    6        -)
 set(FLASHLAB_TIMEOUT_FLOOR 10)  # the lessons' CPU suites, well under a second each, get it too
 
 # Sets the timeouts of the tests this directory added (CMake sets test properties per directory): call it at the

@@ -69,7 +69,9 @@ struct AppState {
   bool follow_block = true;   // Online softmax: follow the current query block
   int softmax_row = 0;
   std::string status;         // Export panel's last message
-  std::string screenshot_request;  // a path: main saves the next frame there
+  std::string screenshot_request;  // a path: main saves the next frame there (Export's PNG button, F12)
+  int screenshots_saved = 0;       // how many main saved in this process, the last one's path
+  std::string last_screenshot;
 };
 
 // Records the trace(s) for `s` and restarts the sweep. On InputError sets state.error, keeps what

@@ -4,6 +4,7 @@
 //   flashlab-viz --scenario F.json --screenshot out.png [--step K] [--size WxH]   render and exit
 //   flashlab-viz --algorithm fa1 --seq 256 --head-dim 64 --sram-bytes 16384 --causal top-left ...
 //   flashlab-viz --bench-frames 300                  frame times (plots shown, animation playing)
+//   flashlab-viz --scenario F.json --state-file s.json   interactive, the state rewritten as it changes (tests)
 #include <CLI/CLI.hpp>
 #include <GLFW/glfw3.h>
 #include <backends/imgui_impl_glfw.h>
@@ -15,13 +16,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <numeric>
+#include <set>
 #include <thread>
 
 #include "app/panels.hpp"
 #include "app/probe.hpp"
 #include "app/screenshot.hpp"
+#include "app/state_dump.hpp"
 #include "logic/csv.hpp"
 
 namespace {
@@ -33,6 +37,7 @@ constexpr int kExitBadInput = 2;
 constexpr int kExitNoDisplay = 3;
 constexpr double kSweepWaitSeconds = 60;  // headless: wait this long at most for the plots' sweep
 constexpr int kSettleFrames = 3;          // ImGui lays windows out over the first frames
+constexpr int kInteractiveCompression = 1;  // zlib level of the PNGs saved in the window (F12, Export): see save_shot
 constexpr auto kHeadlessFrameInterval = std::chrono::milliseconds(200);  // headless, while the workers work
 constexpr const char* kFontPath = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 constexpr float kFontSize = 15.f;
@@ -42,7 +47,7 @@ std::string glfw_error;
 void on_glfw_error(int, const char* text) { glfw_error = text; }
 
 struct Flags {
-  std::string scenario_file, algorithm, pass, causal, dtype, compare, screenshot, dump_layout, size, panels;
+  std::string scenario_file, algorithm, pass, causal, dtype, compare, screenshot, dump_layout, size, panels, state_file;
   std::string bench_dir = std::string(FLASHLAB_SOURCE_DIR) + "/bench/results";
   int seq = 0, head_dim = 0, br = -1, bc = -1, bench_frames = 0;
   std::int64_t sram_bytes = 0, step = -2;
@@ -128,8 +133,106 @@ int draw_calls() {
   return n;
 }
 
+// The window's key, character and mouse-button events, handed to ImGui in order and at most one transition of a
+// key or button per frame. ImGui 1.86 reads which keys are down when a frame starts, not the events: a tap whose
+// press and release both arrive within one frame (xdotool, a remote desktop, a quick finger during a slow
+// software-rendered frame) would never be seen as pressed, and a quick click would wait for the next frame's
+// event. Queued, the release comes in the next frame, and the loop draws that frame at once.
+struct InputEvent {
+  enum Kind { Key, Char, Mouse } kind;
+  int code, scancode, action, mods;  // Char: code is the character
+};
+struct InputQueue {
+  GLFWkeyfun imgui_key = nullptr;
+  GLFWcharfun imgui_char = nullptr;
+  GLFWmousebuttonfun imgui_mouse = nullptr;
+  std::deque<InputEvent> pending;
+} input;
+
+void on_key(GLFWwindow*, int key, int scancode, int action, int mods) {
+  input.pending.push_back({InputEvent::Key, key, scancode, action, mods});
+}
+void on_char(GLFWwindow*, unsigned int c) { input.pending.push_back({InputEvent::Char, int(c), 0, 0, 0}); }
+void on_mouse(GLFWwindow*, int button, int action, int mods) {
+  input.pending.push_back({InputEvent::Mouse, button, 0, action, mods});
+}
+
+// Installs the queue in front of ImGui's callbacks (call after ImGui_ImplGlfw_InitForOpenGL).
+void queue_input(GLFWwindow* w) {
+  input.imgui_key = glfwSetKeyCallback(w, on_key);
+  input.imgui_char = glfwSetCharCallback(w, on_char);
+  input.imgui_mouse = glfwSetMouseButtonCallback(w, on_mouse);
+}
+
+// F12: the window as the next free flashlab-viz-NNN.png in the current directory.
+std::string next_screenshot_path() {
+  char name[32];
+  for (int k = 1;; ++k) {
+    std::snprintf(name, sizeof name, "flashlab-viz-%03d.png", k);
+    if (!std::filesystem::exists(name) || k >= 999) return name;
+  }
+}
+
+// Hands ImGui this frame's share of the queue: events in order, until the next one would be
+//   - a second transition of a key or button in this frame (the press must be seen before the release),
+//   - a change of shift, ctrl, alt or super after a key press or click in this frame (xdotool's shift+Right
+//     releases shift before Right: the press must be seen with the modifiers it came with), or
+//   - a character after a key press, or a key press after a character (ImGui takes a frame's characters before
+//     its keys: a Backspace and the letters around it stay in order).
+void deliver_input(GLFWwindow* w, AppState& st) {
+  std::set<int> changed;  // keys; buttons as -1 - button
+  bool pressed = false, typed = false;
+  while (!input.pending.empty()) {
+    const InputEvent e = input.pending.front();
+    const bool modifier = e.kind == InputEvent::Key && e.code >= GLFW_KEY_LEFT_SHIFT && e.code <= GLFW_KEY_RIGHT_SUPER;
+    if (e.kind == InputEvent::Char) {
+      if (pressed) break;
+      typed = true;
+    } else if (e.action != GLFW_REPEAT) {
+      if (!changed.insert(e.kind == InputEvent::Key ? e.code : -1 - e.code).second) break;
+      if (modifier && pressed) break;
+      if (!modifier && e.action == GLFW_PRESS) {
+        if (typed) break;
+        pressed = true;
+      }
+    }
+    input.pending.pop_front();
+    if (e.kind == InputEvent::Key && e.code == GLFW_KEY_F12 && e.action == GLFW_PRESS)
+      st.screenshot_request = next_screenshot_path();  // whoever has the keyboard
+    if (e.kind == InputEvent::Key && input.imgui_key) input.imgui_key(w, e.code, e.scancode, e.action, e.mods);
+    if (e.kind == InputEvent::Char && input.imgui_char) input.imgui_char(w, static_cast<unsigned int>(e.code));
+    if (e.kind == InputEvent::Mouse && input.imgui_mouse) input.imgui_mouse(w, e.code, e.action, e.mods);
+  }
+}
+
+// --state-file: rewritten after each frame whose state differs from the last one written.
+struct StateFile {
+  std::string path, written;
+  bool said = false;
+  // False when the file cannot be written (said once on stderr).
+  bool update(GLFWwindow* w, const AppState& st) {
+    if (path.empty()) return true;
+    WindowState ws;
+    glfwGetWindowSize(w, &ws.width, &ws.height);
+    ws.focused = glfwGetWindowAttrib(w, GLFW_FOCUSED) != 0;
+    ws.text_input = ImGui::GetIO().WantTextInput;
+    std::string text = state_json(st, ws);
+    if (text == written) return true;
+    try {
+      write_file_atomically(path, text);
+      written = std::move(text);
+      return true;
+    } catch (const InputError& e) {
+      if (!said) std::fprintf(stderr, "flashlab-viz: --state-file: %s\n", e.what());
+      said = true;
+      return false;
+    }
+  }
+};
+
 void render_frame(GLFWwindow* w, AppState& st) {
   glfwPollEvents();
+  deliver_input(w, st);
   ImGui_ImplOpenGL3_NewFrame();
   ImGui_ImplGlfw_NewFrame();
   ImGui::NewFrame();
@@ -145,13 +248,17 @@ void render_frame(GLFWwindow* w, AppState& st) {
   ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
 }
 
+// compression_level: 9 for --screenshot's files, which are kept (figures); a low one in the window, where the
+// frame waits for it (at 1400x860 level 9 held the frame about 0.3 s longer than level 1, for files 2% smaller).
 void save_shot(GLFWwindow* w, AppState& st, const std::string& path, const std::string& layout_path,
-               const std::string& comment, bool palette = false) {
+               const std::string& comment, bool palette = false, int compression_level = 9) {
   int fw, fh;
   glfwGetFramebufferSize(w, &fw, &fh);
-  save_framebuffer_png(path, fw, fh, comment, palette);
+  save_framebuffer_png(path, fw, fh, comment, palette, compression_level);
   if (!layout_path.empty()) write_text_file(layout_path, probe::json());
   st.status = "saved " + path;
+  st.last_screenshot = path;
+  ++st.screenshots_saved;
 }
 
 }  // namespace
@@ -180,6 +287,16 @@ int main(int argc, char** argv) {
   cli.add_option("--size", f.size, "window size WIDTHxHEIGHT (default 1600x1000)");
   cli.add_option("--bench-frames", f.bench_frames, "render this many frames (plots shown, playing), print frame times, exit");
   cli.add_option("--bench-dir", f.bench_dir, "measured GPU results (default: bench/results)");
+  cli.add_option("--state-file", f.state_file,
+                 "after each frame in which it changed, rewrite FILE (FILE.tmp, then renamed) with the state as JSON: "
+                 "step, events, algorithm, pass, N, d, compare, panels shown, playing, window size, focus, screenshots "
+                 "saved, and the rectangles of the Controls panel's combo boxes (and their open lists' entries) and "
+                 "Panels checkboxes; for tests that drive the window (viz/tests/drive_test.sh)");
+  cli.footer(
+      "Keys in the window, whichever panels are shown: space plays or pauses, left/right step one event (with shift: "
+      "one percent), home/end jump to either end; not while a text field has the keyboard (Enter, Escape or a click "
+      "elsewhere gives it back). F12 saves the window as the next free flashlab-viz-NNN.png in the current "
+      "directory.");
   try {
     cli.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -236,6 +353,8 @@ int main(int argc, char** argv) {
   setup_style();
   ImGui_ImplGlfw_InitForOpenGL(window, true);
   ImGui_ImplOpenGL3_Init(glsl);
+  queue_input(window);
+  StateFile state_file{f.state_file, "", false};
 
   int rc = 0;
   if (headless) {
@@ -292,25 +411,33 @@ int main(int argc, char** argv) {
       try {
         save_shot(window, st, f.screenshot, f.dump_layout, command_line, f.png_palette);
         std::printf("flashlab-viz: wrote %s\n", f.screenshot.c_str());
+        if (!state_file.update(window, st)) rc = kExitBadInput;
       } catch (const InputError& e) {
         std::fprintf(stderr, "flashlab-viz: %s\n", e.what());
         rc = kExitBadInput;
       }
     }
   } else {
+    bool first = true;
     while (!glfwWindowShouldClose(window)) {
-      // Idle (nothing playing or computing): sleep until an event, so the app costs nothing at rest.
-      if (!st.playing && !working(st)) glfwWaitEventsTimeout(0.25);
+      // Idle (nothing playing or computing, no input queued): sleep until an event, so the app costs nothing at rest.
+      if (!st.playing && !working(st) && input.pending.empty()) glfwWaitEventsTimeout(0.25);
       render_frame(window, st);
       if (!st.screenshot_request.empty()) {
         try {
-          save_shot(window, st, st.screenshot_request, "", "flashlab-viz (Export panel): " + to_json(st.scenario));
+          const std::string comment = "flashlab-viz (in the window): " + to_json(st.scenario);
+          save_shot(window, st, st.screenshot_request, "", comment, false, kInteractiveCompression);
         } catch (const InputError& e) {
           st.status = e.what();
         }
         st.screenshot_request.clear();
       }
       glfwSwapBuffers(window);
+      if (!state_file.update(window, st) && first) {  // a path that cannot be written: say so at once, and stop
+        rc = kExitBadInput;
+        break;
+      }
+      first = false;
     }
   }
   st.cancel_work();

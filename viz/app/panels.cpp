@@ -38,6 +38,7 @@ bool panel_visible(const AppState& st, const char* id) {
 }
 
 void draw_panels(AppState& st) {
+  handle_transport_keys(st);
   const auto& reg = panels();
   const ImVec2 screen = ImGui::GetIO().DisplaySize;
   std::vector<std::size_t> side, main;

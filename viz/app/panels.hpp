@@ -21,8 +21,10 @@ const std::vector<Panel>& panels();
 // Whether the panel with this id is shown.
 bool panel_visible(const AppState&, const char* id);
 
-// Lays the visible panels out over the whole window (sidebar left, the rest in a grid) and draws them.
+// Lays the visible panels out over the whole window (sidebar left, the rest in a grid) and draws them;
+// first, the transport's keys (handle_transport_keys), which work whichever panels are shown.
 void draw_panels(AppState&);
+void handle_transport_keys(AppState&);  // space, left/right (shift: 1%), home/end; not while a text field has focus
 
 // The panel functions (one file each).
 void draw_controls(AppState&);

@@ -59,7 +59,7 @@ Indexed reduce_to_palette(const std::vector<unsigned char>& rgb, int width, int 
 // strongest compression (the figures are committed, so size matters), `comment` in a tEXt chunk.
 // Returns false on any libpng or file error.
 bool write_png(const char* path, int width, int height, const unsigned char* pixels, int bytes_per_pixel,
-               const std::vector<png_color>* palette, const std::string& comment) {
+               const std::vector<png_color>* palette, const std::string& comment, int compression_level) {
   std::FILE* file = std::fopen(path, "wb");
   if (!file) return false;
   png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
@@ -71,7 +71,7 @@ bool write_png(const char* path, int width, int height, const unsigned char* pix
   volatile bool ok = false;  // volatile: set after setjmp, read after a possible longjmp
   if (png && info && setjmp(png_jmpbuf(png)) == 0) {
     png_init_io(png, file);
-    png_set_compression_level(png, 9);
+    png_set_compression_level(png, std::clamp(compression_level, 0, 9));
     png_set_IHDR(png, info, png_uint_32(width), png_uint_32(height), 8,
                  palette ? PNG_COLOR_TYPE_PALETTE : PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
                  PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
@@ -93,7 +93,8 @@ bool write_png(const char* path, int width, int height, const unsigned char* pix
 
 }  // namespace
 
-void save_framebuffer_png(const std::string& path, int width, int height, const std::string& comment, bool palette) {
+void save_framebuffer_png(const std::string& path, int width, int height, const std::string& comment, bool palette,
+                          int compression_level) {
   constexpr int kChannels = 3;  // RGB: the window is opaque, and PNGs stay smaller without alpha
   std::vector<unsigned char> pixels(std::size_t(width) * height * kChannels);
   glPixelStorei(GL_PACK_ALIGNMENT, 1);
@@ -112,9 +113,10 @@ void save_framebuffer_png(const std::string& path, int width, int height, const 
   bool written;
   if (palette) {
     const Indexed image = reduce_to_palette(pixels, width, height);
-    written = write_png(path.c_str(), width, height, image.indices.data(), 1, &image.colours, comment);
+    written = write_png(path.c_str(), width, height, image.indices.data(), 1, &image.colours, comment,
+                        compression_level);
   } else {
-    written = write_png(path.c_str(), width, height, pixels.data(), kChannels, nullptr, comment);
+    written = write_png(path.c_str(), width, height, pixels.data(), kChannels, nullptr, comment, compression_level);
   }
   if (!written) throw InputError("cannot write the screenshot '" + path + "'");
 }

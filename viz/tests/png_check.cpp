@@ -3,6 +3,9 @@
 // --dump-layout JSON; the expected states come from the command line (what the test asserts), and the
 // colours from viz/app/palette.hpp (what the Tiles panel fills them with).
 //   viz_png_check shot.png layout.json [--min-colours N] [tile=state ...]   e.g. score/0,1=in_sram
+// A second mode tells whether two screenshots show different pictures (their pixels, not their files: the PNG
+// comment names the scenario), for the test that drives the window (drive_test.sh):
+//   viz_png_check --differ before.png after.png    0: they differ; 1: the same picture, or unreadable
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -22,9 +25,36 @@ int fail(const std::string& msg) {
   return 1;
 }
 
+// --differ A B: the number of pixels that differ, on stdout; exit 0 when there is any.
+int differ(const char* a_path, const char* b_path) {
+  int aw = 0, ah = 0, bw = 0, bh = 0, n = 0;
+  unsigned char* a = stbi_load(a_path, &aw, &ah, &n, 4);
+  if (!a) return fail(std::string("cannot read PNG ") + a_path);
+  unsigned char* b = stbi_load(b_path, &bw, &bh, &n, 4);
+  if (!b) {
+    stbi_image_free(a);
+    return fail(std::string("cannot read PNG ") + b_path);
+  }
+  long long changed = -1;  // the sizes differ
+  if (aw == bw && ah == bh) {
+    changed = 0;
+    for (std::size_t k = 0; k < std::size_t(aw) * ah; ++k)
+      changed += a[4 * k] != b[4 * k] || a[4 * k + 1] != b[4 * k + 1] || a[4 * k + 2] != b[4 * k + 2];
+  }
+  stbi_image_free(a);
+  stbi_image_free(b);
+  if (changed == 0) return fail(std::string(b_path) + " shows the same picture as " + a_path);
+  if (changed < 0)
+    std::printf("viz_png_check: %s is %dx%d, %s %dx%d\n", b_path, bw, bh, a_path, aw, ah);
+  else
+    std::printf("viz_png_check: %s: %dx%d, %lld pixels differ from %s\n", b_path, bw, bh, changed, a_path);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == "--differ") return differ(argv[2], argv[3]);
   if (argc < 3) return fail("usage: viz_png_check shot.png layout.json [--min-colours N] [tile=state ...]");
   int w = 0, h = 0, n = 0;
   unsigned char* px = stbi_load(argv[1], &w, &h, &n, 4);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "app/panels.hpp"
+#include "app/probe.hpp"
 #include "logic/format.hpp"
 #include "model/gpu.hpp"
 #include "registry/gpu_models.hpp"
@@ -21,8 +22,25 @@ namespace {
 
 const ImVec4 kErrorColour(1.0f, 0.42f, 0.38f, 1.0f);
 
+// ImGui::Combo, with the box's rectangle (less its label, which does not open it) and, while its list is open,
+// each entry's recorded for --state-file ("controls/algorithm", "controls/algorithm/fa1"), so that a test can
+// click them where they are.
 bool combo(const char* label, int& index, const char* const* items, int count) {
-  return ImGui::Combo(label, &index, items, count);
+  const std::string name = std::string("controls/") + label;
+  const ImVec2 at = ImGui::GetCursorScreenPos();
+  const float width = ImGui::CalcItemWidth(), height = ImGui::GetFrameHeight();
+  probe::widget(name, {at.x, at.y, at.x + width, at.y + height});
+  if (!ImGui::BeginCombo(label, index >= 0 && index < count ? items[index] : "")) return false;
+  // The list's first frame is laid out unseen (ImGui sizes it first): its entries are recorded from the second.
+  const bool shown = !ImGui::IsWindowAppearing();
+  bool changed = false;
+  for (int k = 0; k < count; ++k) {
+    if (ImGui::Selectable(items[k], k == index) && k != index) index = k, changed = true;
+    if (shown) probe::widget(name + "/" + items[k]);
+    if (k == index) ImGui::SetItemDefaultFocus();
+  }
+  ImGui::EndCombo();
+  return changed;
 }
 
 }  // namespace
@@ -123,15 +141,19 @@ void draw_controls(AppState& st) {
     if (right) ImGui::SameLine(170);
     bool v = st.visible[k];
     if (ImGui::Checkbox(reg[k].title, &v)) st.visible[k] = v;
+    probe::widget(std::string("controls/panel/") + reg[k].id);
     right = !right && ImGui::GetItemRectMax().x < ImGui::GetWindowPos().x + 165;
   }
 
   ImGui::Separator();
   static char path[512] = "viz/scenarios/fa2-small.json";
   ImGui::SetNextItemWidth(230);
-  ImGui::InputText("##scenario", path, sizeof path);
+  // Enter in the field loads too (and, as any Enter, hands the arrow keys back to the transport).
+  const bool entered = ImGui::InputText("##scenario", path, sizeof path, ImGuiInputTextFlags_EnterReturnsTrue);
+  probe::widget("controls/scenario_file");
   ImGui::SameLine();
-  if (ImGui::Button("Load")) {
+  const bool clicked = ImGui::Button("Load");
+  if (entered || clicked) {
     try {
       Scenario loaded = load_scenario_file(path);
       if (apply_scenario(st, loaded)) set_visible_from(st, loaded);

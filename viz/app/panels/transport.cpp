@@ -1,7 +1,8 @@
 // Transport: play / pause, step forward and back, jump to either end, speed, and a scrubber over the
-// event stream. Keys (when no text field has focus): space plays or pauses, left/right step one event
-// (with shift: one percent), home/end jump. With the Ring panel shown, two more buttons step the ring
-// (its steps are laid over the same stream).
+// event stream. Keys (when no text field has focus), whether or not this panel is shown (the lessons'
+// scenarios hide it and tell the student to step with the arrows): space plays or pauses, left/right step
+// one event (with shift: one percent), home/end jump. With the Ring panel shown, two more buttons step
+// the ring (its steps are laid over the same stream).
 #include <imgui.h>
 
 #include <algorithm>
@@ -17,7 +18,7 @@ namespace {
 constexpr double kMinSpeed = 1, kMaxSpeed = 1e6;  // events per second
 }
 
-void draw_transport(AppState& st) {
+void handle_transport_keys(AppState& st) {
   if (!st.replay) return;
   const std::int64_t n = st.replay->size(), k = st.replay->step();
   const std::int64_t big = std::max<std::int64_t>(1, n / 100);
@@ -32,6 +33,11 @@ void draw_transport(AppState& st) {
     if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Home))) seek(st, 0);
     if (ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_End))) seek(st, n);
   }
+}
+
+void draw_transport(AppState& st) {
+  if (!st.replay) return;
+  const std::int64_t n = st.replay->size();
   if (ImGui::Button("|<")) seek(st, 0);
   ImGui::SameLine();
   if (ImGui::Button("<")) seek(st, st.replay->step() - 1);
