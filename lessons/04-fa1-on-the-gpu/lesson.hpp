@@ -11,9 +11,8 @@ constexpr int kMaxHeadDim = 64;   // the kernel's arrays are sized for d <= 64
 // Launches the FA1 kernel on device arrays (row-major, one head, no mask):
 //   Q (seq_q, d), K and V (seq_k, d)              inputs
 //   O (seq_q, d), m and l (seq_q)                 outputs, and FA1's running max and sum, in HBM
-//   o_row_reads                                   a counter: +1 every time a row of O is read from HBM
 // One thread block of kBr threads does the whole head, K/V block loop outer, Q block loop inner.
-void launch_fa1_forward(const float* Q, const float* K, const float* V, float* O, float* m, float* l,
-                        unsigned long long* o_row_reads, int seq_q, int seq_k, int d, float scale);
+void launch_fa1_forward(const float* Q, const float* K, const float* V, float* O, float* m, float* l, int seq_q,
+                        int seq_k, int d, float scale);
 
 }  // namespace flashlab::lesson04

@@ -12,11 +12,12 @@ constexpr int kMaxHeadDim = 64;   // the kernel's arrays are sized for d <= 64
 //   Q (seq_q, d), K and V (seq_k, d)   inputs
 //   O (seq_q, d), L (seq_q)            outputs: attention and the log-sum-exp of each row of S
 //   o_row_writes                       a counter: +1 every time a row of O is written to HBM
-// One thread block per Q block (ceil(seq_q / kBr) blocks: sequence parallelism), K/V loop inside.
+// One thread block per Q block (ceil(seq_q / kBr) blocks: parallel over query blocks), K/V loop inside.
 void launch_fa2_forward(const float* Q, const float* K, const float* V, float* O, float* L,
                         unsigned long long* o_row_writes, int seq_q, int seq_k, int d, float scale);
 
-// How many thread blocks launch_fa2_forward starts for seq_q rows (lesson 04's FA1 starts 1 per head).
+// How many thread blocks launch_fa2_forward starts for seq_q rows (lesson 04's FA1 starts 1 per head): you
+// write it (TODO 3).
 int fa2_blocks(int seq_q);
 
 }  // namespace flashlab::lesson05

@@ -56,6 +56,12 @@ std::string diagnose(const Problem& p, const Fa2Run& got, const ForwardOut& ref)
   const Bound bl = tolerance(DType::F32, Quantity::Forward, el, nullptr);
   const int Tc = (p.shape.seq_k + lesson::kBc - 1) / lesson::kBc;
   std::string msg;
+  const int blocks = lesson::fa2_blocks(p.shape.seq_q), want = (p.shape.seq_q + lesson::kBr - 1) / lesson::kBr;
+  if (blocks != want)
+    msg += "your fa2_blocks(" + std::to_string(p.shape.seq_q) + ") launches " + std::to_string(blocks) +
+           " thread blocks, so the query rows past the first " + std::to_string(blocks * lesson::kBr) +
+           " are never computed: FA2 needs one block per " + std::to_string(lesson::kBr) + " query rows, " +
+           std::to_string(want) + " here (TODO 3). ";
   if (eo.has_nan)
     msg += "O contains NaN: TODO 2 must write every element O_i = O~_i / l_i (and l_i must not stay 0: TODO 1 "
            "adds each 2^(s - m_new) into it). ";
@@ -99,7 +105,10 @@ TEST_CASE("FA2 writes every row of O to HBM exactly once, from one thread block 
   CHECK_MESSAGE(got.o_row_writes == static_cast<unsigned long long>(p.shape.seq_q),
                 "expected each of the " << p.shape.seq_q << " rows of O to be written once, counted "
                                         << got.o_row_writes << " writes");
-  // Sequence parallelism: the grid grows with the sequence, so one long sequence fills the GPU.
-  CHECK_MESSAGE(lesson::fa2_blocks(p.shape.seq_q) == (p.shape.seq_q + lesson::kBr - 1) / lesson::kBr,
-                "FA2 should launch one thread block per block of kBr query rows");
+  // Parallel over query blocks: the grid grows with the sequence, so one long sequence fills the GPU.
+  for (const int n : {1, lesson::kBr - 1, lesson::kBr, lesson::kBr + 1, 96, 1000})
+    CHECK_MESSAGE(lesson::fa2_blocks(n) == (n + lesson::kBr - 1) / lesson::kBr,
+                  "your fa2_blocks(" << n << ") is " << lesson::fa2_blocks(n) << ": FA2 launches one thread block per "
+                                     << lesson::kBr << " query rows, ceil(" << n << " / " << lesson::kBr << ") = "
+                                     << (n + lesson::kBr - 1) / lesson::kBr << " (TODO 3)");
 }
