@@ -11,12 +11,16 @@
 #                                              time is left
 #   bash scripts/ring_session.sh layouts OUT   the rest of the 1M rows: striped and contiguous on 2 GPUs, PyTorch's
 #                                              all-gather on 2 GPUs, and PyTorch at 4M forward + backward on 4 GPUs
+#   bash scripts/ring_session.sh long2 OUT     where the ring loses at 4M, on 2 GPUs: zigzag forward at 4M with H = 4
+#                                              and H = 16 and each rank's timeline, the block kernel alone on one GPU
+#                                              at 4M (H = 4, 8), and every GPU's clocks, power and throttle reasons
+#                                              sampled all along
 # Carry .deps (scripts/make_deps.sh). Everything lands in OUT/ring/ and OUT/ring.tgz; scripts/ring_tables.py reads
 # the JSON files. Multicast stays off in every process (the hosts require it).
 set -uo pipefail
-usage="usage: ring_session.sh check|measure|long|layouts OUT"
+usage="usage: ring_session.sh check|measure|long|layouts|long2 OUT"
 phase=${1:?$usage} out=${2:?$usage}
-case $phase in check | measure | long | layouts) ;; *) echo "ring_session: no phase '$phase'; $usage"; exit 2 ;; esac
+case $phase in check | measure | long | layouts | long2) ;; *) echo "ring_session: no phase '$phase'; $usage"; exit 2 ;; esac
 res=$out/ring
 mkdir -p "$res"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -71,13 +75,13 @@ fi
 
 # measure: each run under a time limit; the last ones only while the call has time left.
 left() { echo $((585 - (SECONDS - started))); }
-common=(--batch 1 --heads 16 --head-dim 128 --causal bottom-right --dtype bf16)
+common=(--batch 1 --head-dim 128 --causal bottom-right --dtype bf16)
 ours() {  # name P layout N warmup iters extra...
   local name=$1 P=$2 layout=$3 n=$4 warmup=$5 iters=$6
   shift 6
   if (($(left) < 30)); then echo "$name: skipped, the call's time is spent"; return; fi
   CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((P - 1))) timeout "$(left)" "$bin" ring --gpus "$P" --layout "$layout" \
-    --seq-q "$n" "${common[@]}" --warmup "$warmup" --iters "$iters" --json "$res/$name.json" "$@" >"$res/$name.txt" 2>&1
+    --seq-q "$n" --heads "${HEADS:-16}" "${common[@]}" --warmup "$warmup" --iters "$iters" --json "$res/$name.json" "$@" >"$res/$name.txt" 2>&1
   echo "$name: exit $? at $((SECONDS - started)) s"
   grep -E "^(forward|backward) " "$res/$name.txt"
 }
@@ -112,6 +116,27 @@ if [ "$phase" = long ]; then
   one_gpu one-gpu-4m-h4 4194304 4
   ours ring4-zigzag-4m-fwdbwd 4 zigzag 4194304 0 1 --backward --no-one-shot
   ours ring4-contiguous-1m 4 contiguous 1048576 1 2 --backward --no-one-shot
+  echo "measured in $((SECONDS - started)) s"
+  exit 0
+fi
+if [ "$phase" = long2 ]; then
+  # The same work per GPU takes longer in the ring at 4M than at 1M (0.87 against 0.94 of P x one GPU on 4 GPUs).
+  # If clocks fall during long runs, the sampled clocks show it; if the loss grows with the bytes a hop carries
+  # (H = 16 against H = 4 at the same N), the spans show it.
+  nvidia-smi --query-gpu=timestamp,index,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+    --format=csv -lms 500 >"$res/clocks-long2.csv" 2>&1 &
+  sampler=$!
+  one_gpu_fwd() {  # name N heads
+    CUDA_VISIBLE_DEVICES=0 timeout "$(left)" "$bin" bench --device cuda --variants cuda-fa3-ws --seq "$2" --batch 1 \
+      --heads "$3" --head-dim 128 --causal bottom-right --dtype bf16 --warmup 0 --iters 1 --json "$res/$1.json" \
+      >"$res/$1.txt" 2>&1
+    echo "$1: exit $? at $((SECONDS - started)) s"; tail -3 "$res/$1.txt"
+  }
+  one_gpu_fwd one-gpu-4m-h4-fwd 4194304 4
+  HEADS=4 ours ring2-zigzag-4m-h4 2 zigzag 4194304 0 1 --no-one-shot --timeline "$res/ring2-zigzag-4m-h4-timeline.json"
+  ours ring2-zigzag-4m-h16 2 zigzag 4194304 0 1 --no-one-shot --timeline "$res/ring2-zigzag-4m-h16-timeline.json"
+  one_gpu_fwd one-gpu-4m-h8-fwd 4194304 8
+  kill "$sampler"
   echo "measured in $((SECONDS - started)) s"
   exit 0
 fi
