@@ -13,7 +13,7 @@ if [ ! -x "$cuobjdump" ]; then
   exit 77
 fi
 # The dump has one "Function : MANGLED_NAME" header per kernel, then its instructions. The kernels are
-# flashlab::cuda::fa3ws::(anonymous)::fa3_ws_kernel<T, D, step, dropout, timeline> (...13fa3_ws_kernel...)
+# flashlab::cuda::fa3_ws::fa3_ws_kernel<T, D, step, dropout, timeline, Schedule> (...13fa3_ws_kernel...)
 # and the backward's fa3_ws_backward_kernel<T, D, dropout> (...22fa3_ws_backward_kernel...).
 "$cuobjdump" --dump-sass "$binary" | awk '
   /Function : / { name = $NF; if (name ~ /13fa3_ws_kernel|22fa3_ws_backward_kernel/) { hgmma[name] += 0; utmaldg[name] += 0; current = name } else current = ""; next }

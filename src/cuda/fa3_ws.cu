@@ -1,9 +1,9 @@
 // cuda-fa3-ws: the host side of the warp-specialized Hopper forward (fp16/bf16 in, fp32 accumulation,
 // O in the input dtype, LSE in fp32): the variant table's forward and bench entry points, one per step
 // of the ablation ladder (cuda-fa3-ws-step1 .. step4, and cuda-fa3-ws, the shipped step 5). The kernel,
-// and what each ladder step adds, is in fa3_ws/fa3_ws_forward.cu (compiled for sm_90a only); this file
-// is compiled like every other host file, so the shared helper kernels it instantiates (poison,
-// fill_random of host_passes.cuh) keep their code for every architecture. The shipped step also has the
+// and what each ladder step adds, is in fa3_ws/forward_kernel.cuh and the parts it lists (compiled for
+// sm_90a only); this file is compiled like every other host file, so the shared helper kernels it
+// instantiates (poison, fill_random of host_passes.cuh) keep their code for every architecture. The shipped step also has the
 // backward (fa3_ws/fa3_ws_backward.cu); its scratch is allocated here, per call, like cuda-fa2's.
 //
 // A bench with BenchSettings::timeline_path (`flashlab bench --timeline FILE`) times the shipped kernel as
@@ -32,22 +32,20 @@
 namespace flashlab {
 namespace {
 
-namespace fa3 = cuda::fa3ws;
-
-fa3::LadderStep ladder_step(int step) {
-  if (step < 1 || step > fa3::kLadderSteps)
-    throw std::logic_error("cuda-fa3-ws has ladder steps 1 to " + std::to_string(fa3::kLadderSteps) + ", not " +
+cuda::fa3_ws::LadderStep ladder_step(int step) {
+  if (step < 1 || step > cuda::fa3_ws::kLadderSteps)
+    throw std::logic_error("cuda-fa3-ws has ladder steps 1 to " + std::to_string(cuda::fa3_ws::kLadderSteps) + ", not " +
                            std::to_string(step));
-  return static_cast<fa3::LadderStep>(step);
+  return static_cast<cuda::fa3_ws::LadderStep>(step);
 }
 
 // The head dim, dtype, options and GPU were checked by the registry against cuda/constraints.hpp; what
 // is left is this kernel's own launch limit.
-void check_grid(const Problem& p, fa3::LadderStep step) {
+void check_grid(const Problem& p, cuda::fa3_ws::LadderStep step) {
   // One tile per (batch, query head, block of Br query rows), numbered by a 32-bit int: the grid's x
   // dimension below step 5, the tile list the persistent blocks walk at step 5.
   constexpr std::int64_t kMaxTiles = 2147483647;
-  const std::int64_t br = fa3::block_rows(step);
+  const std::int64_t br = cuda::fa3_ws::block_rows(step);
   const std::int64_t tiles = (p.shape.seq_q + br - 1) / br * std::int64_t(p.shape.batch) * p.shape.heads_q;
   if (tiles > kMaxTiles)
     throw InputError("cuda-fa3-ws runs one tile per (batch, query head, " + std::to_string(br) +
@@ -55,8 +53,8 @@ void check_grid(const Problem& p, fa3::LadderStep step) {
                      std::to_string(tiles) + " tiles exceeds the kernel's limit of " + std::to_string(kMaxTiles));
 }
 
-fa3::Params make_params(const Problem& p) {
-  fa3::Params params;
+cuda::fa3_ws::Params make_params(const Problem& p) {
+  cuda::fa3_ws::Params params;
   cuda::set_extents(params, p.shape);
   cuda::set_softmax_and_dropout(params, p);
   return params;
@@ -81,8 +79,8 @@ int* device_tile_counter() {
 }
 
 // The kernel's view of a forward's tensors: make_params, their device pointers, and the tile counter.
-fa3::Params params_for(const Problem& p, const DeviceForwardIo& io) {
-  fa3::Params params = make_params(p);
+cuda::fa3_ws::Params params_for(const Problem& p, const DeviceForwardIo& io) {
+  cuda::fa3_ws::Params params = make_params(p);
   params.tile_counter = device_tile_counter();
   params.q = io.q;
   params.k = io.k;
@@ -93,8 +91,8 @@ fa3::Params params_for(const Problem& p, const DeviceForwardIo& io) {
 }
 
 // The backward's kernel view: params_for's fields, the backward's tensors, the deterministic switch.
-fa3::Params backward_params_for(const Problem& p, const DeviceBackwardIo& io) {
-  fa3::Params params = make_params(p);
+cuda::fa3_ws::Params backward_params_for(const Problem& p, const DeviceBackwardIo& io) {
+  cuda::fa3_ws::Params params = make_params(p);
   params.q = io.q;
   params.k = io.k;
   params.v = io.v;
@@ -108,17 +106,17 @@ fa3::Params backward_params_for(const Problem& p, const DeviceBackwardIo& io) {
   return params;
 }
 
-// The backward's scratch (fa3::backward_scratch): L_i log2(e) and D_i padded to whole query blocks, dQ's fp32
+// The backward's scratch (cuda::fa3_ws::backward_scratch): L_i log2(e) and D_i padded to whole query blocks, dQ's fp32
 // sums, and their counters of completed additions (with the conversion's ticket).
 struct BackwardScratch {
   cuda::DeviceBuffer<float> lse_log2, D_i, dq_accum;
   cuda::DeviceBuffer<int> dq_semaphore;
   BackwardScratch(const Shape& s, bool backward)
-      : BackwardScratch(fa3::backward_scratch(s.batch, s.heads_q, s.seq_q, s.head_dim), backward) {}
-  BackwardScratch(const fa3::BackwardScratchSizes& n, bool backward)
+      : BackwardScratch(cuda::fa3_ws::backward_scratch(s.batch, s.heads_q, s.seq_q, s.head_dim), backward) {}
+  BackwardScratch(const cuda::fa3_ws::BackwardScratchSizes& n, bool backward)
       : lse_log2(backward ? n.row_stats : 0), D_i(backward ? n.row_stats : 0), dq_accum(backward ? n.dq_accum : 0),
         dq_semaphore(backward ? n.semaphores : 0) {}
-  void attach(fa3::Params& params) {
+  void attach(cuda::fa3_ws::Params& params) {
     params.lse_log2 = lse_log2.data();
     params.D_i = D_i.data();
     params.dq_accum = dq_accum.data();
@@ -141,7 +139,7 @@ constexpr int kTimelineCapacity = 8192;
 
 // "ladder step 3, bf16, B=1 H=2 N=1024 d=128, blocks 0-3" (or "backward, bf16, ..."): what the run was (the
 // harness's label form).
-std::string timeline_label(fa3::LadderStep step, bool backward, const Problem& p, DType dtype,
+std::string timeline_label(cuda::fa3_ws::LadderStep step, bool backward, const Problem& p, DType dtype,
                            std::uint32_t first_block, std::uint32_t last_block) {
   const Shape& s = p.shape;
   std::string label = (backward ? std::string("backward") : "ladder step " + std::to_string(static_cast<int>(step))) +
@@ -159,8 +157,8 @@ std::string timeline_label(fa3::LadderStep step, bool backward, const Problem& p
 // the plain kernel), then one recording run into a buffer filled with 0xff (a hole reads as event
 // kTimelineHole), downloaded and written to settings.timeline_path. `backward`: the backward's build, with
 // the backward's params.
-BenchTimeline record_timeline(fa3::LadderStep step, bool backward, const Problem& p, DType dtype,
-                              const BenchSettings& settings, fa3::Params params) {
+BenchTimeline record_timeline(cuda::fa3_ws::LadderStep step, bool backward, const Problem& p, DType dtype,
+                              const BenchSettings& settings, cuda::fa3_ws::Params params) {
   cuda::DeviceBuffer<TimelineRecord> records(kTimelineCapacity);
   cuda::DeviceBuffer<unsigned> count(1);
   params.timeline = records.data();
@@ -168,8 +166,8 @@ BenchTimeline record_timeline(fa3::LadderStep step, bool backward, const Problem
   params.timeline_capacity = kTimelineCapacity;
   const auto zero_count = [&] { CUDA_CHECK(cudaMemsetAsync(count.data(), 0, sizeof(unsigned), /*stream=*/0)); };
   const auto record = [&] {
-    if (backward) fa3::launch_backward_timeline(dtype, params, /*stream=*/0);
-    else fa3::launch_forward_timeline(dtype, params, /*stream=*/0, step);
+    if (backward) cuda::fa3_ws::launch_backward_timeline(dtype, params, /*stream=*/0);
+    else cuda::fa3_ws::launch_forward_timeline(dtype, params, /*stream=*/0, step);
   };
 
   BenchTimeline out;
@@ -189,7 +187,7 @@ BenchTimeline record_timeline(fa3::LadderStep step, bool backward, const Problem
   std::vector<TimelineRecord> kept;
   kept.reserve(raw.size());
   for (const TimelineRecord& r : raw)
-    if (r.event != fa3::kTimelineHole) kept.push_back(r);
+    if (r.event != cuda::fa3_ws::kTimelineHole) kept.push_back(r);
   if (kept.empty())
     throw std::runtime_error("cuda-fa3-ws: the timeline build recorded no events (" + std::to_string(asked) +
                              " record slots taken)");
@@ -221,16 +219,16 @@ BenchTimeline record_timeline(fa3::LadderStep step, bool backward, const Problem
 }
 
 template <class T>
-BenchResult bench_as(fa3::LadderStep step, const Problem& p, DType dtype, const BenchSettings& settings) {
+BenchResult bench_as(cuda::fa3_ws::LadderStep step, const Problem& p, DType dtype, const BenchSettings& settings) {
   const cuda::PeakScope scope;
   auto t = cuda::DeviceAttention<T>::random(p.shape, settings.backward);
   BackwardScratch scratch(p.shape, settings.backward);
-  const fa3::Params params = params_for(p, t.forward_io());
-  fa3::Params backward_params = backward_params_for(p, t.backward_io());
+  const cuda::fa3_ws::Params params = params_for(p, t.forward_io());
+  cuda::fa3_ws::Params backward_params = backward_params_for(p, t.backward_io());
   scratch.attach(backward_params);
-  const auto forward = [&] { fa3::launch_forward(dtype, params, /*stream=*/0, step); };
+  const auto forward = [&] { cuda::fa3_ws::launch_forward(dtype, params, /*stream=*/0, step); };
   // The launcher clears dQ's sums and their counters first (in its pre-pass): timed with the pass.
-  const auto backward = [&] { fa3::launch_backward(dtype, backward_params, /*stream=*/0); };
+  const auto backward = [&] { cuda::fa3_ws::launch_backward(dtype, backward_params, /*stream=*/0); };
   // The timed runs are the shipped kernel's, with or without a timeline asked for.
   BenchResult result = cuda::bench_passes(settings, scope, t, forward, backward);
   if (!settings.timeline_path.empty())
@@ -242,9 +240,9 @@ BenchResult bench_as(fa3::LadderStep step, const Problem& p, DType dtype, const 
 }  // namespace
 
 void cuda_fa3_ws_forward_on_device_at(int step, const Problem& p, DType dtype, const DeviceForwardIo& io) {
-  const fa3::LadderStep s = ladder_step(step);
+  const cuda::fa3_ws::LadderStep s = ladder_step(step);
   check_grid(p, s);
-  fa3::launch_forward(dtype, params_for(p, io), /*stream=*/0, s);
+  cuda::fa3_ws::launch_forward(dtype, params_for(p, io), /*stream=*/0, s);
   cuda::finish_on_device();
 }
 
@@ -258,9 +256,9 @@ ForwardOut cuda_fa3_ws_forward_at(int step, const Problem& p, DType dtype, const
 void cuda_fa3_ws_backward_on_device(const Problem& p, DType dtype, const DeviceBackwardIo& io) {
   check_backward_grid(p);
   BackwardScratch scratch(p.shape, true);
-  fa3::Params params = backward_params_for(p, io);
+  cuda::fa3_ws::Params params = backward_params_for(p, io);
   scratch.attach(params);
-  fa3::launch_backward(dtype, params, /*stream=*/0);
+  cuda::fa3_ws::launch_backward(dtype, params, /*stream=*/0);
   cuda::finish_on_device();
 }
 
@@ -269,10 +267,10 @@ Grads cuda_fa3_ws_backward(const Problem& p, DType dtype, const Qkv& in, const F
 }
 
 BenchResult cuda_fa3_ws_bench_at(int step, const Problem& p, DType dtype, const BenchSettings& settings) {
-  const fa3::LadderStep s = ladder_step(step);
+  const cuda::fa3_ws::LadderStep s = ladder_step(step);
   check_grid(p, s);
   if (settings.backward) {
-    if (s != fa3::kShippedStep)
+    if (s != cuda::fa3_ws::kShippedStep)
       throw std::logic_error("cuda-fa3-ws ladder steps 1-4 have no backward (the registry should have refused)");
     check_backward_grid(p);
   }

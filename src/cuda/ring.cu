@@ -31,7 +31,6 @@
 namespace flashlab {
 namespace {
 
-namespace fa3 = cuda::fa3ws;
 using cuda::ring::BackwardRank;
 using cuda::ring::Events;
 using cuda::ring::ForwardRank;
@@ -237,8 +236,8 @@ void check_gpu_ring_problem(const RingSchedule& ring, const Problem& p, DType dt
     return;
   }
   check_dims(cuda::fa3_ws::kHeadDims, "forward");
-  if (backward) check_dims(fa3::kBackwardHeadDims, "backward");
-  fa3::require_hopper();  // before any work, rather than at the first block
+  if (backward) check_dims(cuda::fa3_ws::kBackwardHeadDims, "backward");
+  cuda::fa3_ws::require_hopper();  // before any work, rather than at the first block
 }
 
 void cuda_ring_forward_on_device(const RingSchedule& ring, const Problem& p, DType dtype, const DeviceForwardIo& io,

@@ -33,7 +33,6 @@
 
 namespace flashlab::cuda::ring {
 
-namespace fa3 = ::flashlab::cuda::fa3ws;
 namespace fa2 = ::flashlab::cuda::fa2;
 
 // Everything here is internal to each .cu file that includes it (the kernels especially): each transport has its own copy.
@@ -227,7 +226,7 @@ PairRows pair_rows(int batch, int offset, int count, std::int64_t row_elems) {
 // The block kernel's parameters that every pair shares: the problem's extents, scale and alignment.
 struct BlockKernel {
   RingBlockKernel kernel = RingBlockKernel::Fa3Ws;
-  fa3::Params fa3;
+  fa3_ws::Params fa3;
   fa2::Params fa2;
   BlockKernel(RingBlockKernel k, const Problem& p) : kernel(k) {
     set_extents(fa3, p.shape);
@@ -332,10 +331,10 @@ struct ForwardRank {
           fa2::launch_forward(dtype, prm, st);
         });
       } else {
-        for_each_launch(base.fa3, pair, plans[i], B, [&](fa3::Params prm, int b) {
+        for_each_launch(base.fa3, pair, plans[i], B, [&](fa3_ws::Params prm, int b) {
           tensors(prm, b);
           prm.tile_counter = tile_counter.data();
-          fa3::launch_forward(dtype, prm, st);
+          fa3_ws::launch_forward(dtype, prm, st);
         });
       }
       if (mark) mark(i, PairMark::BlockEnd);
@@ -394,7 +393,7 @@ struct BackwardRank {
       dq_accum = DeviceBuffer<float>(B * largest * row.q);
       return;
     }
-    const fa3::BackwardScratchSizes n = fa3::backward_scratch(s.batch, s.heads_q, largest, s.head_dim);
+    const fa3_ws::BackwardScratchSizes n = fa3_ws::backward_scratch(s.batch, s.heads_q, largest, s.head_dim);
     lse_log2 = DeviceBuffer<float>(n.row_stats);
     D_i = DeviceBuffer<float>(n.row_stats);
     dq_accum = DeviceBuffer<float>(n.dq_accum);
@@ -453,11 +452,11 @@ struct BackwardRank {
           fa2::launch_backward(dtype, prm, st);
         });
       } else {
-        for_each_launch(base.fa3, pair, plans[i], B, [&](fa3::Params prm, int b) {
+        for_each_launch(base.fa3, pair, plans[i], B, [&](fa3_ws::Params prm, int b) {
           tensors(prm, b);
           prm.lse_log2 = lse_log2.data();
           prm.dq_semaphore = dq_semaphore.data();
-          fa3::launch_backward(dtype, prm, st);
+          fa3_ws::launch_backward(dtype, prm, st);
         });
       }
     }

@@ -68,10 +68,10 @@ constexpr KernelTiling forward_tiling(int head_dim) {
 constexpr int forward_query_block(int block_x, int query_blocks) { return query_blocks - 1 - block_x; }
 }  // namespace fa2
 
-// cuda-fa3-ws (fa3_ws/fa3_ws_forward.cu), the shipped ladder step 5: a persistent grid of one block per
+// cuda-fa3-ws (fa3_ws/forward_kernel.cuh), the shipped ladder step 5: a persistent grid of one block per
 // SM (a producer warpgroup and two consumer warpgroups of 64 rows each), taking tiles of Br = 128 query
 // rows from a global counter; Bc = 128 keys (64 at d = 256, so that O_i, S_ij and P_ij fit 240 registers),
-// and for long keys wider blocks at d = 64 and 128 (fa3_ws_forward.cu, HeadConfig, says why).
+// and for long keys wider blocks at d = 64 and 128 (fa3_ws/forward_config.cuh, HeadConfig, says why).
 namespace fa3_ws {
 inline constexpr int kRowsPerConsumer = 64;  // wgmma's M
 inline constexpr int kConsumers = 2;
@@ -88,7 +88,7 @@ constexpr KernelTiling forward_tiling(int head_dim, int seq_k, bool dropout) {
 }
 // Heads per group of the tile order: as many K/V heads as have their K and V fit in half the L2 (the
 // H100's L2 is two partitions; data every SM reads is held in both), times the query heads sharing each;
-// four times as many under a causal mask over 4096 keys or more (fa3_ws_forward.cu, launch_config).
+// four times as many under a causal mask over 4096 keys or more (fa3_ws/forward_kernel.cuh, launch_config).
 constexpr int heads_per_group(std::int64_t l2_bytes, const Shape& s, int bytes_per_element, bool causal) {
   const std::int64_t kv_head_bytes = 2 * std::int64_t{s.seq_k} * s.head_dim * bytes_per_element;
   const std::int64_t group_bytes = (causal && s.seq_k >= 4096 ? 4 : 1) * (l2_bytes / 2);

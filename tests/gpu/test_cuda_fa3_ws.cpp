@@ -302,7 +302,7 @@ TEST_CASE("cuda-fa3-ws bench --timeline, every ladder step: the file read back h
   // all record and each runs exactly one tile (the persistent grid has min(tiles, SMs) = 16 blocks too).
   const Problem p{.shape = Shape{.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 1024, .seq_k = 1024, .head_dim = 128},
                   .options = Options{}};
-  constexpr auto kRecordingBlocks = static_cast<std::uint32_t>(flashlab::cuda::fa3ws::kTimelineBlocks);
+  constexpr auto kRecordingBlocks = static_cast<std::uint32_t>(flashlab::cuda::fa3_ws::kTimelineBlocks);
   for (DType dtype : kDtypes)
     for (int step = 1; step <= 5; ++step) {
       const std::string name = kLadder[step - 1];

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Builds the standalone cuda-fa3-ws harness into out/fa3/fa3_harness (cudart linked statically: the
 # binary needs only the CUDA driver), and checks the shipped kernel object:
-#   out/fa3/ptxas.txt  ptxas -v of src/cuda/fa3_ws/fa3_ws_forward.cu as shipped (registers, spills, smem)
+#   out/fa3/ptxas.txt  ptxas -v of src/cuda/fa3_ws/forward.cu as shipped (registers, spills, smem)
 #   out/fa3/sass.txt   per kernel: HGMMA and UTMALDG counts from cuobjdump --dump-sass
 # Fails when a kernel spills, has no HGMMA or no UTMALDG, or ptxas ignored setmaxnreg (C7508).
-# A second object is built with -DFLASHLAB_FA3_WAIT_TIMEOUT (a pipeline that deadlocks on an mbarrier
-# traps after 4 s instead of hanging the GPU; linked only with WAIT_TIMEOUT=1), a third object built with
-# -DFLASHLAB_FA3_VARIANT_ENTRY: the candidate builds (launch_forward_variant; its ptxas report is
-# out/fa3/ptxas_variants.txt, checked for spills too), and a fourth with -DFLASHLAB_FA3_TIMELINE_ENTRY: the
-# library's timeline build (launch_forward_timeline, as src/cuda/CMakeLists.txt builds it for `flashlab bench
-# --timeline`; out/fa3/ptxas_timeline.txt, checked the same way). The timeline JSON writer
-# (src/model/timeline.cpp) and core are compiled in.
+# A second object is forward.cu with -DFLASHLAB_FA3_WAIT_TIMEOUT (a pipeline that deadlocks on an mbarrier
+# traps after 4 s instead of hanging the GPU; linked only with WAIT_TIMEOUT=1), a third the candidate
+# schedules (tools/fa3_harness/candidates.cu, launch_forward_variant; its ptxas report is
+# out/fa3/ptxas_variants.txt, checked for spills too), and a fourth the library's timeline build
+# (src/cuda/fa3_ws/forward_timeline.cu, launch_forward_timeline, behind `flashlab bench --timeline`;
+# out/fa3/ptxas_timeline.txt, checked the same way). The timeline JSON writer (src/model/timeline.cpp) and
+# core are compiled in.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
@@ -19,13 +19,13 @@ OUT=out/fa3
 mkdir -p "$OUT"
 FLAGS=(-O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -lineinfo -I src)
 
-"$NVCC" "${FLAGS[@]}" -Xptxas -v -c src/cuda/fa3_ws/fa3_ws_forward.cu -o "$OUT/fa3_ws_forward.o" >"$OUT/ptxas.txt" 2>&1 &
+"$NVCC" "${FLAGS[@]}" -Xptxas -v -c src/cuda/fa3_ws/forward.cu -o "$OUT/fa3_ws_forward.o" >"$OUT/ptxas.txt" 2>&1 &
 pid_ship=$!
-"$NVCC" "${FLAGS[@]}" -DFLASHLAB_FA3_WAIT_TIMEOUT -c src/cuda/fa3_ws/fa3_ws_forward.cu -o "$OUT/fa3_ws_forward_timeout.o" >"$OUT/build_timeout.txt" 2>&1 &
+"$NVCC" "${FLAGS[@]}" -DFLASHLAB_FA3_WAIT_TIMEOUT -c src/cuda/fa3_ws/forward.cu -o "$OUT/fa3_ws_forward_timeout.o" >"$OUT/build_timeout.txt" 2>&1 &
 pid_dbg=$!
-"$NVCC" "${FLAGS[@]}" -DFLASHLAB_FA3_VARIANT_ENTRY -Xptxas -v -c src/cuda/fa3_ws/fa3_ws_forward.cu -o "$OUT/fa3_ws_variants.o" >"$OUT/ptxas_variants.txt" 2>&1 &
+"$NVCC" "${FLAGS[@]}" -Xptxas -v -c tools/fa3_harness/candidates.cu -o "$OUT/fa3_ws_variants.o" >"$OUT/ptxas_variants.txt" 2>&1 &
 pid_var=$!
-"$NVCC" "${FLAGS[@]}" -DFLASHLAB_FA3_TIMELINE_ENTRY -Xptxas -v -c src/cuda/fa3_ws/fa3_ws_forward.cu -o "$OUT/fa3_ws_timeline.o" >"$OUT/ptxas_timeline.txt" 2>&1 &
+"$NVCC" "${FLAGS[@]}" -Xptxas -v -c src/cuda/fa3_ws/forward_timeline.cu -o "$OUT/fa3_ws_timeline.o" >"$OUT/ptxas_timeline.txt" 2>&1 &
 pid_tl=$!
 HOST=()
 for src in src/model/timeline.cpp src/core/problem.cpp src/core/tensor.cpp src/core/tolerance.cpp src/core/npy.cpp; do
@@ -69,10 +69,11 @@ bad = 0
 rows = []
 for blk in re.split(r"Compiling entry function '", txt)[1:]:
     name = blk.split("'")[0]
-    m = re.search(r"fa3_ws_kernelI(?:6__half|13__nv_bfloat16)Li(\d+)ELi(\d)ELb(\d)ELb(\d)ELi(\d+)E", name)
+    m = re.search(r"fa3_ws_kernelI(?:6__half|13__nv_bfloat16)Li(\d+)ELi(\d)ELb(\d)ELb(\d)ENS\d+_\d*ScheduleILb(\d)ELb(\d)ELb(\d)ELb(\d)E", name)
     if not m: continue
     dt = "fp16" if "6__half" in name else "bf16"
-    d, step, drop, tl, var = m.groups()
+    d, step, drop, tl = m.groups()[:4]
+    var = "".join(m.groups()[4:])  # the schedule's four choices
     regs = re.search(r"Used (\d+) registers", blk).group(1)
     spill = int(re.search(r"(\d+) bytes spill stores", blk).group(1))
     rows.append((int(d), int(step), dt, drop + " timeline=%s var=%s" % (tl, var), regs, spill))

@@ -4,13 +4,13 @@
 //             V transposed). Each prints PASS/FAIL and the first mismatch.
 // Correctness of the shipped kernel is the project's business, with its one reference and tolerance rule:
 // gpu_fa3_ws_tests and `flashlab check --variants cuda-fa3-ws-step1,...,cuda-fa3-ws`. A candidate below
-// is promoted by making it the launcher's choice (kShippedVar), which puts it under those checks.
+// is promoted by making it the shipped schedule (ShippedSchedule, forward_config.cuh), which puts it under
+// those checks.
 //  --bench  : TFLOP/s per ladder step, bf16, B N = 16384 tokens, H d = 2048.
 //  --hpg 1,2,.. : with --bench, step 5 by heads per L2 group (Params::heads_per_group; 0 = the launcher's).
-//             --hpg-var V: the candidate build V (launch_forward_variant) instead of the shipped one.
+//             --hpg-var V: candidate V (launch_forward_variant, candidates.cu) instead of the shipped one.
 //  --repeat R : with --bench, the step table R times (run-to-run spread).
-//  --variants : with --bench, also the candidate builds (launch_forward_variant: var 0 = the previous
-//             pass's kernel, 1 = m-fast tile order, 3 = + K ahead of V at d = 128), steps 2-5.
+//  --variants : with --bench, also the candidate schedules (candidates.cu: 0, 1 and 3), steps 2-5.
 //  --timeline DIR : per step / d / N (--steps, --dims, --ns; --causal for bottom-right), one run of the
 //             timeline build (launch_forward_timeline, the library's: bf16, shipped choices), written as
 //             Trace Event JSON to DIR/h100-fa3-ws-timeline-step<S>-d<D>-n<N/1024>k.json, and the cost of
@@ -43,16 +43,16 @@
 #include "cuda/fa3_ws/hopper.cuh"
 #include "model/timeline.hpp"
 
-namespace flashlab::cuda::fa3ws {
-// fa3_ws_forward.cu built with FLASHLAB_FA3_VARIANT_ENTRY (the candidate builds). The timeline build,
-// launch_forward_timeline, is declared in fa3_ws_params.hpp (its object: FLASHLAB_FA3_TIMELINE_ENTRY).
-bool launch_forward_variant(DType dtype, const Params& p, cudaStream_t stream, LadderStep step, int var);
-}  // namespace flashlab::cuda::fa3ws
+namespace flashlab::cuda::fa3_ws {
+// The candidate schedules (candidates.cu). The timeline build, launch_forward_timeline, is declared in
+// fa3_ws_params.hpp (src/cuda/fa3_ws/forward_timeline.cu).
+bool launch_forward_variant(DType dtype, const Params& p, cudaStream_t stream, LadderStep step, int candidate);
+}  // namespace flashlab::cuda::fa3_ws
 
 using namespace flashlab;
-using namespace flashlab::cuda::fa3ws;
+using namespace flashlab::cuda::fa3_ws;
 
-constexpr int kVariants[] = {0, 1, 3};  // the candidate builds --variants runs (besides the shipped one)
+constexpr int kVariants[] = {0, 1, 3};  // the candidate schedules --variants runs (besides the shipped one)
 
 namespace {
 

@@ -53,7 +53,7 @@ out.append("//    dV += P^T dO needs at d = 256, with P^T stored (keys, queries)
 out.append("// scale_d = 0 overwrites the accumulator (D = A B), 1 accumulates (D += A B).")
 out.append("#include <cstdint>")
 out.append("")
-out.append("namespace flashlab::cuda::fa3ws::wgmma_ops {")
+out.append("namespace flashlab::cuda::fa3_ws::wgmma_ops {")
 out.append("")
 for n in SS_SHAPES:
     for name, ptype in TYPES:
@@ -80,5 +80,5 @@ for n in SS_TT_SHAPES:
 for n in SS_NT_SHAPES:
     for name, ptype in TYPES:
         emit_ss(n, name, ptype, "ss_nt")
-out.append("}  // namespace flashlab::cuda::fa3ws::wgmma_ops")
+out.append("}  // namespace flashlab::cuda::fa3_ws::wgmma_ops")
 open("src/cuda/fa3_ws/wgmma_ops.cuh", "w").write("\n".join(out) + "\n")

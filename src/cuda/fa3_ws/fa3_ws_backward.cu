@@ -70,17 +70,16 @@
 #include "cuda/fa3_ws/hopper.cuh"
 #include "cuda/fa3_ws/host_checks.hpp"
 #include "cuda/fa3_ws/timeline_lane.cuh"
+#include "cuda/fa3_ws/warp_roles.cuh"
+#include "cuda/tilings.hpp"
 
-namespace flashlab::cuda::fa3ws {
+namespace flashlab::cuda::fa3_ws {
 namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kKeysPerConsumer = 64;  // wgmma's M: each consumer warpgroup owns 64 keys of the block
-constexpr int kConsumers = 2;
+static_assert(kConsumers == 2, "two consumer warpgroups (cuda/tilings.hpp), as in the forward");
 constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
-constexpr int kProducerRegs = 24;
-constexpr int kConsumerRegs = 240;  // 128 * 24 + 256 * 240 = 64,512 <= 65,536 registers per SM
-constexpr int kMaxSmemBytes = 227 * 1024;
 constexpr int kElemBytes = 2;
 constexpr int kStages = 2;  // Q_i, dO_i, L_i, D_i stages
 // Named hardware barriers (0 is __syncthreads): "both consumers have written dS_ij^T" (256 threads; also where
@@ -1096,4 +1095,4 @@ void launch_backward_timeline(DType dtype, const Params& p, cudaStream_t stream)
   launch<true>(dtype, p, stream);
 }
 
-}  // namespace flashlab::cuda::fa3ws
+}  // namespace flashlab::cuda::fa3_ws

@@ -1,5 +1,5 @@
 #pragma once
-// What the host side of cuda-fa3-ws hands to its kernel (fa3_ws_forward.cu): raw device pointers in
+// What the host side of cuda-fa3-ws hands to its kernel (fa3_ws/forward_kernel.cuh): raw device pointers in
 // layout (B, S, H, D), the problem's extents and derived constants (as cuda-fa2's Params), the TMA
 // descriptors, the ablation-ladder step, and the optional timeline buffer.
 #include <cuda.h>  // CUtensorMap (the type only: the encoder is fetched at run time, no libcuda link)
@@ -11,12 +11,12 @@
 #include "cuda/constraints.hpp"
 #include "model/timeline.hpp"  // TimelineRecord: what the timeline build writes, one definition
 
-namespace flashlab::cuda::fa3ws {
+namespace flashlab::cuda::fa3_ws {
 
 // Blocks (blockIdx.x < this) that record, when the timeline is compiled in.
 inline constexpr int kTimelineBlocks = 4;
 // The event of a record slot no lane wrote: the host fills the buffer with 0xff bytes before a run, and
-// each recording lane takes its slots in chunks, so a run leaves holes (fa3_ws_forward.cu, TimelineLane).
+// each recording lane takes its slots in chunks, so a run leaves holes (timeline_lane.cuh, TimelineLane).
 inline constexpr std::uint16_t kTimelineHole = 0xffff;
 
 struct Params {
@@ -37,9 +37,9 @@ struct Params {
   // the first launch (the kernel leaves them zero). Launches that may run at the same time need their own.
   int* tile_counter = nullptr;
   // Step 5's tile order: heads whose K/V share the L2. 0: the launcher picks (half the L2's worth of K/V);
-  // a positive value is taken as given (the harness sweeps it).
+  // a positive value is taken as given (tools/fa3_harness sweeps it).
   int heads_per_group = 0;
-  // Timeline (only read by FLASHLAB_FA3_TIMELINE builds): records and an atomic record counter.
+  // Timeline (read only by the kernels built with the timeline hook): records and an atomic record counter.
   ::flashlab::TimelineRecord* timeline = nullptr;
   unsigned* timeline_count = nullptr;
   int timeline_capacity = 0;
@@ -72,8 +72,7 @@ struct BackwardScratchSizes {
   std::int64_t row_stats = 0, dq_accum = 0, semaphores = 0;
 };
 BackwardScratchSizes backward_scratch(int batch, int heads_q, int seq_q, int head_dim);
-// Head dims the backward is compiled for (a subset of kHeadDims; cuda/constraints.hpp).
-using ::flashlab::cuda::fa3_ws::kBackwardHeadDims;
+// (Head dims the backward is compiled for: kBackwardHeadDims, cuda/constraints.hpp.)
 
 // The TMA descriptors of Q, K and V: 4-D (D, H, S, B) views with 128B swizzle, boxes of
 // (64 columns, 1 head, rows, 1 batch). Passed to the kernel as a __grid_constant__ parameter.
@@ -93,9 +92,8 @@ enum class LadderStep : int {
 inline constexpr LadderStep kShippedStep = LadderStep::Persistent;
 inline constexpr int kLadderSteps = 5;
 
-// Head dims with a compiled kernel: the one list of cuda/constraints.hpp (the registry checks problems
-// against it); anything else reaching the launcher is rejected with std::invalid_argument.
-using ::flashlab::cuda::fa3_ws::kHeadDims;
+// Head dims with a compiled kernel: kHeadDims, the one list of cuda/constraints.hpp (the registry checks
+// problems against it); anything else reaching the launcher is rejected with std::invalid_argument.
 
 // A 4-D (D, H, S, B) TMA descriptor over a (B, S, H, D) tensor of 16-bit `dtype` with boxes of
 // (64, 1, box_rows, 1) and 128B swizzle; throws std::runtime_error naming the failing driver call.
@@ -108,9 +106,8 @@ int block_rows(LadderStep step);
 // std::invalid_argument for an unsupported head dim or a GPU that is not compute capability 9.0.
 void launch_forward(DType dtype, const Params&, cudaStream_t stream, LadderStep step = kShippedStep);
 
-// The timeline build: fa3_ws_forward.cu compiled a second time with FLASHLAB_FA3_TIMELINE_ENTRY (its own
-// object, src/cuda/CMakeLists.txt), the kernel of ladder step `step` with the shipped scheduling choices
-// and the timeline hook compiled in. With p.timeline set, the blocks blockIdx.x < kTimelineBlocks write
+// The timeline build (forward_timeline.cu): the kernel of ladder step `step` with the shipped schedule and
+// the timeline hook compiled in. With p.timeline set, the blocks blockIdx.x < kTimelineBlocks write
 // TimelineRecords into it: p.timeline_capacity slots, taken in chunks through the counter
 // *p.timeline_count, which the caller zeroes first (it ends at the slots the lanes asked for, which may
 // exceed the capacity: those events were not recorded). Slots no lane wrote keep what the caller left
@@ -134,4 +131,4 @@ void launch_backward(DType dtype, const Params&, cudaStream_t stream);
 // launch_forward_timeline's do (the dQ writer warp is not recorded). Without dropout; otherwise as launch_backward.
 void launch_backward_timeline(DType dtype, const Params&, cudaStream_t stream);
 
-}  // namespace flashlab::cuda::fa3ws
+}  // namespace flashlab::cuda::fa3_ws

@@ -20,7 +20,7 @@
 
 #include "cuda/fa3_ws/wgmma_ops.cuh"
 
-namespace flashlab::cuda::fa3ws {
+namespace flashlab::cuda::fa3_ws {
 
 namespace ptx = ::cuda::ptx;
 
@@ -252,4 +252,4 @@ __device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
 }
 
-}  // namespace flashlab::cuda::fa3ws
+}  // namespace flashlab::cuda::fa3_ws

@@ -1,12 +1,12 @@
 #pragma once
-// Host-side checks shared by cuda-fa3-ws's forward and backward launchers (fa3_ws_forward.cu,
+// Host-side checks shared by cuda-fa3-ws's forward and backward launchers (fa3_ws/forward_kernel.cuh,
 // fa3_ws_backward.cu): a CUDA runtime call's result, and the GPU the sm_90a kernels need.
 #include <cuda_runtime.h>
 
 #include <stdexcept>
 #include <string>
 
-namespace flashlab::cuda::fa3ws {
+namespace flashlab::cuda::fa3_ws {
 
 inline void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string("cuda-fa3-ws: ") + what + " failed: " + cudaGetErrorString(e));
@@ -25,4 +25,4 @@ inline void require_hopper() {
   }
 }
 
-}  // namespace flashlab::cuda::fa3ws
+}  // namespace flashlab::cuda::fa3_ws

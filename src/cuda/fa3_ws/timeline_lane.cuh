@@ -14,7 +14,7 @@
 #include "cuda/fa3_ws/hopper.cuh"
 #include "model/timeline.hpp"
 
-namespace flashlab::cuda::fa3ws {
+namespace flashlab::cuda::fa3_ws {
 
 constexpr unsigned kTimelineChunk = 128;
 
@@ -53,4 +53,4 @@ struct TimelineLane {
   }
 };
 
-}  // namespace flashlab::cuda::fa3ws
+}  // namespace flashlab::cuda::fa3_ws

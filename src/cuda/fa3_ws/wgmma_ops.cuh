@@ -11,7 +11,7 @@
 // scale_d = 0 overwrites the accumulator (D = A B), 1 accumulates (D += A B).
 #include <cstdint>
 
-namespace flashlab::cuda::fa3ws::wgmma_ops {
+namespace flashlab::cuda::fa3_ws::wgmma_ops {
 
 // D (64 x 32, fp32) (+)= A (64 x 16, smem, K-major) * B (16 x 32, smem, K-major), bf16.
 __device__ __forceinline__ void ss_m64n32k16_bf16(float (&d)[16], std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
@@ -277,4 +277,4 @@ __device__ __forceinline__ void ss_nt_m64n128k16_f16(float (&d)[64], std::uint64
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
-}  // namespace flashlab::cuda::fa3ws::wgmma_ops
+}  // namespace flashlab::cuda::fa3_ws::wgmma_ops

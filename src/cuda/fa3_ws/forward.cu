@@ -1,0 +1,78 @@
+// cuda-fa3-ws forward, what ships: launch_forward (every ladder step, f16 and bf16, with and without
+// dropout; 76 kernels: 2 dtypes x (5 steps x 3 head dims, with and without dropout, and steps 2-5 with the
+// wide K/V blocks of d = 64 and 128)), and the TMA descriptors every launcher builds. The kernel and its parts
+// are in forward_kernel.cuh, which says what changed from cuda-fa2 and why.
+#include <cuda.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "cuda/fa3_ws/forward_kernel.cuh"
+
+namespace flashlab::cuda::fa3_ws {
+namespace {
+
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// The driver's cuTensorMapEncodeTiled, fetched once through the runtime (no link against libcuda).
+EncodeTiledFn encode_tiled() {
+  static const EncodeTiledFn fn = [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    constexpr unsigned kDriverApiVersion = 12000;  // the cuTensorMapEncodeTiled ABI since CUDA 12.0
+    check_cuda(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, kDriverApiVersion, cudaEnableDefault, &status),
+               "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
+    if (status != cudaDriverEntryPointSuccess || ptr == nullptr)
+      throw std::runtime_error("cuda-fa3-ws: the driver has no cuTensorMapEncodeTiled (needs a CUDA 12+ driver)");
+    return reinterpret_cast<EncodeTiledFn>(ptr);
+  }();
+  return fn;
+}
+
+}  // namespace
+
+// TMA needs a 16-byte aligned base and 16-byte multiple strides: a row of one head is d * 2 bytes (128,
+// 256 or 512 for d in {64, 128, 256}), so the S and B strides (H d 2, S H d 2) are multiples of 16 too.
+CUtensorMap make_bshd_tensor_map(const void* base, DType dtype, int batch, int seq, int heads, int head_dim,
+                                 int box_rows) {
+  if (dtype != DType::F16 && dtype != DType::BF16) throw std::invalid_argument("cuda-fa3-ws: dtype must be f16 or bf16");
+  CUtensorMap map{};
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(heads),
+                              static_cast<cuuint64_t>(seq), static_cast<cuuint64_t>(batch)};
+  const cuuint64_t row_bytes = static_cast<cuuint64_t>(head_dim) * kElemBytes;
+  const cuuint64_t strides[3] = {row_bytes, row_bytes * heads, row_bytes * heads * seq};  // bytes, dims 1..3
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(kPanelCols), 1, static_cast<cuuint32_t>(box_rows), 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  const CUresult r = encode_tiled()(&map, dtype == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                                    4, const_cast<void*>(base), dims, strides, box, element_strides,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error("cuda-fa3-ws: cuTensorMapEncodeTiled failed with CUresult " + std::to_string(static_cast<int>(r)) +
+                             " (d=" + std::to_string(head_dim) + ", heads=" + std::to_string(heads) + ", seq=" +
+                             std::to_string(seq) + ", batch=" + std::to_string(batch) + ", box rows=" + std::to_string(box_rows) + ")");
+  return map;
+}
+
+int block_rows(LadderStep step) { return static_cast<int>(step) >= 2 ? 2 * kRowsPerConsumer : kRowsPerConsumer; }
+
+void launch_forward(DType dtype, const Params& p, cudaStream_t stream, LadderStep step) {
+  check_launch(dtype, p);
+  if (p.seq_q == 0 || p.batch == 0 || p.heads_q == 0) return;
+  dispatch_head_dim(p.head_dim, [&]<int D>() {
+    dispatch_step(step, [&]<int kStep>() {
+      auto go = [&]<class T>() {
+        // Dropout keeps the narrow blocks: its keep bits beside a wider S_ij spill (100-160 bytes at steps
+        // 4 and 5, ptxas -v), and dropout is checked for correctness, not raced.
+        if (p.dropout) launch_config<T, D, kStep, true, false, ShippedSchedule<false>>(dtype, p, stream);
+        else with_shipped_schedule<D, kStep>(p, [&]<class S>() { launch_config<T, D, kStep, false, false, S>(dtype, p, stream); });
+      };
+      if (dtype == DType::BF16) go.template operator()<__nv_bfloat16>();
+      else go.template operator()<__half>();
+    });
+  });
+}
+
+}  // namespace flashlab::cuda::fa3_ws

@@ -1,0 +1,115 @@
+#pragma once
+// cuda-fa3-ws forward, its configuration: what a kernel is built with (the ladder step's ideas, the head
+// dim's block shape and stages, the schedule) and the shared-memory layout that follows. Everything here is
+// a compile-time constant; the other parts (forward_kernel.cuh lists them) read it through KernelConfig.
+#include "cuda/fa3_ws/fa3_ws_params.hpp"
+#include "cuda/fa3_ws/hopper.cuh"
+#include "cuda/fa3_ws/warp_roles.cuh"
+#include "cuda/tilings.hpp"
+
+namespace flashlab::cuda::fa3_ws {
+
+inline constexpr float kLn2 = 0.6931471805599453f;
+inline constexpr int kElemBytes = 2;  // fp16 / bf16
+// Named hardware barriers of the forward (0 is __syncthreads): each consumer's own 128-thread barrier, and
+// the ping-pong "my turn" barrier of each consumer (256 threads: 128 sync, 128 of the other arrive).
+inline constexpr int kBarConsumerBase = 1;
+inline constexpr int kBarTurnBase = 3;
+inline constexpr int kBarOBufferBase = 5;  // the O buffer the consumers share at d = 256: "it is free for consumer c"
+
+// The scheduling choices a forward kernel is built with, as one type. What ships is ShippedSchedule: one
+// schedule per head dim, with wide K/V blocks for long keys (below). tools/fa3_harness builds other
+// schedules from the same parts, to race them against it.
+template <bool kQueryBlocksFastestIn, bool kKAheadIn, bool kThreeStagesIn, bool kWideBlocksIn>
+struct Schedule {
+  // One tile per block (steps 1-4): the query blocks of one (batch, head) are numbered in a row, so the
+  // blocks resident at once share a few heads' K/V streams in L2; otherwise heads fastest, which spreads
+  // the ~132 resident blocks over up to 132 heads (at N = 4k only ~2 blocks then read each K/V stream).
+  static constexpr bool kQueryBlocksFastest = kQueryBlocksFastestIn;
+  // The producer issues K_{j+1} before V_j, the order the consumers use them (S_{i,j+1} and P_ij V_j are
+  // issued together), instead of waiting for V_j's empty slot before the next K.
+  static constexpr bool kKAhead = kKAheadIn;
+  // Three K/V stages at d = 128 where O_i has no buffer of its own (steps 1-4): Q 32 KiB + 3 x 64 KiB = 224
+  // KiB fits the 227 KiB.
+  static constexpr bool kThreeStages = kThreeStagesIn;
+  // Wide K/V blocks at d = 64 and 128 (HeadConfig below).
+  static constexpr bool kWideBlocks = kWideBlocksIn;
+};
+// What ships: every idea above, and the wide blocks where the launcher takes them (fa3_ws::takes_wide_blocks,
+// cuda/tilings.hpp: long keys, steps 2-5, no dropout).
+template <bool kWideBlocks>
+using ShippedSchedule = Schedule<true, true, true, kWideBlocks>;
+
+// Per head dim: Bc, the number of K/V stages, and where O_i leaves. d = 256 takes Bc = 64 so that O_i (128
+// fp32 registers per thread), S_ij (32) and P_ij (16, twice under intra-warpgroup overlap) fit in 240
+// registers. d = 64 has shared memory for a third K/V stage; d = 128 too when O_i has no buffer
+// of its own (Schedule::kThreeStages).
+// Long keys (Schedule::kWideBlocks) take wider K/V blocks at d = 64 and 128: Bc = 192 and 160. Every trip around the K/V
+// loop pays fixed costs (barrier and mbarrier waits, the row max and sum shuffles, wgmma fences and
+// waits) that a wider block spreads over more keys: on the H100, +5-8% at d = 128 and up to +12% at
+// d = 64 from N = 4k on, but a loss below N = 2k, where the last block is mostly masked padding
+// (bench/results/h100-fa3-ws-notes.md). 160 is the widest that leaves O_i's own buffer at d = 128 (Q 32 +
+// 2 x (40 + 40) + O 32 = 224 KiB); 176 was no faster at step 4, and 256 spills at d = 64.
+// Where O_i leaves: below step 5, through Q_i's space (Q_i is released after the epilogue). The persistent
+// grid (step 5) gives O_i a buffer of its own, so that Q_i is released as soon as the tile's last S GEMM
+// has read it and the producer loads the next tile's Q while the consumers finish this one: at d <= 128 a
+// (Br, d) buffer (d = 128: Q 32 + O 32 + 2 x 64 KiB); at d = 256 one consumer's (64, d), which the two
+// consumers take in turn (Q 64 + 2 x 64 + O 32 KiB = 224 KiB).
+template <int D, class Sched, bool kPersistent>
+struct HeadConfig {
+  static constexpr int kBc = block_cols(D, Sched::kWideBlocks);  // cuda/tilings.hpp: what the traffic model reads
+  // Rows of O_i's own buffer: 0 (through Q_i's space), Br (both consumers), or 64 (shared in turn).
+  static constexpr int kORows = !kPersistent ? 0 : D <= 128 ? 2 * kRowsPerConsumer : kRowsPerConsumer;
+  static constexpr bool kOBufferShared = kORows == kRowsPerConsumer;
+  static constexpr int kStages = D == 64 || (D == 128 && kBc == 128 && Sched::kThreeStages && kORows == 0) ? 3 : 2;
+};
+
+// Per ladder step: which scheduling ideas are on, and the block shape that follows.
+template <int kStep>
+struct StepConfig {
+  static constexpr bool kWarpSpecialized = kStep >= 2;
+  static constexpr bool kPingPong = kStep >= 3;
+  static constexpr bool kIntraOverlap = kStep >= 4;
+  static constexpr bool kPersistent = kStep >= 5;
+  static constexpr int kConsumers = kWarpSpecialized ? 2 : 1;
+  static constexpr int kBr = kConsumers * kRowsPerConsumer;
+  static constexpr int kThreads = (kConsumers + (kWarpSpecialized ? 1 : 0)) * kWarpgroupThreads;
+};
+
+// Shared memory: Q_i (Br, d), kStages x K_j (Bc, d), kStages x V_j (Bc, d), O_i's buffer (kORows, d) if any,
+// each as 128B-swizzled 64-column panels; then the mbarriers and the tile slot (the persistent producer's
+// word to the consumers: which tile Q_i belongs to).
+template <int D, int kBr, int kBcIn, int kStagesIn, int kORowsIn>
+struct SmemLayout {
+  static constexpr int kBc = kBcIn, kStages = kStagesIn;
+  static constexpr int kQBytes = kBr * D * kElemBytes;
+  static constexpr int kKVBytes = kBc * D * kElemBytes;  // one K or V stage
+  static constexpr int kQOffset = 0;
+  static constexpr int kKOffset = kQOffset + kQBytes;
+  static constexpr int kVOffset = kKOffset + kStages * kKVBytes;
+  static constexpr int kOOffset = kORowsIn > 0 ? kVOffset + kStages * kKVBytes : kQOffset;
+  static constexpr int kOPanelRows = kORowsIn > 0 ? kORowsIn : kBr;  // rows of a panel where O_i is staged
+  static constexpr int kBarOffset = kVOffset + kStages * kKVBytes + kORowsIn * D * kElemBytes;
+  // Barriers: Q full / empty, then K full, K empty, V full, V empty per stage.
+  static constexpr int kQFull = 0, kQEmpty = 1, kKFull = 2, kKEmpty = kKFull + kStages, kVFull = kKEmpty + kStages,
+                       kVEmpty = kVFull + kStages, kNumBarriers = kVEmpty + kStages;
+  static constexpr int kTileSlotOffset = kBarOffset + kNumBarriers * 8;
+  // The dynamic shared window is only 16-byte aligned: ask for one swizzle atom more and align up.
+  static constexpr int kBytes = kTileSlotOffset + 8 + kSwizzleAtomBytes;
+  static_assert(kQBytes % kSwizzleAtomBytes == 0 && kKVBytes % kSwizzleAtomBytes == 0, "tiles stay 1024-aligned");
+  static_assert(kBytes <= kMaxSmemBytes, "Q, the K/V stages, O and the barriers must fit 227 KiB");
+};
+
+template <class T, int D, int kStep, class Sched>
+struct KernelConfig : StepConfig<kStep>, HeadConfig<D, Sched, StepConfig<kStep>::kPersistent> {
+  using Step = StepConfig<kStep>;
+  using Head = HeadConfig<D, Sched, Step::kPersistent>;
+  using Smem = SmemLayout<D, Step::kBr, Head::kBc, Head::kStages, Head::kORows>;
+  // The shipped step is what cuda/tilings.hpp describes to the traffic model (fa3_ws::forward_tiling).
+  static_assert(kStep != static_cast<int>(kShippedStep) ||
+                    (Step::kBr == forward_tiling(D, 0, false).Br &&
+                     Step::kThreads == forward_tiling(D, 0, false).warps * 32),
+                "cuda/tilings.hpp describes the shipped step's block");
+};
+
+}  // namespace flashlab::cuda::fa3_ws

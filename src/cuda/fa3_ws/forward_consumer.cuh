@@ -1,0 +1,375 @@
+#pragma once
+// cuda-fa3-ws forward, its consumers: the mainloop (S_ij = Q_i K_j^T, the mask, the online softmax,
+// O_i += P_ij V_j, in the ladder step's order) and the epilogue (O_i and L_i out), for one warpgroup's 64
+// query rows of a tile.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "core/mask.hpp"
+#include "core/philox.hpp"
+#include "cuda/fa3_ws/fa3_ws_params.hpp"
+#include "cuda/fa3_ws/forward_config.cuh"
+#include "cuda/fa3_ws/hopper.cuh"
+#include "cuda/fa3_ws/online_softmax.cuh"
+#include "cuda/fa3_ws/producer.cuh"
+#include "cuda/fa3_ws/tile_scheduler.cuh"
+#include "cuda/fa3_ws/timeline_lane.cuh"
+#include "model/timeline.hpp"
+
+namespace flashlab::cuda::fa3_ws {
+
+template <class T, int D, int kStep, bool kDropout, bool kTimeline, class Sched>
+struct Consumer {
+  using Cfg = KernelConfig<T, D, kStep, Sched>;
+  using Smem = typename Cfg::Smem;
+  using TL = TimelineLane<kTimeline>;
+  static constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kStages = Cfg::kStages;
+  static constexpr int kNS = kBc / 2;   // S_ij accumulator floats per thread: (64, Bc)
+  static constexpr int kNO = D / 2;     // O_i accumulator floats per thread: (64, d)
+  static constexpr int kKSteps = kBc / 16;  // k-steps of P_ij V_j
+
+  const Params& p;
+  const Loader<Cfg>* loader;  // used by ladder step 1 only (no producer warpgroup)
+  unsigned char* smem;
+  std::uint64_t* bars;
+  int c;    // consumer index: rows 64 c .. 64 c + 63 of the tile
+  int wg;   // warpgroup index in the block (for the timeline)
+  int tid;  // thread index within the warpgroup
+  int warp, g, t;  // warp in the warpgroup, lane / 4, lane % 4
+  mutable TL tl{};  // this warpgroup's timeline lane (thread 0 records)
+
+  __device__ std::uint32_t q_addr() const { return smem_u32(smem + Smem::kQOffset) + c * kRowsPerConsumer * kPanelRowBytes; }
+  __device__ std::uint32_t k_addr(int stage) const { return smem_u32(smem + Smem::kKOffset + stage * Smem::kKVBytes); }
+  __device__ std::uint32_t v_addr(int stage) const { return smem_u32(smem + Smem::kVOffset + stage * Smem::kKVBytes); }
+  __device__ bool issues_loads() const { return !Cfg::kWarpSpecialized && tid == 0; }
+
+  // Ping-pong: wait for this consumer's turn / hand the turn to the other one.
+  __device__ void turn_wait() const {
+    if constexpr (Cfg::kPingPong) {
+      const std::uint64_t t0 = TL::now();
+      named_barrier_sync(kBarTurnBase + c, 2 * kWarpgroupThreads);
+      tl.waited(p, t0, TL::now());
+    }
+  }
+  __device__ void turn_pass() const {
+    if constexpr (Cfg::kPingPong) named_barrier_arrive(kBarTurnBase + (1 - c), 2 * kWarpgroupThreads);
+  }
+  __device__ void wait_full(int bar, std::uint32_t phase) const {
+    const std::uint64_t t0 = TL::now();
+    mbar_wait(&bars[bar], phase);
+    const std::uint64_t t1 = TL::now();
+    tl.waited(p, t0, t1);
+    tl.instant(p, PipelineEvent::TmaLanded, t1);
+  }
+  // One arrival per consumer warp (the empty barriers count 4 per consumer), after its wgmma's waited.
+  __device__ void release(int bar) const {
+    __syncwarp();
+    if (tid % 32 == 0) mbar_arrive(&bars[bar]);
+  }
+  // Q_i's space is free once the tile's last S GEMM has read it, when O_i has a buffer of its own (else
+  // the epilogue releases it, after O_i has gone out through it).
+  __device__ void release_q_after_last_s() const {
+    if constexpr (Cfg::kORows > 0) release(Smem::kQEmpty);
+  }
+
+  // S_ij = Q_i K_j^T  // (64, Bc) per consumer; both operands K-major in shared memory.
+  __device__ void issue_s(float (&s)[kNS], int stage) const {
+    // Opaque bases: the 2 D / 16 descriptors are recomputed at each issue instead of being hoisted out of
+    // the K/V loop and held live (d = 256 step 5: 232 -> 136 bytes spilled; with tid opaque too: 0).
+    const std::uint32_t qa = opaque(q_addr()), ka = opaque(k_addr(stage));
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      wgmma_ss<T, kBc>(s, desc_k_major(qa, kBr, kk), desc_k_major(ka, kBc, kk), kk > 0 ? 1 : 0);
+  }
+  // O_i += P_ij V_j  // (64, d) += (64, Bc) (Bc, d); P_ij from registers, V_j MN-major in shared memory.
+  __device__ void issue_pv(float (&o)[kNO], const std::uint32_t (&pf)[kKSteps][4], int stage) const {
+    const std::uint32_t va = opaque(v_addr(stage));
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) wgmma_rs<T, D>(o, pf[ks], desc_mn_major(va, kBc, ks), 1);
+  }
+
+  // Rows of this thread (half hf): tile row0 + 64 c + 16 warp + g + 8 hf.
+  __device__ int row_of(const Tile& tile, int hf) const { return tile.row0 + c * kRowsPerConsumer + 16 * warp + g + 8 * hf; }
+
+  // Mask (only tiles crossing the diagonal or the end of the keys), online softmax, dropout, and P_ij
+  // packed as the A fragments of the next GEMM: k-step ks is S columns 16 ks .. 16 ks + 15, i.e.
+  // accumulator n-tiles 2 ks and 2 ks + 1, which is exactly m16n8k16's A layout per warp.
+  // Returns whether O_i needs rescaling (OnlineSoftmax::online_softmax).
+  __device__ bool softmax_block(float (&s)[kNS], const Tile& tile, int j, OnlineSoftmax<kBc>& sm, float (&corr)[2]) const {
+    const std::uint64_t t0 = TL::now();
+    const int col0 = j * kBc;
+    const float mask_val = p.scale_log2 >= 0.f ? -INFINITY : INFINITY;
+    const int row_lo = tile.row0 + c * kRowsPerConsumer;
+    if (tile_needs_mask(p.align, row_lo, col0 + kBc, p.seq_q, p.seq_k)) {
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        // Columns of this thread are col0 + 8 i + 2 t + e: compare with the tile-relative limit.
+        const int last = last_visible_key(p.align, row_of(tile, hf), p.seq_q, p.seq_k) - col0 - 2 * t;
+#pragma unroll
+        for (int i = 0; i < kNS / 4; ++i) {
+          if (8 * i > last) s[4 * i + 2 * hf] = mask_val;
+          if (8 * i + 1 > last) s[4 * i + 2 * hf + 1] = mask_val;
+        }
+      }
+    }
+    const bool needs_rescale = sm.online_softmax(s, p.scale_log2, corr);
+    // Dropout acts on P_ij after its row sum (l_i normalizes the undropped softmax): keep / (1 - p).
+    // The keep bits are drawn first, one Philox call at a time in a rolled loop (bit 2 i + e of
+    // keep[hf] is column col0 + 8 i + 2 t + e), then applied with constant shifts: unrolled, the
+    // calls' temporaries were live at once and spilled beside S_ij, O_i and P_ij (ptxas -v).
+    if constexpr (kDropout) {
+      std::uint32_t keep[2] = {0u, 0u};
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int row = row_of(tile, hf);
+#pragma unroll 1
+        for (int i = 0; i < kNS / 4; ++i) {
+          // Columns col0 + 8 i + 2 t + {0, 1} are draws 2 (t % 2) + {0, 1} of group (col0 + 8 i + 2 t) / 4.
+          const Philox4 r = dropout_draws4(p.seed, tile.b, tile.h, row, (col0 + 8 * i + 2 * t) >> 2);
+          const std::uint32_t u0 = (t & 1) ? r.x[2] : r.x[0], u1 = (t & 1) ? r.x[3] : r.x[1];
+          keep[hf] |= (static_cast<std::uint32_t>(u0 >= p.drop_threshold) | (static_cast<std::uint32_t>(u1 >= p.drop_threshold) << 1))
+                      << (2 * i);
+        }
+      }
+      static_assert(kNS / 2 <= 32, "two keep bits per n-tile fit one word per row");
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+        for (int i = 0; i < kNS / 4; ++i) {
+          s[4 * i + 2 * hf] *= (keep[hf] >> (2 * i)) & 1u ? p.drop_rescale : 0.f;
+          s[4 * i + 2 * hf + 1] *= (keep[hf] >> (2 * i + 1)) & 1u ? p.drop_rescale : 0.f;
+        }
+    }
+    tl.span(p, PipelineEvent::Softmax, t0);
+    return needs_rescale;
+  }
+  // P_ij (fp32, in S_ij's registers) -> the A fragments of P_ij V_j. Under intra-warpgroup overlap this
+  // runs only after the previous P V has been waited: packed while that GEMM was in flight (into a second
+  // array copied over at the loop's end), ptxas coalesced the copy away, so the packing defined the
+  // running wgmma's A registers and ptxas serialized every wgmma of the kernel (C7513). An empty asm
+  // "use" after the wait does not prevent that: it emits no PTX, so ptxas never sees it.
+  __device__ static void pack_p(const float (&s)[kNS], std::uint32_t (&pf)[kKSteps][4]) {
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      pf[ks][0] = pack2<T>(s[8 * ks + 0], s[8 * ks + 1]);
+      pf[ks][1] = pack2<T>(s[8 * ks + 2], s[8 * ks + 3]);
+      pf[ks][2] = pack2<T>(s[8 * ks + 4], s[8 * ks + 5]);
+      pf[ks][3] = pack2<T>(s[8 * ks + 6], s[8 * ks + 7]);
+    }
+  }
+
+  // The K/V loop of one tile: block 0's S first, then per block j >= 1 S_ij and P_{i,j-1} V_{j-1}
+  // issued together, then the last P V. `kv_iter` numbers the tile's first K/V block in the pipeline.
+  __device__ void mainloop(const Tile& tile, std::uint32_t kv_iter, float (&o)[kNO], OnlineSoftmax<kBc>& sm) const {
+    const int n = tile.n_blocks;
+    auto stage_of = [&](int j) { return static_cast<int>((kv_iter + j) % kStages); };
+    auto phase_of = [&](int j) { return ((kv_iter + j) / kStages) & 1u; };
+    // S_ij is declared afresh per block (never carried around the loop): carried, NVVM gave the masked /
+    // exponentiated values the S accumulator's own PTX registers, written while P V was still in flight,
+    // and ptxas serialized every wgmma of the kernel (C7513). Its first k-step overwrites (scale_d = 0).
+    std::uint32_t pf[kKSteps][4];   // P_ij as A fragments  // (64, Bc) in T
+    float corr[2];
+
+    // Block 0: S_i0 = Q_i K_0^T.
+    wait_full(Smem::kKFull + stage_of(0), phase_of(0));
+    turn_wait();
+    std::uint64_t t0 = TL::now();
+    float s[kNS];  // S_i0  // (64, Bc)
+    wgmma_fence();
+    issue_s(s, stage_of(0));
+    wgmma_commit_group();
+    tl.instant(p, PipelineEvent::WgmmaIssue, t0);
+    turn_pass();
+    t0 = TL::now();
+    wgmma_wait_group<0>();
+    reg_fence(s);
+    tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
+    release(Smem::kKEmpty + stage_of(0));
+    if (n == 1) release_q_after_last_s();
+    (void)softmax_block(s, tile, 0, sm, corr);  // O_i is still 0: no rescale
+    pack_p(s, pf);
+
+    for (int j = 1; j < n; ++j) {
+      if (issues_loads() && j + kStages - 1 < n) loader->template load_kv<true>(tile, j + kStages - 1, kv_iter + j + kStages - 1, tl, p);
+      wait_full(Smem::kKFull + stage_of(j), phase_of(j));
+      wait_full(Smem::kVFull + stage_of(j - 1), phase_of(j - 1));
+      turn_wait();
+      t0 = TL::now();
+      float s[kNS];  // S_ij  // (64, Bc)
+      reg_fence(o);
+      reg_fence(pf);
+      wgmma_fence();
+      issue_s(s, stage_of(j));
+      wgmma_commit_group();
+      issue_pv(o, pf, stage_of(j - 1));
+      wgmma_commit_group();
+      tl.instant(p, PipelineEvent::WgmmaIssue, t0);
+      turn_pass();
+      if constexpr (Cfg::kIntraOverlap) {
+        // S_ij has landed; P_{i,j-1} V_{j-1} may still run while the softmax of block j does (in place,
+        // fp32); P_ij is packed only once that GEMM is done (pack_p says why).
+        t0 = TL::now();
+        wgmma_wait_group<1>();
+        reg_fence(s);
+        tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
+        release(Smem::kKEmpty + stage_of(j));
+        if (j == n - 1) release_q_after_last_s();
+        const bool needs_rescale = softmax_block(s, tile, j, sm, corr);
+        t0 = TL::now();
+        wgmma_wait_group<0>();
+        reg_fence(o);
+        tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
+        release(Smem::kVEmpty + stage_of(j - 1));
+        if (issues_loads() && j + kStages - 1 < n) loader->template load_kv<false>(tile, j + kStages - 1, kv_iter + j + kStages - 1, tl, p);
+        pack_p(s, pf);
+        // The dropout kernels rescale every block: the predicate kept live beside the keep bits spilled
+        // 4 bytes at d = 128 (ptxas -v), and dropout is checked for correctness, not raced.
+        if (kDropout || needs_rescale) OnlineSoftmax<kBc>::rescale(o, corr);
+      } else {
+        t0 = TL::now();
+        wgmma_wait_group<0>();
+        reg_fence(s);
+        reg_fence(o);
+        reg_fence(pf);
+        tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
+        release(Smem::kKEmpty + stage_of(j));
+        release(Smem::kVEmpty + stage_of(j - 1));
+        if (j == n - 1) release_q_after_last_s();
+        if (issues_loads() && j + kStages - 1 < n) loader->template load_kv<false>(tile, j + kStages - 1, kv_iter + j + kStages - 1, tl, p);
+        const bool needs_rescale = softmax_block(s, tile, j, sm, corr);
+        pack_p(s, pf);
+        if (needs_rescale) OnlineSoftmax<kBc>::rescale(o, corr);
+      }
+    }
+
+    // The last P_{i,n-1} V_{n-1}.
+    wait_full(Smem::kVFull + stage_of(n - 1), phase_of(n - 1));
+    turn_wait();
+    reg_fence(o);
+    reg_fence(pf);
+    wgmma_fence();
+    issue_pv(o, pf, stage_of(n - 1));
+    wgmma_commit_group();
+    turn_pass();
+    t0 = TL::now();
+    wgmma_wait_group<0>();
+    reg_fence(o);
+    reg_fence(pf);
+    tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
+    release(Smem::kVEmpty + stage_of(n - 1));
+  }
+
+  // ---- epilogue ----
+  // O_i = diag(l_i)^-1 O_i -> T, through this consumer's rows of O_i's (swizzled) staging space (its own
+  // buffer, the buffer the consumers share in turn, or Q_i's), then 16-byte coalesced stores with a row
+  // guard; L_i straight from the registers. Releases Q_i's space last when O_i went out through it.
+  __device__ void epilogue(const Tile& tile, float (&o)[kNO], const OnlineSoftmax<kBc>& sm) const {
+    const std::uint64_t t0 = TL::now();
+    float inv_l[2], lse[2];
+    sm.finalize(inv_l, lse);
+    unsigned char* os = smem + Smem::kOOffset;
+    // Staging row of this consumer's first row: its own 64 rows of a (Br, d) space, or the shared (64, d) one.
+    const int stage_row0 = Cfg::kOBufferShared ? 0 : c * kRowsPerConsumer;
+    if constexpr (Cfg::kOBufferShared) {  // wait until the other consumer has read its O out of the buffer
+      const std::uint64_t tw = TL::now();
+      named_barrier_sync(kBarOBufferBase + c, 2 * kWarpgroupThreads);
+      tl.waited(p, tw, TL::now());
+    }
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = stage_row0 + 16 * warp + g + 8 * hf;  // staging row
+#pragma unroll
+      for (int i = 0; i < kNO / 4; ++i)
+        *reinterpret_cast<std::uint32_t*>(os + swizzle128_offset(r, 8 * i + 2 * t, Smem::kOPanelRows)) =
+            pack2<T>(o[4 * i + 2 * hf] * inv_l[hf], o[4 * i + 2 * hf + 1] * inv_l[hf]);
+      const int row = row_of(tile, hf);
+      if (t == 0 && row < p.seq_q)
+        p.lse[(static_cast<std::int64_t>(tile.b) * p.heads_q + tile.h) * p.seq_q + row] = lse[hf];
+    }
+    named_barrier_sync(kBarConsumerBase + c, kWarpgroupThreads);
+    constexpr int kChunksPerRow = D / 8;  // 16-byte chunks
+    T* o_base = static_cast<T*>(p.o);
+#pragma unroll
+    for (int idx = tid; idx < kRowsPerConsumer * kChunksPerRow; idx += kWarpgroupThreads) {
+      const int r = idx / kChunksPerRow, ch = idx % kChunksPerRow;
+      const int row = tile.row0 + c * kRowsPerConsumer + r;
+      if (row < p.seq_q) {
+        const uint4 v = *reinterpret_cast<const uint4*>(os + swizzle128_offset(stage_row0 + r, ch * 8, Smem::kOPanelRows));
+        const std::int64_t off = ((static_cast<std::int64_t>(tile.b) * p.seq_q + row) * p.heads_q + tile.h) * D + ch * 8;
+        *reinterpret_cast<uint4*>(o_base + off) = v;
+      }
+    }
+    named_barrier_sync(kBarConsumerBase + c, kWarpgroupThreads);  // every read of O_i's space is done
+    if constexpr (Cfg::kORows == 0) release(Smem::kQEmpty);
+    if constexpr (Cfg::kOBufferShared) named_barrier_arrive(kBarOBufferBase + (1 - c), 2 * kWarpgroupThreads);
+    tl.span(p, PipelineEvent::Epilogue, t0);
+  }
+
+  // One tile: its K/V loop, then the epilogue. Q_i has landed; `kv_iter` numbers its first K/V block.
+  __device__ void run_tile(const Tile& tile, std::uint32_t kv_iter) const {
+    float o[kNO];  // O_i  // (64, d) per consumer, unnormalized
+#pragma unroll
+    for (int i = 0; i < kNO; ++i) o[i] = 0.f;
+    OnlineSoftmax<kBc> sm;
+    sm.init();
+    if (tile.n_blocks > 0) mainloop(tile, kv_iter, o, sm);
+    else release_q_after_last_s();  // no S GEMM reads Q_i
+    epilogue(tile, o, sm);
+  }
+
+  // Every tile of this block: one (blockIdx.x) below step 5; at step 5, each tile the producer announces
+  // in the tile slot with Q_i, until it announces total_tiles (no more).
+  __device__ void run(int total_tiles) const {
+    if constexpr (Cfg::kPingPong) {
+      if (c == 1) turn_pass();  // consumer 0 goes first
+    }
+    if constexpr (Cfg::kOBufferShared) {
+      if (c == 1) named_barrier_arrive(kBarOBufferBase, 2 * kWarpgroupThreads);  // and takes the O buffer first
+    }
+    if constexpr (Cfg::kPersistent) {
+      std::uint32_t kv_iter = 0;
+      for (std::uint32_t tile_iter = 0;; ++tile_iter) {
+        const std::uint64_t t0 = TL::now();
+        mbar_wait(&bars[Smem::kQFull], tile_iter & 1);
+        const std::uint64_t t1 = TL::now();
+        const int ti = *reinterpret_cast<volatile const int*>(smem + Smem::kTileSlotOffset);
+        if (ti >= total_tiles) break;  // the producer's "no more tiles": no Q landed, nothing to record
+        tl.waited(p, t0, t1);
+        tl.instant(p, PipelineEvent::TmaLanded, t1);
+        const Tile tile = make_tile<kBr, kBc, tile_order<Sched, true>()>(p, ti);
+        // The per-thread shared-memory addresses and fragment coordinates are the same for every tile, and
+        // hoisted out of this loop they stayed live across it (64 epilogue offsets, the descriptors) and
+        // spilled 68 bytes at d = 128. Passing them through an opaque move per tile keeps them where they
+        // are used (d = 128: no spill; d = 256: tid too, with the opaque descriptor bases: no spill).
+        Consumer self = *this;
+        self.smem = opaque(smem);
+        self.bars = opaque(bars);
+        self.warp = opaque(warp);
+        self.g = opaque(g);
+        self.t = opaque(t);
+        self.c = opaque(c);
+        self.tid = opaque(tid);
+        self.run_tile(tile, kv_iter);
+        kv_iter += tile.n_blocks;
+        tl = self.tl;  // the timeline lane's slot state goes on to the next tile
+      }
+    } else {
+      const Tile tile = make_tile<kBr, kBc, tile_order<Sched, false>()>(p, static_cast<int>(blockIdx.x));
+      if (issues_loads()) {  // ladder step 1: this warpgroup is its own producer
+        loader->load_q(tile, 0, tl, p);
+        for (int j = 0; j < kStages && j < tile.n_blocks; ++j) {
+          loader->template load_kv<true>(tile, j, j, tl, p);
+          loader->template load_kv<false>(tile, j, j, tl, p);
+        }
+      }
+      wait_full(Smem::kQFull, 0);  // also when n = 0: O_i may go out through Q_i's space
+      run_tile(tile, 0);
+    }
+  }
+};
+
+// ---- kernel ------------------------------------------------------------------------------------------------------
+
+}  // namespace flashlab::cuda::fa3_ws

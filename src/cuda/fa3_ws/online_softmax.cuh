@@ -1,0 +1,100 @@
+#pragma once
+// cuda-fa3-ws forward, its online softmax: the running row max m_i and sum l_i of one consumer thread's two
+// rows, P_ij from S_ij, the rescale of O_i when a max moves, and L_i at the end.
+#include <cmath>
+
+#include "cuda/fa3_ws/forward_config.cuh"
+#include "cuda/fa3_ws/hopper.cuh"
+
+namespace flashlab::cuda::fa3_ws {
+
+
+// The online softmax of one consumer thread's two rows (r = 16 warp + lane / 4 and r + 8 of its
+// warpgroup's 64). A wgmma accumulator of 64 x N holds, per thread, d[4i + {0,1}] at row r, columns
+// 8i + 2 (lane % 4) + {0,1}, and d[4i + {2,3}] at row r + 8: the four lanes of a quad share a row.
+template <int kCols>
+struct OnlineSoftmax {
+  static constexpr int kN = kCols / 2;  // accumulator floats per thread
+  float m[2];  // m_i: running max of scale * S_ij, in log2 units
+  float l[2];  // l_i: this thread's part of the running row sum (quad-summed in finalize)
+
+  __device__ void init() {
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.f;
+  }
+
+  // The max a row exponentiates against may lag its true running max by up to this much (log2 units: P
+  // entries up to 2^8 = 256, far inside fp32 sums and fp16 / bf16 P): O_i and l_i need rescaling only when
+  // some row's max rises by more, which on most rows happens only in the first block or two.
+  static constexpr float kMaxLag = 8.f;
+
+  // S_ij (raw, masked entries = mask_val) -> unnormalized P_ij = exp2(scale_log2 S - m_i) in place; m_i,
+  // l_i updated; corr = exp2(m_old - m_new), the factor O_i must be rescaled by (1 for a row whose m_i did
+  // not move). m_i moves only when the block's scaled max exceeds it by more than kMaxLag (or it was -inf).
+  // Returns whether O_i needs the rescale: some row of this warp has corr != 1 (the same answer in every
+  // lane, so the branch on it does not diverge). The scale is folded into one FFMA per element. For a
+  // negative scale the row's largest scaled score is its smallest raw one (mask_val is +inf then).
+  __device__ bool online_softmax(float (&s)[kN], float scale_log2, float (&corr)[2]) {
+    const bool positive = scale_log2 >= 0.f;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float raw = s[2 * hf];
+      if (positive) {
+#pragma unroll
+        for (int i = 0; i < kN / 4; ++i) raw = fmaxf(raw, fmaxf(s[4 * i + 2 * hf], s[4 * i + 2 * hf + 1]));
+        raw = fmaxf(raw, __shfl_xor_sync(0xffffffffu, raw, 1));
+        raw = fmaxf(raw, __shfl_xor_sync(0xffffffffu, raw, 2));
+      } else {
+#pragma unroll
+        for (int i = 0; i < kN / 4; ++i) raw = fminf(raw, fminf(s[4 * i + 2 * hf], s[4 * i + 2 * hf + 1]));
+        raw = fminf(raw, __shfl_xor_sync(0xffffffffu, raw, 1));
+        raw = fminf(raw, __shfl_xor_sync(0xffffffffu, raw, 2));
+      }
+      const bool all_masked = positive ? raw == -INFINITY : raw == INFINITY;
+      const float block_max = all_masked ? -INFINITY : raw * scale_log2;
+      const bool moves = block_max > m[hf] + kMaxLag;  // -inf + kMaxLag = -inf: the first visible key moves it
+      const float m_new = moves ? block_max : m[hf];
+      // A row that has seen only masked keys keeps m = -inf: subtract 0 then, so exp2 gives 0, not NaN.
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      corr[hf] = moves ? fast_exp2(m[hf] - m_use) : 1.f;
+      m[hf] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int i = 0; i < kN / 4; ++i) {
+        s[4 * i + 2 * hf] = fast_exp2(fmaf(s[4 * i + 2 * hf], scale_log2, -m_use));
+        s[4 * i + 2 * hf + 1] = fast_exp2(fmaf(s[4 * i + 2 * hf + 1], scale_log2, -m_use));
+        sum += s[4 * i + 2 * hf] + s[4 * i + 2 * hf + 1];
+      }
+      l[hf] = l[hf] * corr[hf] + sum;
+    }
+    return __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f);
+  }
+
+  // O_i = diag(corr) O_i (D/2 FMULs per thread), when online_softmax says some row of the warp needs it.
+  // Done unconditionally it was the largest non-GEMM cost per K/V block at d = 256 (128 FMULs against 32
+  // exponentials), and the branch sits after the P V wait, not between the softmax and a GEMM issue.
+  template <int kOut>
+  __device__ static void rescale(float (&o)[kOut], const float (&corr)[2]) {
+#pragma unroll
+    for (int i = 0; i < kOut / 4; ++i) {
+      o[4 * i] *= corr[0];
+      o[4 * i + 1] *= corr[0];
+      o[4 * i + 2] *= corr[1];
+      o[4 * i + 3] *= corr[1];
+    }
+  }
+
+  // 1 / l_i (0 for a row that saw no key: O = 0) and L_i = (m_i + log2 l_i) ln 2 (-inf for such a row).
+  __device__ void finalize(float (&inv_l)[2], float (&lse)[2]) const {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float sum = l[hf];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      inv_l[hf] = sum > 0.f ? 1.f / sum : 0.f;
+      lse[hf] = sum > 0.f ? (m[hf] + log2f(sum)) * kLn2 : -INFINITY;
+    }
+  }
+};
+
+}  // namespace flashlab::cuda::fa3_ws

@@ -1,0 +1,66 @@
+#pragma once
+// cuda-fa3-ws forward, its producer: the TMA copies of Q_i and of each K_j and V_j into their stages, issued
+// by one thread, each after its stage is released and announced on its full barrier.
+#include "cuda/fa3_ws/fa3_ws_params.hpp"
+#include "cuda/fa3_ws/hopper.cuh"
+#include "cuda/fa3_ws/tile_scheduler.cuh"
+#include "model/timeline.hpp"
+
+namespace flashlab::cuda::fa3_ws {
+
+// Issues the TMA copies of a tile (one thread). Each copy first waits for its stage to be released
+// (the empty barrier's previous phase), then announces its bytes on the full barrier.
+template <class Cfg>
+struct Loader {
+  using Smem = typename Cfg::Smem;
+  static constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kStages = Cfg::kStages;
+  static constexpr int kPanels = Smem::kQBytes / (kBr * kPanelRowBytes);  // d / 64
+  const TmaMaps* maps;
+  unsigned char* smem;
+  std::uint64_t* bars;
+
+  // Q_i (Br, d): once per tile, into Q_i's space once the consumers have released it. `tl` records the
+  // wait for the empty slot and the issue.
+  template <class Lane>
+  __device__ void wait_q_empty(std::uint32_t tile_iter, Lane& tl, const Params& p) const {
+    const std::uint64_t t0 = Lane::now();
+    mbar_wait(&bars[Smem::kQEmpty], (tile_iter & 1) ^ 1);
+    tl.waited(p, t0, Lane::now());
+  }
+  template <class Lane>
+  __device__ void issue_q(const Tile& tile, Lane& tl, const Params& p) const {
+    tl.instant(p, PipelineEvent::TmaIssue, Lane::now());
+    mbar_arrive_expect_tx(&bars[Smem::kQFull], Smem::kQBytes);
+#pragma unroll
+    for (int pnl = 0; pnl < kPanels; ++pnl)
+      tma_load_4d(smem + Smem::kQOffset + pnl * kBr * kPanelRowBytes, &maps->q, pnl * kPanelCols, tile.h, tile.row0,
+                  tile.b, &bars[Smem::kQFull]);
+  }
+  template <class Lane>
+  __device__ void load_q(const Tile& tile, std::uint32_t tile_iter, Lane& tl, const Params& p) const {
+    wait_q_empty(tile_iter, tl, p);
+    issue_q(tile, tl, p);
+  }
+  // K_j or V_j (Bc, d) into stage (iter % kStages); `iter` counts K/V blocks over the block's whole life.
+  template <bool kIsK, class Lane>
+  __device__ void load_kv(const Tile& tile, int j, std::uint32_t iter, Lane& tl, const Params& p) const {
+    const int stage = static_cast<int>(iter % kStages);
+    const std::uint32_t phase = (iter / kStages) & 1;
+    const int empty = (kIsK ? Smem::kKEmpty : Smem::kVEmpty) + stage, full = (kIsK ? Smem::kKFull : Smem::kVFull) + stage;
+    unsigned char* dst = smem + (kIsK ? Smem::kKOffset : Smem::kVOffset) + stage * Smem::kKVBytes;
+    const CUtensorMap* map = kIsK ? &maps->k : &maps->v;
+    const std::uint64_t t0 = Lane::now();
+    mbar_wait(&bars[empty], phase ^ 1);
+    const std::uint64_t t1 = Lane::now();
+    tl.waited(p, t0, t1);
+    tl.instant(p, PipelineEvent::TmaIssue, t1);
+    mbar_arrive_expect_tx(&bars[full], Smem::kKVBytes);
+#pragma unroll
+    for (int pnl = 0; pnl < kPanels; ++pnl)
+      tma_load_4d(dst + pnl * kBc * kPanelRowBytes, map, pnl * kPanelCols, tile.h_kv, j * kBc, tile.b, &bars[full]);
+  }
+};
+
+// ---- softmax ----------------------------------------------------------------------------------------------------
+
+}  // namespace flashlab::cuda::fa3_ws
