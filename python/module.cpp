@@ -5,6 +5,7 @@
 //  * NumPy arrays are copied in and out (host_buffers.hpp): any variant, CUDA ones through the host path;
 //  * DLPack tensors in GPU memory are read and written in place (dlpack_tensors.hpp): CUDA variants.
 // Bad input (InputError, one sentence) becomes ValueError; failures of the device become RuntimeError.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -20,6 +21,7 @@
 #include "host_buffers.hpp"
 #include "registry/check.hpp"
 #include "registry/variants.hpp"
+#include "registry/verify.hpp"
 
 namespace flashlab::python {
 namespace {
@@ -299,6 +301,109 @@ py::dict within_tolerance(const py::buffer& out, const py::buffer& ref, const st
   return result;
 }
 
+// ---- flashlab.verify: the caller's Python functions as the kernel under test ----------------------------------
+// The functions get and return float64 NumPy arrays, (B, S, H, D) and (B, H, S_q) for the LSE;
+// flashlab/__init__.py casts them to each case's dtype and layout around the caller's own function. A
+// NotImplementedError from it is a refusal (the case is listed, not failed); any other exception fails the case.
+
+py::array_t<double> to_numpy(const HostTensor& t) { return py::array_t<double>(t.dims, t.data.data()); }
+
+HostTensor from_numpy(const py::handle& value, const std::string& what) {
+  const auto a = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(value);
+  if (!a) throw std::runtime_error(what + " is not an array of numbers");
+  HostTensor t(std::vector<std::int64_t>(a.shape(), a.shape() + a.ndim()));
+  std::copy(a.data(), a.data() + a.size(), t.data.begin());
+  return t;
+}
+
+// Calls f, turning its NotImplementedError into a KernelRefusal.
+template <class F>
+auto calling_python(F&& f) {
+  try {
+    return f();
+  } catch (py::error_already_set& e) {
+    if (e.matches(PyExc_NotImplementedError)) throw KernelRefusal(py::str(e.value()).cast<std::string>());
+    throw;
+  }
+}
+
+py::dict verify_python(const py::function& forward, const py::object& backward, const std::string& name,
+                       const std::vector<std::string>& dtypes, const std::vector<int>& head_dims,
+                       const std::string& suite, std::uint64_t seed) {
+  KernelUnderTest kernel;
+  kernel.name = name;
+  const auto options = [](const Problem& p, DType dtype) {
+    return py::make_tuple(to_string(dtype), to_string(p.options.causal), p.softmax_scale());
+  };
+  kernel.forward = [&](const Problem& p, DType dtype, const Qkv& in) {
+    return calling_python([&] {
+      const py::tuple result = forward(to_numpy(in.q), to_numpy(in.k), to_numpy(in.v), *options(p, dtype));
+      ForwardOut out;
+      out.o = from_numpy(result[0], "the output O");
+      if (!result[1].is_none()) out.lse = from_numpy(result[1], "the LSE");
+      return out;
+    });
+  };
+  if (!backward.is_none())
+    kernel.backward = [&](const Problem& p, DType dtype, const Qkv& in, const ForwardOut& fwd, const HostTensor& d_o) {
+      return calling_python([&] {
+        const py::tuple g = backward(to_numpy(in.q), to_numpy(in.k), to_numpy(in.v), to_numpy(fwd.o), to_numpy(fwd.lse),
+                                     to_numpy(d_o), *options(p, dtype));
+        return Grads{from_numpy(g[0], "dq"), from_numpy(g[1], "dk"), from_numpy(g[2], "dv")};
+      });
+    };
+  VerifyRequest request;
+  request.suite = parse_verify_suite(suite);
+  request.seed = seed;
+  request.dtypes.clear();
+  for (const std::string& d : dtypes) {
+    const DType t = parse_dtype(d);
+    if (t == DType::F64) throw InputError("verify tries f32, f16 and bf16, not f64");
+    request.dtypes.push_back(t);
+  }
+  request.head_dims = head_dims;
+  const VerifyReport report = verify(kernel, request);
+
+  py::dict out;
+  out["kernel"] = report.kernel;
+  out["suite"] = suite;
+  out["seed"] = report.seed;
+  out["passed"] = report.passed;
+  out["failed"] = report.failed;
+  out["ok"] = report.ok();
+  py::list refused;
+  for (const Refusal& r : report.refused)
+    refused.append(py::dict(py::arg("dtype") = to_string(r.dtype), py::arg("head_dim") = r.head_dim, py::arg("why") = r.why,
+                            py::arg("case") = r.case_label.empty() ? py::none() : py::cast(r.case_label)));
+  out["refused"] = refused;
+  py::list cases;
+  for (const VerifyCaseResult& r : report.cases) {
+    const Shape& s = r.c.problem.shape;
+    py::list outputs;
+    for (const VerifyOutput& o : r.outputs)
+      outputs.append(py::dict(py::arg("name") = o.name, py::arg("max_abs_error") = o.error.max_abs,
+                              py::arg("rel_error") = o.error.rel, py::arg("bound") = o.bound, py::arg("passes") = o.pass));
+    cases.append(py::dict(py::arg("case") = describe(r.c), py::arg("dtype") = to_string(r.c.dtype),
+                          py::arg("batch") = s.batch, py::arg("heads_q") = s.heads_q, py::arg("heads_kv") = s.heads_kv,
+                          py::arg("seq_q") = s.seq_q, py::arg("seq_k") = s.seq_k, py::arg("head_dim") = s.head_dim,
+                          py::arg("causal") = to_string(r.c.problem.options.causal), py::arg("passes") = r.pass(),
+                          py::arg("error") = r.error.empty() ? py::none() : py::cast(r.error), py::arg("outputs") = outputs));
+  }
+  out["cases"] = cases;
+  out["diagnosis"] = report.diagnosis ? py::object(py::dict(py::arg("id") = report.diagnosis->id,
+                                                            py::arg("sentence") = report.diagnosis->sentence))
+                                      : py::none();
+  if (report.first_failure) {
+    const ElementFailure& f = *report.first_failure;
+    out["first_failure"] = py::dict(py::arg("case") = f.case_label, py::arg("output") = f.output,
+                                    py::arg("index") = f.index, py::arg("ours") = f.ours, py::arg("reference") = f.reference);
+  } else {
+    out["first_failure"] = py::none();
+  }
+  out["text"] = verify_report_text(report, "Python");
+  return out;
+}
+
 }  // namespace
 }  // namespace flashlab::python
 
@@ -386,6 +491,10 @@ PYBIND11_MODULE(_flashlab, m) {
         "flashlab check's rows, one dict each.");
   m.def("within_tolerance", &within_tolerance, py::arg("out"), py::arg("ref"), py::arg("dtype"), py::arg("quantity"),
         py::arg("lowp"), "The tolerance rule of core/tolerance.hpp applied to out against ref.");
+  m.def("verify", &verify_python, py::arg("forward"), py::arg("backward"), py::arg("name"), py::arg("dtypes"),
+        py::arg("head_dims"), py::arg("suite"), py::arg("seed"),
+        "flashlab.verify's engine: forward(q, k, v, dtype, causal, scale) -> (o, lse or None) and backward(q, k, v, "
+        "o, lse, do, dtype, causal, scale) -> (dq, dk, dv) on float64 (B, S, H, D) arrays; returns the report as a dict.");
   m.def("cuda_device_count", &cuda_device_count);
   m.def("cuda_device_name", &cuda_device_name);
 #ifdef FLASHLAB_HAVE_CUDA

@@ -16,13 +16,21 @@ set(FLASHLAB_MEASURED_SECONDS
   ring_timeline_tests                          1        1
   cli_tests                                    10       17   # 2-4 s, but 10 s in a run during a system stall after a fresh build
   rendezvous_tests                             3        3
-  python_cpu_tests                             8        -
+  python_cpu_tests                             13       -
   cuda_fa2_no_register_spills                  1        -
   cuda_fa2_sass_has_hmma                       29       -    # skipped in CI (no cuobjdump); 29 s on the H200 machine
   cuda_fa3_ws_no_register_spills               1        -
   cuda_fa3_ws_timeline_no_register_spills      1        -
   cuda_fa3_ws_backward_no_register_spills      1        -
   cuda_fa3_ws_sass_has_hgmma_and_tma           28       -    # the same: 28 s there, dumping the whole binary's SASS
+  verify_example_plugin                        19       16
+  verify_planted_mask                          3        6    # the sanitizer build runs one seed of the three
+  verify_planted_alignment                     3        6
+  verify_planted_tail                          3        6
+  verify_planted_rescale                       3        6
+  verify_planted_lse_base2                     3        6
+  verify_planted_group_sum                     3        6
+  verify_planted_scale                         3        6
   layers_point_down                            1        1
   layers_check_catches_upward_include          1        1
   docs_generated_blocks                        1        1

@@ -27,8 +27,8 @@ import numpy as _np
 
 from . import _flashlab as _native
 
-__all__ = ["attention", "attention_backward", "variants", "check", "within_tolerance", "DeviceArray",
-           "cuda_device_count", "cuda_device_name", "built_with_cuda"]
+__all__ = ["attention", "attention_backward", "variants", "check", "within_tolerance", "verify", "VerifyReport",
+           "DeviceArray", "cuda_device_count", "cuda_device_name", "built_with_cuda"]
 
 DeviceArray = _native.DeviceArray
 built_with_cuda = _native.built_with_cuda
@@ -152,6 +152,113 @@ def within_tolerance(out, ref, *, dtype, quantity="forward", lowp=None):
     as_float64 = lambda x: _np.asarray(x, dtype=_np.float64)
     return _native.within_tolerance(as_float64(out), as_float64(ref), dtype, quantity,
                                     None if lowp is None else as_float64(lowp))
+
+
+def verify(fn, *, backward=None, dtypes=("f32", "f16", "bf16"), head_dims=(32, 64, 128), suite="quick", seed=None,
+           layout="bshd", name=None):
+    """Check your own attention function the way FlashLab checks its kernels (`flashlab verify`): about 20 cases
+    (suite="full": about 200) of odd lengths, seq_q != seq_k both ways, many K/V blocks, both causal alignments,
+    GQA and MQA, each on fresh random inputs, judged by FlashLab's rule, and when some fail, a diagnosis of
+    what the failing cases have in common (the mask, its alignment, the tail, the online softmax's rescale, the
+    LSE's base, the GQA sum of dK/dV, the scale).
+
+    fn(q, k, v, *, is_causal, causal_align, scale) returns O, or (O, LSE). q is (B, S_q, H_q, D), k and v
+    (B, S_k, H_kv, D) with H_q a multiple of H_kv, as NumPy arrays in `layout` ("bshd" or "bhsd"): float32 for
+    "f32", float16 for "f16", and float32 holding bfloat16 values for "bf16" (NumPy has no bfloat16). O comes
+    back in the same layout; the LSE is (B, H_q, S_q), natural log, -inf for a row that sees no key. Raise
+    NotImplementedError for what fn does not run (a dtype, a head dim): the case is listed as refused.
+    backward: None, or backward(q, k, v, out, lse, grad_out, *, is_causal, causal_align, scale) returning
+    (dq, dk, dv); it gets FlashLab's reference out and lse, so it is judged on its own. A function on PyTorch
+    tensors is wrapped the same way: convert the arrays with torch.from_numpy(...).to(device) and back with
+    .cpu().numpy().
+
+    Returns a VerifyReport: true when every case passed; print it for the table; .as_dict() for the data.
+    """
+    if not callable(fn):
+        raise ValueError(f"fn must be a callable, got {type(fn).__name__}")
+    if backward == "autograd":
+        raise ValueError("backward='autograd' needs PyTorch tensors, and verify passes NumPy arrays: give a backward "
+                         "function that runs torch.autograd.grad on your forward")
+    if backward is not None and not callable(backward):
+        raise ValueError(f"backward must be None or a callable, got {type(backward).__name__}")
+    layout = _text("layout", layout)
+    if layout not in ("bshd", "bhsd"):
+        raise ValueError(f"layout is bshd or bhsd, not {layout!r}")
+    return _verify(_numpy_calls(fn, backward, layout), name or getattr(fn, "__name__", "fn"), dtypes, head_dims,
+                   suite, seed)
+
+
+class VerifyReport:
+    """What verify found: true when every case passed. str(report) is the table `flashlab verify` prints;
+    .as_dict() the data (cases, refused, diagnosis, first_failure, seed); .raise_on_failure() raises
+    AssertionError with the table, for a test."""
+
+    def __init__(self, report):
+        self._report = report
+
+    def __bool__(self):
+        return bool(self._report["ok"])
+
+    def __str__(self):
+        return self._report["text"]
+
+    def __repr__(self):
+        return (f"<VerifyReport {self._report['kernel']}: {self._report['passed']} pass, "
+                f"{self._report['failed']} fail, seed {self._report['seed']}>")
+
+    def as_dict(self):
+        return {k: v for k, v in self._report.items() if k != "text"}
+
+    @property
+    def diagnosis(self):
+        return self._report["diagnosis"]
+
+    def raise_on_failure(self):
+        if not self:
+            raise AssertionError(str(self))
+        return self
+
+
+def _verify(calls, name, dtypes, head_dims, suite, seed):
+    """The engine on (forward, backward) that take and return float64 (B, S, H, D) arrays."""
+    dtypes = [dtypes] if isinstance(dtypes, str) else [_text("dtypes' items", d) for d in dtypes]
+    head_dims = [int(d) for d in ([head_dims] if isinstance(head_dims, int) else head_dims)]
+    seed = int.from_bytes(__import__("os").urandom(8), "little") if seed is None else _seed(seed)
+    forward, backward = calls
+    return VerifyReport(_native.verify(forward, backward, _text("name", name), dtypes, head_dims,
+                                       _text("suite", suite), seed))
+
+
+_NUMPY_DTYPES = {"f32": _np.float32, "f16": _np.float16, "bf16": _np.float32}
+
+
+def _options_of(causal, scale):
+    return dict(is_causal=causal != "none", causal_align="top-left" if causal == "none" else causal, scale=scale)
+
+
+def _numpy_calls(fn, backward, layout):
+    """The engine's float64 (B, S, H, D) calls around fn and backward on NumPy arrays in `layout`."""
+    def to_user(x, dtype):
+        x = x.astype(_NUMPY_DTYPES[dtype])
+        return _np.ascontiguousarray(x.transpose(0, 2, 1, 3)) if layout == "bhsd" else x
+
+    def from_user(x, what):
+        x = _np.asarray(x, dtype=_np.float64)
+        if x.ndim != 4:
+            raise ValueError(f"{what} must have 4 dimensions, got shape {x.shape}")
+        return _np.ascontiguousarray(x.transpose(0, 2, 1, 3)) if layout == "bhsd" else x
+
+    def forward(q, k, v, dtype, causal, scale):
+        result = fn(to_user(q, dtype), to_user(k, dtype), to_user(v, dtype), **_options_of(causal, scale))
+        out, lse = result if isinstance(result, (tuple, list)) else (result, None)
+        return from_user(out, "O"), None if lse is None else _np.asarray(lse, dtype=_np.float64)
+
+    def run_backward(q, k, v, out, lse, grad_out, dtype, causal, scale):
+        grads = backward(to_user(q, dtype), to_user(k, dtype), to_user(v, dtype), to_user(out, dtype),
+                         lse.astype(_np.float32), to_user(grad_out, dtype), **_options_of(causal, scale))
+        return tuple(from_user(g, name) for g, name in zip(grads, ("dq", "dk", "dv")))
+
+    return forward, None if backward is None else run_backward
 
 
 # --- What the calls share ---------------------------------------------------------------------------

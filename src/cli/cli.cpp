@@ -1,4 +1,4 @@
-// The `flashlab` command: five subcommands on one CLI11 app. Errors are one line on stderr,
+// The `flashlab` command: six subcommands on one CLI11 app. Errors are one line on stderr,
 // "flashlab: <sentence>", and exit code 2; a check that fails exits 1.
 #include "cli/cli.hpp"
 
@@ -19,6 +19,7 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
   TraceCommand trace;
   BenchCommand bench;
   RingCommand ring;
+  VerifyCommand verify;
   check.add_to(
       *app.add_subcommand("check", "run every variant on the same random inputs against naive attention in double"));
   run.add_to(*app.add_subcommand(
@@ -28,6 +29,9 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
   bench.add_to(*app.add_subcommand("bench", "time variants against sequence length: time, TFLOP/s, memory, HBM bytes"));
   ring.add_to(*app.add_subcommand(
       "ring", "ring attention over NCCL: the sequence split over P GPUs, one process each, K/V passed round the ring"));
+  verify.add_to(*app.add_subcommand(
+      "verify", "check your own attention kernel (a plugin, include/flashlab/plugin.h) the way FlashLab checks its own, "
+                "and say what the failing cases have in common"));
   for (int n = 0; n < argc; ++n) bench.command_line += (n ? " " : "") + std::string(argv[n]);
   ring.argv.assign(argv, argv + argc);
 
@@ -51,6 +55,7 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
     if (app.got_subcommand("run")) return run.run(out, err);
     if (app.got_subcommand("trace")) return trace.run(out, err);
     if (app.got_subcommand("ring")) return ring.run(out, err);
+    if (app.got_subcommand("verify")) return verify.run(out, err);
     return bench.run(out, err);
   } catch (const InputError& e) {
     out.flush();

@@ -23,6 +23,16 @@ struct CheckCommand {
   int run(std::ostream& out, std::ostream& err) const;
 };
 
+// flashlab verify: a plugin's attention kernel (include/flashlab/plugin.h) through FlashLab's cases and rule.
+struct VerifyCommand {
+  std::string plugin, symbol = "flashlab_plugin", suite = "quick", dtypes, head_dims;
+  std::uint64_t seed = 0;
+  CLI::Option* seed_option = nullptr;
+  bool no_backward = false;
+  void add_to(CLI::App& app);
+  int run(std::ostream& out, std::ostream& err) const;
+};
+
 // flashlab run: one variant on .npy inputs, writing .npy outputs.
 struct RunCommand {
   std::string variant, q, k, v, out, lse, dout, dq, dk, dv;

@@ -25,15 +25,7 @@ using Job = CheckJob;
 
 bool is_low_precision(DType t) { return t == DType::F16 || t == DType::BF16; }
 
-// Ground truth for one dtype: naive<double> on the inputs rounded to it, and for f16/bf16 the error of
-// naive attention run in that precision, which scales the bound.
-struct Reference {
-  Qkv inputs;
-  HostTensor dO;
-  ForwardOut forward;
-  Grads grads;
-  std::map<std::string, ErrorStats> lowp_error;  // by output name
-};
+using Reference = CheckReference;
 
 CheckInputs rounded(DType dtype, const Qkv& in64, const HostTensor& dO64, bool backward) {
   CheckInputs c{in64, backward ? dO64 : HostTensor()};
@@ -50,15 +42,15 @@ Reference make_reference(const Problem& p, DType dtype, const Qkv& in64, const H
   r.inputs = std::move(c.in);
   r.forward = naive_forward<double>(p, r.inputs);
   if (backward) {
-    r.dO = std::move(c.d_o);
-    r.grads = naive_backward<double>(p, r.inputs, r.forward, r.dO);
+    r.d_o = std::move(c.d_o);
+    r.grads = naive_backward<double>(p, r.inputs, r.forward, r.d_o);
   }
   if (is_low_precision(dtype)) {
     const ForwardOut f = naive_forward_lowp(p, dtype, r.inputs);
     r.lowp_error["O"] = compare(f.o, r.forward.o);
     r.lowp_error["LSE"] = compare(f.lse, r.forward.lse);
     if (backward) {
-      const Grads g = naive_backward_lowp(p, dtype, r.inputs, f, r.dO);
+      const Grads g = naive_backward_lowp(p, dtype, r.inputs, f, r.d_o);
       r.lowp_error["dQ"] = compare(g.dq, r.grads.dq);
       r.lowp_error["dK"] = compare(g.dk, r.grads.dk);
       r.lowp_error["dV"] = compare(g.dv, r.grads.dv);
@@ -79,13 +71,12 @@ class Recorder {
       return;
     }
     CheckRow row = prefix(job, name);
-    const ErrorStats e = compare(out, ref);
-    const auto base = r.lowp_error.find(name);
-    const Bound bound = tolerance(job.dtype, quantity, e, base == r.lowp_error.end() ? nullptr : &base->second);
-    const bool pass = bound.passes(e);
+    const OutputCheck c = check_output(name, out, ref, quantity, job.dtype, r);
+    const ErrorStats& e = c.error;
+    const bool pass = c.passes();
     row.max_abs_error = e.max_abs;
     row.rel_error = e.rel;
-    row.bound = bound.rule;
+    row.bound = c.bound.rule;
     row.result = pass ? "PASS" : (e.has_nan ? "FAIL (NaN)" : "FAIL");
     ++(pass ? report_.passed : report_.failed);
     report_.rows.push_back(std::move(row));
@@ -133,7 +124,7 @@ void run_job(const Job& job, const Problem& p, const Reference& r, bool backward
   }
   Grads g;
   try {
-    g = v.backward(p, job.dtype, r.inputs, fwd, r.dO);
+    g = v.backward(p, job.dtype, r.inputs, fwd, r.d_o);
   } catch (const std::exception& e) {
     out.fail(job, "backward", e.what());
     return;
@@ -226,6 +217,22 @@ CheckInputs check_inputs(const Problem& p, DType dtype, bool backward) {
   require_reference_memory(p, backward);  // check_computed builds it later: refuse before any work
   return rounded(dtype, random_qkv(p.shape, DType::F64, p.options.seed),
                  backward ? random_like_o(p.shape, DType::F64, p.options.seed) : HostTensor(), backward);
+}
+
+CheckReference check_reference(const Problem& p, DType dtype, bool backward) {
+  validate(p);
+  require_reference_memory(p, backward);
+  return make_reference(p, dtype, random_qkv(p.shape, DType::F64, p.options.seed),
+                        backward ? random_like_o(p.shape, DType::F64, p.options.seed) : HostTensor(), backward);
+}
+
+OutputCheck check_output(const std::string& name, const HostTensor& out, const HostTensor& ref, Quantity quantity,
+                         DType dtype, const CheckReference& r) {
+  OutputCheck c;
+  c.error = compare(out, ref);
+  const auto base = r.lowp_error.find(name);
+  c.bound = tolerance(dtype, quantity, c.error, base == r.lowp_error.end() ? nullptr : &base->second);
+  return c;
 }
 
 CheckReport check_computed(const std::string& name, Device device, const Problem& p, DType dtype, const ForwardOut& fwd,

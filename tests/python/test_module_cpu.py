@@ -388,3 +388,93 @@ except ImportError as error:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("flashlab.torch needs PyTorch, which this Python cannot import")
+
+
+# --- flashlab.verify: someone's own attention function through FlashLab's cases and rule ------------------------
+
+import functools  # noqa: E402
+
+import verify_kernels  # noqa: E402
+
+VERIFY_IDS = {"mask": "mask", "alignment": "alignment", "tail": "tail", "rescale": "rescale",
+              "lse_base2": "lse-base-2", "group_sum": "group-sum", "scale": "scale"}
+
+
+def kernel_with(bug):
+    fwd = functools.partial(verify_kernels.forward, bug=bug)
+    bwd = functools.partial(verify_kernels.backward, bug=bug)
+    return fwd, bwd
+
+
+@pytest.mark.parametrize("seed", [31, 32])
+def test_verify_passes_a_correct_function_at_every_seed(seed):
+    fwd, bwd = kernel_with(None)
+    report = flashlab.verify(fwd, backward=bwd, dtypes=("f32", "f16", "bf16"), head_dims=(32, 64), seed=seed,
+                             name="numpy-online-softmax")
+    assert report, str(report)
+    data = report.as_dict()
+    assert data["seed"] == seed and data["failed"] == 0 and data["passed"] == 20
+    assert {o["name"] for o in data["cases"][0]["outputs"]} == {"O", "LSE", "dQ", "dK", "dV"}
+    assert report.diagnosis is None and data["first_failure"] is None
+    assert "20 cases: 20 pass, 0 fail" in str(report)
+
+
+@pytest.mark.parametrize("variant", CPU_VARIANTS)
+def test_verify_passes_flashlabs_own_variants_through_the_public_api(variant):
+    def fwd(q, k, v, **options):
+        if q.dtype == np.float16:
+            raise NotImplementedError(f"{variant} computes in f64 or f32")
+        return flashlab.attention(q, k, v, variant=variant, return_lse=True, **options)
+
+    def bwd(q, k, v, out, lse, grad_out, **options):
+        return flashlab.attention_backward(q, k, v, out, lse, grad_out, variant=variant, **options)
+
+    report = flashlab.verify(fwd, backward=bwd, dtypes=("f32", "f16"), head_dims=(32, 64, 128), seed=34, name=variant)
+    data = report.as_dict()
+    # The cases take the (dtype, head dim) pairs in turn: the f16 ones are refused, and listed with the reason.
+    assert report and data["failed"] == 0 and data["passed"] >= 10, str(report)
+    assert data["passed"] + len(data["refused"]) == 20
+    assert all(r["dtype"] == "f16" and r["case"] and "computes in f64 or f32" in r["why"] for r in data["refused"])
+
+
+@pytest.mark.parametrize("bug", verify_kernels.BUGS)
+def test_verify_catches_and_names_each_planted_bug(bug):
+    fwd, bwd = kernel_with(bug)
+    for seed in (41, 42):
+        report = flashlab.verify(fwd, backward=bwd, dtypes="f32", head_dims=(32, 64), seed=seed)
+        assert not report, str(report)
+        assert report.diagnosis["id"] == VERIFY_IDS[bug], str(report)
+        first = report.as_dict()["first_failure"]
+        assert first is not None and first["ours"] != first["reference"]
+        with pytest.raises(AssertionError, match="diagnosis"):
+            report.raise_on_failure()
+
+
+def test_verify_layout_bhsd_and_refusals():
+    fwd, _ = kernel_with(None)
+
+    def bhsd_f32_only(q, k, v, **options):  # takes (B, H, S, D) arrays, and f32 only
+        if q.dtype != np.float32:
+            raise NotImplementedError(f"float32 only, not {q.dtype}")
+        o, lse = fwd(q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), **options)
+        return o.transpose(0, 2, 1, 3), lse
+
+    report = flashlab.verify(bhsd_f32_only, dtypes=("f32", "f16"), head_dims=(64,), layout="bhsd", seed=5)
+    data = report.as_dict()
+    assert report and data["passed"] == 10 and data["failed"] == 0, str(report)  # every other case is f16
+    assert len(data["refused"]) == 10 and all("float32 only" in r["why"] for r in data["refused"])
+    assert "refused: f16 d=64 (10 cases): float32 only, not float16" in str(report)
+
+
+def test_verify_bad_arguments_are_one_sentence():
+    fwd, _ = kernel_with(None)
+    with pytest.raises(ValueError, match="fn must be a callable"):
+        flashlab.verify(42)
+    with pytest.raises(ValueError, match="needs PyTorch tensors"):
+        flashlab.verify(fwd, backward="autograd")
+    with pytest.raises(ValueError, match="layout is bshd or bhsd"):
+        flashlab.verify(fwd, layout="sbhd")
+    with pytest.raises(ValueError, match="unknown suite 'huge'"):
+        flashlab.verify(fwd, suite="huge")
+    with pytest.raises(ValueError, match="not f64"):
+        flashlab.verify(fwd, dtypes="f64")
