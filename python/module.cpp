@@ -21,7 +21,7 @@
 #include "host_buffers.hpp"
 #include "registry/check.hpp"
 #include "registry/variants.hpp"
-#include "registry/verify.hpp"
+#include "verify/verify.hpp"
 
 namespace flashlab::python {
 namespace {

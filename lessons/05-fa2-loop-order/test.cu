@@ -12,6 +12,7 @@
 #include "core/tensor.hpp"
 #include "core/tolerance.hpp"
 #include "cpu_reference/naive.hpp"
+#include "verify/verify.hpp"
 #include "cuda/common.cuh"
 #include "lesson.hpp"
 
@@ -111,4 +112,24 @@ TEST_CASE("FA2 writes every row of O to HBM exactly once, from one thread block 
                   "your fa2_blocks(" << n << ") is " << lesson::fa2_blocks(n) << ": FA2 launches one thread block per "
                                      << lesson::kBr << " query rows, ceil(" << n << " / " << lesson::kBr << ") = "
                                      << (n + lesson::kBr - 1) / lesson::kBr << " (TODO 3)");
+}
+
+// The cases `flashlab verify` runs anyone's kernel through (docs/VERIFY.md), as many as your one-head, unmasked
+// kernel takes: heads and batches one at a time, seq_q != seq_k both ways, up to 1024 keys. When some fail,
+// verify's diagnosis says what they have in common (a missing rescale shows as "rescale", a ragged last tile
+// as "tail").
+TEST_CASE("your FA2 kernel passes flashlab verify's quick suite (its unmasked f32 cases)") {
+  const KernelUnderTest kernel = one_head_kernel("your FA2 kernel (lesson 05)", lesson::kMaxHeadDim, [](const Problem& p, const Qkv& in) {
+    const auto r = run_your_kernel(p, in);
+    return ForwardOut{r.O, r.lse};
+  });
+  VerifyRequest request;
+  request.dtypes = {DType::F32};
+  request.head_dims = {16, 40, 64};
+  request.seed = 0x5eed04;
+  request.backward = false;
+  const VerifyReport report = verify(kernel, request);
+  INFO(verify_report_text(report, "exercise.cu"));
+  CHECK(report.ok());
+  CHECK(report.passed >= 10);  // the unmasked cases of the 20
 }

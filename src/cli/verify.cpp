@@ -12,7 +12,7 @@
 #include "cli/commands.hpp"
 #include "core/half.hpp"
 #include "flashlab/plugin.h"
-#include "registry/verify.hpp"
+#include "verify/verify.hpp"
 
 namespace flashlab::cli {
 namespace {

@@ -7,6 +7,7 @@
 #include "core/tensor.hpp"
 #include "core/tolerance.hpp"
 #include "cpu_reference/naive.hpp"
+#include "cpu_reference/reference.hpp"
 #include "registry/host_memory.hpp"
 
 namespace flashlab {
@@ -22,42 +23,6 @@ struct CheckJob {
 namespace {
 
 using Job = CheckJob;
-
-bool is_low_precision(DType t) { return t == DType::F16 || t == DType::BF16; }
-
-using Reference = CheckReference;
-
-CheckInputs rounded(DType dtype, const Qkv& in64, const HostTensor& dO64, bool backward) {
-  CheckInputs c{in64, backward ? dO64 : HostTensor()};
-  round_to(c.in.q, dtype);
-  round_to(c.in.k, dtype);
-  round_to(c.in.v, dtype);
-  if (backward) round_to(c.d_o, dtype);
-  return c;
-}
-
-Reference make_reference(const Problem& p, DType dtype, const Qkv& in64, const HostTensor& dO64, bool backward) {
-  Reference r;
-  CheckInputs c = rounded(dtype, in64, dO64, backward);
-  r.inputs = std::move(c.in);
-  r.forward = naive_forward<double>(p, r.inputs);
-  if (backward) {
-    r.d_o = std::move(c.d_o);
-    r.grads = naive_backward<double>(p, r.inputs, r.forward, r.d_o);
-  }
-  if (is_low_precision(dtype)) {
-    const ForwardOut f = naive_forward_lowp(p, dtype, r.inputs);
-    r.lowp_error["O"] = compare(f.o, r.forward.o);
-    r.lowp_error["LSE"] = compare(f.lse, r.forward.lse);
-    if (backward) {
-      const Grads g = naive_backward_lowp(p, dtype, r.inputs, f, r.d_o);
-      r.lowp_error["dQ"] = compare(g.dq, r.grads.dq);
-      r.lowp_error["dK"] = compare(g.dk, r.grads.dk);
-      r.lowp_error["dV"] = compare(g.dv, r.grads.dv);
-    }
-  }
-  return r;
-}
 
 class Recorder {
  public:
@@ -215,32 +180,19 @@ void require_reference_memory(const Problem& p, bool backward) {
 CheckInputs check_inputs(const Problem& p, DType dtype, bool backward) {
   validate(p);
   require_reference_memory(p, backward);  // check_computed builds it later: refuse before any work
-  return rounded(dtype, random_qkv(p.shape, DType::F64, p.options.seed),
-                 backward ? random_like_o(p.shape, DType::F64, p.options.seed) : HostTensor(), backward);
-}
-
-CheckReference check_reference(const Problem& p, DType dtype, bool backward) {
-  validate(p);
-  require_reference_memory(p, backward);
-  return make_reference(p, dtype, random_qkv(p.shape, DType::F64, p.options.seed),
-                        backward ? random_like_o(p.shape, DType::F64, p.options.seed) : HostTensor(), backward);
-}
-
-OutputCheck check_output(const std::string& name, const HostTensor& out, const HostTensor& ref, Quantity quantity,
-                         DType dtype, const CheckReference& r) {
-  OutputCheck c;
-  c.error = compare(out, ref);
-  const auto base = r.lowp_error.find(name);
-  c.bound = tolerance(dtype, quantity, c.error, base == r.lowp_error.end() ? nullptr : &base->second);
+  CheckInputs c{random_qkv(p.shape, DType::F64, p.options.seed),
+                backward ? random_like_o(p.shape, DType::F64, p.options.seed) : HostTensor()};
+  round_to(c.in.q, dtype);
+  round_to(c.in.k, dtype);
+  round_to(c.in.v, dtype);
+  if (backward) round_to(c.d_o, dtype);
   return c;
 }
 
 CheckReport check_computed(const std::string& name, Device device, const Problem& p, DType dtype, const ForwardOut& fwd,
                            const Grads* grads) {
   const bool backward = grads != nullptr;
-  const Reference r = make_reference(p, dtype, random_qkv(p.shape, DType::F64, p.options.seed),
-                                     backward ? random_like_o(p.shape, DType::F64, p.options.seed) : HostTensor(),
-                                     backward);
+  const Reference r = seeded_reference(p, dtype, backward);
   Variant label;  // a row's name and device, as a variant's
   label.name = name;
   label.device = device;

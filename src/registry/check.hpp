@@ -4,14 +4,12 @@
 // rounded inputs, so a variant is judged only on its own arithmetic. For f16/bf16 the bound is
 // FlashAttention's rule: a multiple of naive attention's own error in that precision
 // (core/tolerance.hpp). The CLI prints the rows as a table; the Python module returns them.
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/problem.hpp"
-#include "core/tolerance.hpp"
 #include "registry/variants.hpp"
 
 namespace flashlab {
@@ -73,25 +71,5 @@ CheckInputs check_inputs(const Problem&, DType, bool backward);
 void require_reference_memory(const Problem&, bool backward);
 CheckReport check_computed(const std::string& name, Device device, const Problem&, DType, const ForwardOut&,
                            const Grads* grads);
-
-// The ground truth check_computed and `flashlab verify` judge outputs against, for one problem and dtype:
-// naive attention in double on check_inputs' inputs, and for f16/bf16 the error of naive attention run in
-// that precision, by output name ("O", "LSE", "dQ", "dK", "dV"), which scales the bound.
-struct CheckReference {
-  Qkv inputs;
-  HostTensor d_o;
-  ForwardOut forward;
-  Grads grads;
-  std::map<std::string, ErrorStats> lowp_error;
-};
-CheckReference check_reference(const Problem&, DType, bool backward);
-// One output against its reference: the errors, and the bound the rule sets for them.
-struct OutputCheck {
-  ErrorStats error;
-  Bound bound;
-  bool passes() const { return bound.passes(error); }
-};
-OutputCheck check_output(const std::string& name, const HostTensor& out, const HostTensor& ref, Quantity, DType,
-                         const CheckReference&);
 
 }  // namespace flashlab

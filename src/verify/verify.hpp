@@ -1,7 +1,9 @@
 #pragma once
 // `flashlab verify`: anyone's attention kernel through the cases FlashLab checks its own with, judged by the
-// same rule (core/tolerance.hpp: naive attention in double, and for f16/bf16 a multiple of naive attention's
-// own error in that precision), and a diagnosis: what the failing cases have in common, in words.
+// same rule against the same ground truth (cpu_reference/reference.hpp: naive attention in double, and for
+// f16/bf16 a multiple of naive attention's own error in that precision), and a diagnosis: what the failing
+// cases have in common, in words. A layer of its own on the CPU layers, so that the course's CPU-emulated
+// exercises are checked through it too.
 //
 // The kernel comes as a KernelUnderTest: functions on host tensors. The CLI wraps a plugin's C ABI
 // (include/flashlab/plugin.h) in one; anything else that can compute attention can be wrapped the same way.
@@ -35,6 +37,12 @@ struct KernelUnderTest {
   // (rounded to the dtype) and LSE, so that the backward is judged on its own.
   std::function<Grads(const Problem&, DType, const Qkv&, const ForwardOut&, const HostTensor& d_o)> backward;
 };
+
+// A kernel that computes one head at a time (B = H = 1), without a mask, in f32, up to max_head_dim (the
+// course's exercises): verify runs it on every (batch, head) of a case and refuses the masks, dtypes and head
+// dims it does not have. `one_head` gets a one-head problem and its inputs and returns O and the LSE.
+KernelUnderTest one_head_kernel(std::string name, int max_head_dim,
+                                std::function<ForwardOut(const Problem&, const Qkv&)> one_head);
 
 enum class VerifySuite { Quick, Full };
 VerifySuite parse_verify_suite(const std::string&);  // "quick" or "full"; InputError otherwise

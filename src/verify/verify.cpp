@@ -1,4 +1,4 @@
-#include "registry/verify.hpp"
+#include "verify/verify.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "cpu_reference/naive.hpp"
-#include "registry/check.hpp"
+#include "cpu_reference/reference.hpp"
 
 namespace flashlab {
 
@@ -86,7 +86,7 @@ std::string format(const char* f, double a) {
 
 struct Evidence {  // what the diagnosis may look at beyond pass / fail: one failing case's tensors
   VerifyCase c;
-  CheckReference ref;
+  Reference ref;
   ForwardOut ours;
 };
 
@@ -263,6 +263,44 @@ ElementFailure first_failing_element(const std::string& label, const std::string
 
 }  // namespace
 
+KernelUnderTest one_head_kernel(std::string name, int max_head_dim,
+                                std::function<ForwardOut(const Problem&, const Qkv&)> one_head) {
+  KernelUnderTest k;
+  k.name = std::move(name);
+  k.refuses = [max_head_dim](const Problem& p, DType dtype) -> std::string {
+    if (dtype != DType::F32) return "it computes in f32 only";
+    if (p.options.causal != CausalAlign::None) return "it has no causal mask";
+    if (p.shape.head_dim > max_head_dim) return "its arrays hold d <= " + std::to_string(max_head_dim);
+    return "";
+  };
+  k.forward = [one_head](const Problem& p, DType, const Qkv& in) {
+    const Shape& s = p.shape;
+    Problem head = p;
+    head.shape.batch = head.shape.heads_q = head.shape.heads_kv = 1;
+    ForwardOut out{HostTensor(in.q.dims), HostTensor({s.batch, s.heads_q, s.seq_q})};
+    const auto slice = [&](const HostTensor& t, int b, int h, int seq) {  // one (batch, head) as (1, S, 1, D)
+      HostTensor one({1, seq, 1, s.head_dim});
+      for (int i = 0; i < seq; ++i)
+        for (int d = 0; d < s.head_dim; ++d) one.at(0, i, 0, d) = t.at(b, i, h, d);
+      return one;
+    };
+    for (int b = 0; b < s.batch; ++b)
+      for (int h = 0; h < s.heads_q; ++h) {
+        const int kv = h / s.group();
+        const ForwardOut r = one_head(head, Qkv{slice(in.q, b, h, s.seq_q), slice(in.k, b, kv, s.seq_k), slice(in.v, b, kv, s.seq_k)});
+        if (r.o.dims != std::vector<std::int64_t>{1, s.seq_q, 1, s.head_dim} || r.lse.numel() != s.seq_q)
+          throw std::runtime_error("the one-head kernel returned O " + r.o.dims_string() + " and LSE " + r.lse.dims_string() +
+                                   " for a head of " + std::to_string(s.seq_q) + " queries");
+        for (int i = 0; i < s.seq_q; ++i) {
+          for (int d = 0; d < s.head_dim; ++d) out.o.at(b, i, h, d) = r.o.at(0, i, 0, d);
+          out.lse.data[(std::size_t(b) * s.heads_q + h) * s.seq_q + i] = r.lse.data[i];
+        }
+      }
+    return out;
+  };
+  return k;
+}
+
 VerifySuite parse_verify_suite(const std::string& s) {
   if (s == "quick") return VerifySuite::Quick;
   if (s == "full") return VerifySuite::Full;
@@ -329,7 +367,8 @@ VerifyReport verify(const KernelUnderTest& kernel, const VerifyRequest& request)
     }
     VerifyCaseResult r;
     r.c = c;
-    CheckReference ref = check_reference(c.problem, c.dtype, report.backward);
+    validate(c.problem);
+    Reference ref = seeded_reference(c.problem, c.dtype, report.backward);
     ForwardOut ours;
     try {
       ours = kernel.forward(c.problem, c.dtype, ref.inputs);
