@@ -3,8 +3,9 @@
 #   verify_plugins_test.sh FLASHLAB PLUGIN_DIR correct [full]  the example kernel passes the quick suite at three
 #                                                              seeds (and the full one with `full`); bad plugin
 #                                                              input gets one sentence and exit 2
-#   verify_plugins_test.sh FLASHLAB PLUGIN_DIR BUG ID          the kernel with BUG planted fails the quick suite at
-#                                                              three seeds, and the diagnosis names ID each time
+#   verify_plugins_test.sh FLASHLAB PLUGIN_DIR BUG ID [full]   the kernel with BUG planted fails the quick suite at
+#                                                              three seeds (and the full one with `full`), and the
+#                                                              diagnosis names ID each time
 # VERIFY_SEEDS overrides the planted bugs' seeds (the sanitizer build runs one: it looks for memory errors there).
 set -uo pipefail
 flashlab=$1 dir=$2 what=$3 extra=${4:-}
@@ -40,6 +41,13 @@ if [ "$what" = correct ]; then
 fi
 id=$extra
 lib=$dir/libflashlab_planted_$what.so
+if [ "${5:-}" = full ]; then
+  "$flashlab" verify --plugin "$lib" --seed 24 --suite full >"$out" 2>&1
+  rc=$?
+  [ "$rc" = 1 ] || fail "the planted $what bug exited $rc on the full suite, not 1"
+  grep -q "^diagnosis ($id): " "$out" || fail "the planted $what bug was not diagnosed as '$id' on the full suite"
+  echo "planted $what: caught and named '$id' on the full suite (seed 24)"
+fi
 seeds=${VERIFY_SEEDS:-21 22 23}
 for seed in $seeds; do
   "$flashlab" verify --plugin "$lib" --seed "$seed" >"$out" 2>&1

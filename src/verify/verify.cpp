@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <exception>
 #include <iomanip>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -93,6 +94,9 @@ struct Evidence {  // what the diagnosis may look at beyond pass / fail: one fai
 bool causal(const VerifyCase& c) { return c.problem.options.causal != CausalAlign::None; }
 int seq_q(const VerifyCase& c) { return c.problem.shape.seq_q; }
 int seq_k(const VerifyCase& c) { return c.problem.shape.seq_k; }
+int keys_seen(const VerifyCase& c) {  // the most keys one query row sees (top-left: row i sees i + 1)
+  return c.problem.options.causal == CausalAlign::TopLeft ? std::min(seq_q(c), seq_k(c)) : seq_k(c);
+}
 bool has_tail(const VerifyCase& c, int block) {  // a length over the block that is not a multiple of it
   return (seq_q(c) > block && seq_q(c) % block != 0) || (seq_k(c) > block && seq_k(c) % block != 0);
 }
@@ -204,25 +208,30 @@ Finding diagnose(const std::vector<VerifyCaseResult>& cases, const std::optional
     return {"tail", count + ", all of them with a length over " + std::to_string(best_block) + " that is not a multiple of " +
                         std::to_string(best_block) + ", while whole multiples pass: the tail, the last partial block of " +
                         "queries or keys (its bounds check, its masking, or a loop that stops at the last whole block)."};
-  // The rescale: one block of keys is right, more are wrong, and the error grows with them.
-  const auto many_blocks = [](const VerifyCaseResult& r) { return seq_k(r.c) > 64; };
-  const bool all_long_fail = std::all_of(cases.begin(), cases.end(), [&](const VerifyCaseResult& r) {
-    return !many_blocks(r) || causal(r.c) || !r.pass();
+  // The rescale: rows that see up to some number of keys (one block) are right, and nearly every case whose rows
+  // see more fails, whole blocks or not, masked or not (a second block that never moves a row's max hides it).
+  int shortest_failing = std::numeric_limits<int>::max();  // the fewest keys a row sees in a failing case
+  for (const VerifyCaseResult* r : failed) shortest_failing = std::min(shortest_failing, keys_seen(r->c));
+  const auto long_rows = std::count_if(cases.begin(), cases.end(), [&](const VerifyCaseResult& r) {
+    return keys_seen(r.c) >= shortest_failing;
   });
-  if (all_failed(many_blocks) && all_long_fail &&
-      some_passed([](const VerifyCaseResult& r) { return seq_k(r.c) >= 17 && seq_k(r.c) <= 64; })) {
+  if (shortest_failing > 17 && some_passed([](const VerifyCaseResult& r) { return keys_seen(r.c) >= 17; }) &&
+      double(failed.size()) >= 0.8 * double(long_rows) &&
+      std::any_of(failed.begin(), failed.end(), [](auto* r) { return !causal(r->c); })) {
     std::map<int, double> worst;  // seq_k -> largest max |error| of O, unmasked cases
     for (const VerifyCaseResult* r : failed)
       if (!causal(r->c))
         for (const VerifyOutput& o : r->outputs)
           if (o.name == "O") worst[seq_k(r->c)] = std::max(worst[seq_k(r->c)], o.error.max_abs);
-    std::string growth;
+    std::string errors;
     if (worst.size() >= 2)
-      growth = " (O's max |error| " + format("%.3g", worst.begin()->second) + " at seq_k = " + std::to_string(worst.begin()->first) +
-               ", " + format("%.3g", worst.rbegin()->second) + " at seq_k = " + std::to_string(worst.rbegin()->first) + ")";
-    return {"rescale", count + ": every case with more than 64 keys, whole blocks or not, while up to 64 keys pass, and the "
-                       "error grows with seq_k" + growth + ": the online softmax's rescale. When a row's running max moves "
-                       "from m_old to m_new, both l_i and O_i must be multiplied by exp(m_old - m_new)."};
+      errors = "; O's max |error| " + format("%.3g", worst.begin()->second) + " at seq_k = " + std::to_string(worst.begin()->first) +
+               ", " + format("%.3g", worst.rbegin()->second) + " at seq_k = " + std::to_string(worst.rbegin()->first);
+    const std::string fewest = std::to_string(shortest_failing - 1);
+    return {"rescale", count + ": " + std::to_string(failed.size()) + " of the " + std::to_string(long_rows) +
+                       " whose rows see more than " + fewest + " keys, whole blocks or not, while rows that see up to " +
+                       fewest + " keys are right" + errors + ". That is the online softmax's rescale: when a row's "
+                       "running max moves from m_old to m_new, both l_i and O_i must be multiplied by exp(m_old - m_new)."};
   }
   return {"unknown", count + ", with no pattern FlashLab knows (the mask, its alignment, the tail, the rescale, the LSE's "
                      "base, the GQA sum, the scale): start from the first failing element below."};
