@@ -162,7 +162,7 @@ std::vector<std::string> split(const std::string& s) {
 void VerifyCommand::add_to(CLI::App& app) {
   app.add_option("--plugin", plugin, "shared library implementing include/flashlab/plugin.h")->required();
   app.add_option("--symbol", symbol, "the function the plugin exports (default flashlab_plugin)");
-  app.add_option("--suite", suite, "quick (about 20 cases) or full (about 100 per head dim)");
+  app.add_option("--suite", suite, "quick (about 20 cases) or full (about 200)");
   seed_option = app.add_option("--seed", seed, "seed of every case's inputs (default: fresh, printed)");
   app.add_option("--dtype", dtypes, "dtypes to try, comma-separated: f32, f16, bf16 (default all three; those the "
                                     "plugin refuses are listed)");

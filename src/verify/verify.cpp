@@ -313,7 +313,7 @@ KernelUnderTest one_head_kernel(std::string name, int max_head_dim,
 VerifySuite parse_verify_suite(const std::string& s) {
   if (s == "quick") return VerifySuite::Quick;
   if (s == "full") return VerifySuite::Full;
-  throw InputError("unknown suite '" + s + "': verify runs 'quick' (about 20 cases) or 'full' (about 100 per head dim)");
+  throw InputError("unknown suite '" + s + "': verify runs 'quick' (about 20 cases) or 'full' (about 200)");
 }
 
 std::string describe(const VerifyCase& c) {

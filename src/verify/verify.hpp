@@ -106,8 +106,8 @@ struct VerifyReport {
   bool ok() const { return failed == 0 && !cases.empty(); }
 };
 
-// The suite's cases for the dtype / head-dim pairs the kernel runs ("quick": about 20, "full": about 100 per
-// head dim), and the run. InputError when the kernel runs none of the pairs asked for.
+// The suite's cases for the dtype / head-dim pairs the kernel runs ("quick": about 20, "full": those for each pair
+// and about 120 more), and the run. InputError when the kernel runs none of the pairs asked for.
 VerifyReport verify(const KernelUnderTest&, const VerifyRequest&);
 
 // The report as `flashlab verify` prints it: what ran, what was refused, a line per case, the count, the
