@@ -23,6 +23,8 @@ Bad input raises ValueError with one sentence saying what is wrong and what is s
 the GPU raises RuntimeError. flashlab.torch (imported only where PyTorch is present) wraps the CUDA
 variants as a torch.autograd.Function and a drop-in for torch.nn.functional.scaled_dot_product_attention.
 """
+import os as _os
+
 import numpy as _np
 
 from . import _flashlab as _native
@@ -223,7 +225,7 @@ def _verify(calls, name, dtypes, head_dims, suite, seed):
     """The engine on (forward, backward) that take and return float64 (B, S, H, D) arrays."""
     dtypes = [dtypes] if isinstance(dtypes, str) else [_text("dtypes' items", d) for d in dtypes]
     head_dims = [int(d) for d in ([head_dims] if isinstance(head_dims, int) else head_dims)]
-    seed = int.from_bytes(__import__("os").urandom(8), "little") if seed is None else _seed(seed)
+    seed = int.from_bytes(_os.urandom(8), "little") if seed is None else _seed(seed)
     forward, backward = calls
     return VerifyReport(_native.verify(forward, backward, _text("name", name), dtypes, head_dims,
                                        _text("suite", suite), seed))

@@ -110,6 +110,11 @@ struct VerifyReport {
 // and about 120 more), and the run. InputError when the kernel runs none of the pairs asked for.
 VerifyReport verify(const KernelUnderTest&, const VerifyRequest&);
 
+// The course's check of an exercise: its one-head kernel (one_head_kernel) through the quick suite, in f32,
+// forward only, at the head dims 16, 40, 64 and 128 up to max_head_dim.
+VerifyReport verify_one_head(const std::string& name, int max_head_dim, std::uint64_t seed,
+                             std::function<ForwardOut(const Problem&, const Qkv&)> one_head);
+
 // The report as `flashlab verify` prints it: what ran, what was refused, a line per case, the count, the
 // diagnosis and the first failing element. `source` says where the kernel came from (a plugin's path).
 std::string verify_report_text(const VerifyReport&, const std::string& source);
