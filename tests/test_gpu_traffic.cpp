@@ -105,6 +105,26 @@ GpuSpec h100_lru() {
 
 }  // namespace
 
+TEST_CASE("a tile's key at another column is the key of that column's tile, GQA or not") {
+  for (const auto& [heads_q, heads_kv] : {std::pair{8, 0}, {8, 8}, {8, 2}, {6, 1}})
+    for (const TensorId tensor : {TensorId::Q, TensorId::K, TensorId::V, TensorId::O, TensorId::dV}) {
+      TileEvent e;
+      e.bh = 2 * heads_q + 5;  // batch 2, head 5
+      e.tensor = tensor;
+      e.tile_row = 77;
+      e.tile_col = 3;
+      const std::uint64_t key = cache_key(e, heads_q, heads_kv);
+      for (const int col : {0, 1, 3, 1 << 20, (1 << 22) - 1}) {
+        CAPTURE(heads_q);
+        CAPTURE(heads_kv);
+        CAPTURE(col);
+        TileEvent moved = e;
+        moved.tile_col = col;
+        CHECK(cache_key_at_col(key, col) == cache_key(moved, heads_q, heads_kv));
+      }
+    }
+}
+
 TEST_CASE("the GPUs are described once: SMs, L2 and its partitions, by id or by the runtime's device name") {
   const GpuSpec& h100 = find_gpu("h100");
   CHECK(h100.sms == 132);

@@ -120,20 +120,24 @@ void set_event(TileEvent& e, const Access& a) {
   e.bytes = a.bytes;
 }
 
-// The keys the partitions keep an access's shares under (every partition keys a tile alike). Blocks side by
-// side often access the same tile one after another: the last tile's keys are kept.
+// The keys the partitions keep an access's shares under (every partition keys a tile alike), and the whole
+// tile's key (the compulsory count's).
+struct TileKeys {
+  std::array<std::uint64_t, kMaxPartitions> share{};
+  std::uint64_t whole = 0;
+};
+// Blocks side by side often access the same tile one after another: the last tile's keys are kept.
 class ShareKeys {
  public:
   ShareKeys(const SetAssociativeL2& cache, int partitions) : cache_(&cache), partitions_(partitions) {}
-  const std::array<std::uint64_t, kMaxPartitions>& of(const Access& a) {
+  const TileKeys& of(const Access& a) {
     if (!valid_ || a.bh != last_.bh || a.tile_row != last_.tile_row || a.tile_col != last_.tile_col ||
         a.tensor != last_.tensor) {
-      TileEvent share;
-      set_event(share, a);
-      for (std::size_t h = 0; h < std::size_t(partitions_); ++h) {
-        share.tile_col = partition_share_col(a.tile_col, h);
-        keys_[h] = cache_->key_of(share);
-      }
+      TileEvent tile;
+      set_event(tile, a);
+      keys_.whole = cache_->key_of(tile);
+      for (std::size_t h = 0; h < std::size_t(partitions_); ++h)
+        keys_.share[h] = cache_key_at_col(keys_.whole, partition_share_col(a.tile_col, h));
       last_ = a;
       valid_ = true;
     }
@@ -145,7 +149,7 @@ class ShareKeys {
   int partitions_;
   bool valid_ = false;
   Access last_;
-  std::array<std::uint64_t, kMaxPartitions> keys_{};
+  TileKeys keys_;
 };
 
 KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const KernelGrid& grid) {
@@ -177,24 +181,28 @@ KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const Kernel
   for (std::size_t s = 0; s < slots.size(); ++s) start_next(s);
 
   ShareKeys keys_ahead(l2[0], partitions), keys_now(l2[0], partitions);
+  // The buffers are many and far apart: the replay fetches a few slots ahead, and where the partitions index
+  // their accesses' tiles a few less ahead (it is those lookups that miss the CPU's caches).
+  constexpr std::size_t kAhead = 8, kIndexAhead = 4;
+  std::array<TileKeys, 2 * kIndexAhead> queued;  // the keys of accesses ahead, by n % size
   TileEvent e, share;  // the access, and its share homed in one partition
   while (!busy.empty()) {
     ++out.rounds;
     freed.clear();
     std::size_t kept = 0;
     for (std::size_t n = 0; n < busy.size(); ++n) {
-      // The buffers are many and far apart: fetch a few slots ahead, and where the partitions index their
-      // accesses' tiles a few less ahead (it is those lookups that miss the CPU's caches).
-      constexpr std::size_t kAhead = 8, kIndexAhead = 4;
       if (n + kAhead < busy.size()) __builtin_prefetch(&slots[busy[n + kAhead]].peek());
+      // The keys found ahead wait in `queued` for their access (slot busy[n] does not move before its turn).
       if (n + kIndexAhead < busy.size()) {
-        const auto& ahead = keys_ahead.of(slots[busy[n + kIndexAhead]].peek());
+        const TileKeys& ahead = queued[(n + kIndexAhead) % queued.size()] =
+            keys_ahead.of(slots[busy[n + kIndexAhead]].peek());
         for (std::size_t h = 0; h < std::size_t(partitions); ++h)
-          for (const SetAssociativeL2& part : l2) part.prefetch(ahead[h]);
+          for (const SetAssociativeL2& part : l2) part.prefetch(ahead.share[h]);
+        unbounded.prefetch(ahead.whole);
       }
       UnitCursor& c = slots[busy[n]];
       const Access& a = c.peek();
-      const auto& keys = keys_now.of(a);
+      const TileKeys& keys = n >= kIndexAhead ? queued[n % queued.size()] : keys_now.of(a);
       set_event(e, a);
       (a.store ? out.two_level.written : out.two_level.read)[a.tensor] += e.bytes;
       // The tile's lines are interleaved over both partitions' slices: each partition is the home (the point of
@@ -211,7 +219,7 @@ KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const Kernel
       set_event(share, a);  // which share it is, its Found key tells
       for (std::size_t h = 0; h < std::size_t(partitions); ++h) {
         share.bytes = share_bytes + (h == 0 ? first_extra : 0);  // the first takes the bytes that do not divide
-        const std::uint64_t key = keys[h];
+        const std::uint64_t key = keys.share[h];
         if (a.store && h != side) {
           l2[h].access(l2[h].find(key), share);
           near.refresh(near.find(key));
@@ -230,7 +238,7 @@ KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const Kernel
           near.access(here, share, from_peer);
         }
       }
-      unbounded.on_event(e);
+      unbounded.on_event(e, keys.whole);
       ++out.accesses;
       if (c.advance()) busy[kept++] = busy[n];
       else freed.push_back(busy[n]);

@@ -146,6 +146,7 @@ class SetAssociativeL2 {
   // slots, are summed slot by slot.
   static constexpr std::int32_t kBatch = 64, kScan = 32;
   static constexpr std::int32_t kRotate = 8;  // a tile touched within the last kRotate slots takes no new one
+  static constexpr std::int32_t kDropAhead = 8;  // drop_gone fetches the tiles this many slots on
   std::vector<double> h_table_;
   double surely_held_ = 0;                   // H(D) > 0 for every D below it
   double surely_whole_ = 0;                  // H(D) = 1 for every D below it

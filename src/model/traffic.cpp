@@ -153,8 +153,8 @@ struct L2Model::Cache {
 namespace {
 // One tile of one tensor of one (batch, head): 22 bits for each tile index, 4 for the tensor, the
 // rest for bh. Distinct for every tile the loop nests emit up to 4M blocks per side.
+constexpr int kTileBits = 22, kTensorBits = 4;
 std::uint64_t tile_key(int bh, const TileEvent& e) {
-  constexpr int kTileBits = 22, kTensorBits = 4;
   return (((static_cast<std::uint64_t>(bh) << kTensorBits) | static_cast<std::uint64_t>(e.tensor))
           << (2 * kTileBits)) |
          (static_cast<std::uint64_t>(e.tile_row) << kTileBits) | static_cast<std::uint64_t>(e.tile_col);
@@ -179,6 +179,11 @@ std::uint64_t cache_key(const TileEvent& e, int heads_q, int heads_kv) {
   if (heads_kv > 0 && kv_side(e.tensor))  // the K/V head this query head reads: (b, h / group)
     bh = (e.bh / heads_q) * heads_kv + (e.bh % heads_q) / (heads_q / heads_kv);
   return tile_key(bh, e);
+}
+
+std::uint64_t cache_key_at_col(std::uint64_t key, int col) {
+  constexpr std::uint64_t kColumn = (std::uint64_t{1} << kTileBits) - 1;  // tile_key's lowest bits
+  return (key & ~kColumn) | (static_cast<std::uint64_t>(col) & kColumn);
 }
 
 std::uint64_t L2Model::key_of(const TileEvent& e) const { return cache_key(e, heads_q_, heads_kv_); }
@@ -238,7 +243,7 @@ CompulsoryTraffic::Tile& CompulsoryTraffic::find_or_add(std::uint64_t key) {
   if (last_ && last_key_ == key) return *last_;
   if (2 * (used_ + 1) > table_.size()) grow();
   const std::size_t mask = table_.size() - 1;
-  std::size_t at = std::size_t((key * 0x9E3779B97F4A7C15ULL) >> shift_);
+  std::size_t at = home(key);
   while (table_[at].bytes >= 0 && table_[at].key != key) at = (at + 1) & mask;
   Tile& t = table_[at];
   if (t.bytes < 0) {
@@ -257,18 +262,18 @@ void CompulsoryTraffic::grow() {
   const std::size_t mask = table_.size() - 1;
   for (const Tile& t : old) {
     if (t.bytes < 0) continue;
-    std::size_t at = std::size_t((t.key * 0x9E3779B97F4A7C15ULL) >> shift_);
+    std::size_t at = home(t.key);
     while (table_[at].bytes >= 0) at = (at + 1) & mask;
     table_[at] = t;
   }
   last_ = nullptr;
 }
 
-void CompulsoryTraffic::on_event(const TileEvent& e) {
+void CompulsoryTraffic::on_event(const TileEvent& e, std::uint64_t key) {
   ++dram_.events;
   dram_.peak_sram_bytes = std::max(dram_.peak_sram_bytes, e.sram_bytes);
   if (e.direction != Direction::Load && e.direction != Direction::Store) return;
-  Tile& t = find_or_add(cache_key(e, heads_q_, heads_kv_));
+  Tile& t = find_or_add(key);
   const bool store = e.direction == Direction::Store;
   if (t.bytes < 0) {  // its first access: a load reads it from DRAM, a store allocates it
     t.tensor = e.tensor;

@@ -76,6 +76,9 @@ class TrafficCounter : public TrafficObserver {
 // The key a cache keeps a tile under: (batch and head, tensor, tile). With heads_kv > 0 the query heads
 // that share a K/V head (GQA) share its K, V, dK and dV tiles; with 0, every bh has its own.
 std::uint64_t cache_key(const TileEvent& e, int heads_q, int heads_kv);
+// The key of the same tile at another column: cache_key of e with tile_col = col (0 <= col < 2^22), from
+// cache_key of e, without the division GQA costs.
+std::uint64_t cache_key_at_col(std::uint64_t key, int col);
 
 // A third level between HBM and SRAM: a last-level cache (on an H100, Nsight Compute shows the
 // 50 MB L2 absorbing FA2's re-reads of K and V). Replays the events through an LRU cache of whole
@@ -125,7 +128,13 @@ class L2Model : public TrafficObserver {
 class CompulsoryTraffic : public TrafficObserver {
  public:
   explicit CompulsoryTraffic(const Shape* shape = nullptr);
-  void on_event(const TileEvent& e) override;
+  void on_event(const TileEvent& e) override { on_event(e, key_of(e)); }
+  // The same for an event whose key (key_of) the caller has, and a hint that a key's event comes soon: its
+  // place in the table is fetched into the CPU's cache meanwhile (the table holds every tile ever seen, so
+  // without the hint most lookups of a long replay miss the CPU's caches).
+  std::uint64_t key_of(const TileEvent& e) const { return cache_key(e, heads_q_, heads_kv_); }
+  void on_event(const TileEvent& e, std::uint64_t key);
+  void prefetch(std::uint64_t key) const { __builtin_prefetch(&table_[home(key)]); }
   // Adds the written bytes of the tiles that were stored; call once after the walk. The totals are final after it.
   void flush();
   const TrafficTotals& dram() const { return dram_; }  // reads, writes, events and peak SRAM
@@ -138,6 +147,7 @@ class CompulsoryTraffic : public TrafficObserver {
     bool stored = false;
   };
   Tile& find_or_add(std::uint64_t key);
+  std::size_t home(std::uint64_t key) const { return std::size_t((key * 0x9E3779B97F4A7C15ULL) >> shift_); }
   void grow();
   std::vector<Tile> table_ = std::vector<Tile>(1024);  // open addressing, linear probing, at most half full
   std::size_t used_ = 0;
