@@ -15,12 +15,16 @@
 #                                              and H = 16 and each rank's timeline, the block kernel alone on one GPU
 #                                              at 4M (H = 4, 8), and every GPU's clocks, power and throttle reasons
 #                                              sampled all along
+#   bash scripts/ring_session.sh power OUT     the block kernel alone on GPU 0 (any host), causal against unmasked
+#                                              at equal FLOPs (N = 2M: causal with H = 4, unmasked with H = 2, so
+#                                              every tile of the second is a full one, as in the ring's off-diagonal
+#                                              blocks), the clocks, power and throttle reasons sampled all along
 # Carry .deps (scripts/make_deps.sh). Everything lands in OUT/ring/ and OUT/ring.tgz; scripts/ring_tables.py reads
 # the JSON files. Multicast stays off in every process (the hosts require it).
 set -uo pipefail
-usage="usage: ring_session.sh check|measure|long|layouts|long2 OUT"
+usage="usage: ring_session.sh check|measure|long|layouts|long2|power OUT"
 phase=${1:?$usage} out=${2:?$usage}
-case $phase in check | measure | long | layouts | long2) ;; *) echo "ring_session: no phase '$phase'; $usage"; exit 2 ;; esac
+case $phase in check | measure | long | layouts | long2 | power) ;; *) echo "ring_session: no phase '$phase'; $usage"; exit 2 ;; esac
 res=$out/ring
 mkdir -p "$res"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
@@ -136,6 +140,29 @@ if [ "$phase" = long2 ]; then
   HEADS=4 ours ring2-zigzag-4m-h4 2 zigzag 4194304 0 1 --no-one-shot --timeline "$res/ring2-zigzag-4m-h4-timeline.json"
   ours ring2-zigzag-4m-h16 2 zigzag 4194304 0 1 --no-one-shot --timeline "$res/ring2-zigzag-4m-h16-timeline.json"
   one_gpu_fwd one-gpu-4m-h8-fwd 4194304 8
+  kill "$sampler"
+  echo "measured in $((SECONDS - started)) s"
+  exit 0
+fi
+if [ "$phase" = power ]; then
+  # Does a full (unmasked) block run at a lower clock than a causal one on one GPU, with no ring at all? Equal FLOPs:
+  # causal 2M x 2M at H = 4 and unmasked 2M x 2M at H = 2. Each is run twice, causal first, then unmasked, then both
+  # again, so a warming card does not favour either.
+  nvidia-smi --query-gpu=timestamp,index,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+    --format=csv -lms 500 -i 0 >"$res/clocks-power.csv" 2>&1 &
+  sampler=$!
+  one_gpu_fwd() {  # name N heads causal
+    echo "$1: starts at $(date +%H:%M:%S.%N | cut -c1-12)" | tee -a "$res/power-marks.txt"
+    CUDA_VISIBLE_DEVICES=0 timeout "$(left)" "$bin" bench --device cuda --variants cuda-fa3-ws --seq "$2" --batch 1 \
+      --heads "$3" --head-dim 128 --causal "$4" --dtype bf16 --warmup 0 --iters 1 --json "$res/$1.json" \
+      >"$res/$1.txt" 2>&1
+    echo "$1: exit $? at $((SECONDS - started)) s, ends at $(date +%H:%M:%S.%N | cut -c1-12)" | tee -a "$res/power-marks.txt"
+    tail -3 "$res/$1.txt"
+  }
+  for round in 1 2; do
+    one_gpu_fwd "one-gpu-2m-h4-causal-$round" 2097152 4 bottom-right
+    one_gpu_fwd "one-gpu-2m-h2-unmasked-$round" 2097152 2 none
+  done
   kill "$sampler"
   echo "measured in $((SECONDS - started)) s"
   exit 0
