@@ -630,7 +630,7 @@ TEST_CASE("bench --timeline: one variant that records one (with --backward, one 
     // without a GPU here.
     Problem p;
     p.shape = Shape{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 64, .seq_k = 64, .head_dim = 64};
-    const BenchSettings settings{.warmup = 0, .iters = 1, .backward = false, .timeline_path = file};
+    const BenchSettings settings{.warmup = 0, .iters = 1, .backward = false, .record_timeline = true};
     int refused = 0;
     for (const Variant& v : variants()) {
       if (v.records_timeline) continue;

@@ -3,6 +3,9 @@
 // one clear sentence for each kind of bad file.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -146,6 +149,34 @@ TEST_CASE("reading the writer's output gives back the same timeline, and writing
   const Timeline empty{.device = "d", .variant = "v", .label = "l", .producer_warpgroups = 2, .spans = {}};
   std::istringstream in2(written(empty));
   CHECK(read_trace_event_json(in2, "timeline empty") == empty);
+}
+
+TEST_CASE("what a bench recorded becomes its Timeline, and a file that cannot be written is one sentence") {
+  // A bench hands up the kernel's records and what names them (BenchTimeline); the command line writes the file.
+  BenchTimeline recorded;
+  recorded.records = {{.block = 0, .warpgroup = 0, .event = 0, .t_begin_ns = 100, .t_end_ns = 100},
+                      {.block = 2, .warpgroup = 1, .event = static_cast<std::uint16_t>(PipelineEvent::Softmax),
+                       .t_begin_ns = 150, .t_end_ns = 400}};
+  recorded.device = "test device";
+  recorded.variant = "cuda-fa3-ws";
+  recorded.label = "ladder step 2, synthetic";
+  recorded.producer_warpgroups = 1;
+  const Timeline t = timeline_of(recorded);
+  CHECK(t == timeline_from_records(recorded.records.data(), recorded.records.size(), "test device", "cuda-fa3-ws",
+                                   "ladder step 2, synthetic", 1));
+  REQUIRE(t.spans.size() == 2);
+  CHECK(t.spans[1].event == PipelineEvent::Softmax);
+  CHECK(t.spans[1].block == 2);
+
+  const std::string path = "/nonexistent-flashlab-dir/timeline.json";
+  CHECK_THROWS_WITH_AS(write_trace_event_file(t, path),
+                       doctest::Contains(("cannot write the timeline to '" + path + "': ").c_str()), InputError);
+  CHECK_FALSE(std::filesystem::exists(path));
+  const std::string good = (std::filesystem::temp_directory_path() /
+                            ("flashlab_timeline_" + std::to_string(::getpid()) + ".json")).string();
+  write_trace_event_file(t, good);
+  CHECK(read_trace_event_file(good) == t);
+  std::filesystem::remove(good);
 }
 
 TEST_CASE("a file from another tool (no otherData, bare array) still reads") {

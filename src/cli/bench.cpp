@@ -26,6 +26,7 @@
 #include "core/flops.hpp"
 #include "cpu_reference/cpu_variants.hpp"
 #include "cpu_reference/tiled.hpp"
+#include "model/timeline.hpp"
 
 namespace flashlab::cli {
 namespace {
@@ -47,6 +48,7 @@ struct Row {
   std::int64_t hbm_forward = -1, hbm_backward = -1;
   Tiling tiling;
   std::optional<BenchTimeline> timeline;  // --timeline: what was recorded
+  std::string timeline_file;              // and where it was written
 };
 
 double median(std::vector<double> v) {
@@ -223,8 +225,8 @@ nlohmann::ordered_json to_json(const Row& r, bool backward) {
   j["model_tiling"] = {{"Br", r.tiling.Br}, {"Bc", r.tiling.Bc}};
   if (r.timeline) {
     const BenchTimeline& t = *r.timeline;
-    j["timeline"] = {{"path", t.path},
-                     {"records", t.records},
+    j["timeline"] = {{"path", r.timeline_file},
+                     {"records", t.records.size()},
                      {"first_block", t.first_block},
                      {"last_block", t.last_block},
                      {"capacity", t.capacity},
@@ -237,12 +239,12 @@ nlohmann::ordered_json to_json(const Row& r, bool backward) {
 
 // "timeline: 4213 records of blocks 0-3 -> FILE (the recording build ran 2.310 ms, the plain kernel 1.840 ms:
 // +26%)", and a second sentence when the record buffer filled up.
-std::string timeline_line(const BenchTimeline& t, double plain_ms) {
+std::string timeline_line(const BenchTimeline& t, const std::string& path, double plain_ms) {
   char buf[160];
   std::snprintf(buf, sizeof buf, " (the recording build ran %.3f ms, the plain kernel %.3f ms: %+.0f%%)", t.recording_ms,
                 plain_ms, 100 * (t.recording_ms / plain_ms - 1));
-  std::string line = "timeline: " + std::to_string(t.records) + " records of blocks " + std::to_string(t.first_block) +
-                     "-" + std::to_string(t.last_block) + " -> " + t.path + buf + "\n";
+  std::string line = "timeline: " + std::to_string(t.records.size()) + " records of blocks " +
+                     std::to_string(t.first_block) + "-" + std::to_string(t.last_block) + " -> " + path + buf + "\n";
   if (t.buffer_filled)
     line += "timeline: the " + std::to_string(t.capacity) +
             "-record buffer filled up, so the run's later events are not in the file (use a shorter run)\n";
@@ -401,7 +403,7 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
           const BenchSettings settings{.warmup = one_pass ? 0 : warmup,
                                        .iters = one_pass ? 1 : iters,
                                        .backward = backward,
-                                       .timeline_path = timeline_path,
+                                       .record_timeline = !timeline_path.empty(),
                                        .one_pass = one_pass};
           const BenchResult b = v->bench(p, r.dtype, settings);
           r.forward_ms = b.forward_ms;
@@ -410,6 +412,10 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
           r.io_bytes = std::int64_t(b.io_bytes);
           r.extra_bytes = r.peak_bytes - r.io_bytes;
           r.timeline = b.timeline;
+          if (r.timeline) {
+            write_trace_event_file(timeline_of(*r.timeline), timeline_path);
+            r.timeline_file = timeline_path;
+          }
         } catch (const InputError& e) {
           if (stop_on_error) {
             err << "\n";
@@ -479,7 +485,7 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
   }
   table.print(out);
   for (const Row& r : rows)
-    if (r.timeline) out << "\n" << timeline_line(*r.timeline, backward ? r.backward_ms : r.forward_ms);
+    if (r.timeline) out << "\n" << timeline_line(*r.timeline, r.timeline_file, backward ? r.backward_ms : r.forward_ms);
 
   if (!json_path.empty()) {
     nlohmann::ordered_json j;

@@ -5,6 +5,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include "core/timeline_record.hpp"
 
 namespace flashlab {
 
@@ -13,26 +16,30 @@ struct BenchSettings {
   int warmup = 3;
   int iters = 20;
   bool backward = true;
-  // Not empty: after the timed runs, record the pipeline of one forward run with the variant's timeline
-  // build and write it here as Trace Event JSON (only variants that record one: Variant::records_timeline).
+  // After the timed runs, record the pipeline of one run (the forward's, or with `backward` the backward's) with
+  // the variant's timeline build: BenchResult::timeline (only variants that record one: Variant::records_timeline).
   // (The {} initializer keeps GCC's -Wmissing-field-initializers quiet on BenchSettings{0, 1, false}.)
-  std::string timeline_path{};
+  bool record_timeline{};
   // Exactly one pass instead of the timing loop: one forward (and one backward with `backward`), no warm-up,
   // bracketed by cudaProfilerStart / cudaProfilerStop, so that `ncu --profile-from-start off` measures that
   // pass and nothing else (the inputs are made before it). The times reported are that one run's.
   bool one_pass = false;
 };
 
-// What a bench with BenchSettings::timeline_path recorded, and what recording costs.
+// What a bench with BenchSettings::record_timeline recorded, and what recording costs. The records are the
+// kernel's own; model/timeline.hpp turns them into a Timeline (timeline_from_records, with the fields below) and
+// writes it, which the caller does (`flashlab bench --timeline FILE`).
 struct BenchTimeline {
-  std::string path{};               // the Trace Event JSON written
-  std::size_t records = 0;          // events in it
-  std::uint32_t first_block = 0;    // the thread blocks that recorded: first_block .. last_block
+  std::vector<TimelineRecord> records{};  // in the order the lanes wrote them, the buffer's holes left out
+  std::string device{}, variant{};        // what the Timeline names: "NVIDIA H100 80GB HBM3", "cuda-fa3-ws"
+  std::string label{};                    // what the run was: "ladder step 3, B=4 H=16 N=4096 d=128, blocks 0-3"
+  std::uint32_t producer_warpgroups = 1;  // warpgroups 0 .. this-1 produce (TMA), the rest consume
+  std::uint32_t first_block = 0;          // the thread blocks that recorded: first_block .. last_block
   std::uint32_t last_block = 0;
-  std::size_t capacity = 0;         // record slots of the device buffer
-  bool buffer_filled = false;       // the lanes asked for more slots than that: the run's later events are missing
-  double recording_ms = -1;         // median of the timeline build recording the pass (warm-up and iterations as the
-                                    // plain pass's: forward_ms, or backward_ms when the backward was recorded)
+  std::size_t capacity = 0;               // record slots of the device buffer
+  bool buffer_filled = false;             // the lanes asked for more slots than that: the run's later events are missing
+  double recording_ms = -1;               // median of the timeline build recording the pass (warm-up and iterations as
+                                          // the plain pass's: forward_ms, or backward_ms when the backward was recorded)
 };
 
 struct BenchResult {
@@ -40,7 +47,7 @@ struct BenchResult {
   double backward_ms = -1;     // median; < 0 when not measured
   std::size_t peak_bytes = 0;  // peak device (or host) memory during the run
   std::size_t io_bytes = 0;    // of which inputs and outputs (q, k, v, o, lse, and grads)
-  std::optional<BenchTimeline> timeline{};  // set when BenchSettings::timeline_path was
+  std::optional<BenchTimeline> timeline{};  // set when BenchSettings::record_timeline was
 };
 
 }  // namespace flashlab

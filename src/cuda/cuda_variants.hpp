@@ -58,7 +58,7 @@ BenchResult cuda_fa2_bench(const Problem&, DType, const BenchSettings&);
 // Options::deterministic, dQ summed in a fixed order). `step` is the ablation ladder's step, 1..5: each
 // adds one idea to the one before (1 one warpgroup, TMA + wgmma; 2 producer / consumer specialization
 // with setmaxnreg; 3 ping-pong; 4 intra-warpgroup overlap; 5 persistent scheduling, the shipped kernel).
-// The bench times the shipped kernel of the step; with settings.timeline_path it then records one run's
+// The bench times the shipped kernel of the step; with settings.record_timeline it then records one run's
 // pipeline with the timeline build into that file (Trace Event JSON) and reports it, and that build's
 // time, in BenchResult::timeline (no dropout: the registry refuses it first).
 void cuda_fa3_ws_forward_on_device_at(int step, const Problem&, DType, const DeviceForwardIo&);

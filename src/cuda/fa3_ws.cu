@@ -6,19 +6,18 @@
 // instantiates (poison, fill_random of host_passes.cuh) keep their code for every architecture. The shipped step also has the
 // backward (fa3_ws/fa3_ws_backward.cu); its scratch is allocated here, per call, like cuda-fa2's.
 //
-// A bench with BenchSettings::timeline_path (`flashlab bench --timeline FILE`) times the shipped kernel as
+// A bench with BenchSettings::record_timeline (`flashlab bench --timeline FILE`) times the shipped kernel as
 // always, then runs the timeline build (launch_forward_timeline: the same step with the timeline hook
-// compiled in; with --backward, launch_backward_timeline) to record one run's pipeline into FILE as Trace
-// Event JSON, and times that build too, so the bench can say what recording costs.
+// compiled in; with --backward, launch_backward_timeline) to record one run's pipeline, and times that build
+// too, so the bench can say what recording costs. The records go back in BenchResult::timeline; the caller
+// writes them (the command line, as Trace Event JSON).
 #include <algorithm>
-#include <cerrno>
 #include <cstdint>
-#include <cstring>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/philox.hpp"
@@ -27,7 +26,7 @@
 #include "cuda/device.hpp"
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
 #include "cuda/host_passes.cuh"
-#include "model/timeline.hpp"
+#include "core/timeline_record.hpp"
 
 namespace flashlab {
 namespace {
@@ -155,8 +154,7 @@ std::string timeline_label(cuda::fa3_ws::LadderStep step, bool backward, const P
 
 // After the timed runs: the timeline build once to warm up, timed (the same warm-up and iterations as
 // the plain kernel), then one recording run into a buffer filled with 0xff (a hole reads as event
-// kTimelineHole), downloaded and written to settings.timeline_path. `backward`: the backward's build, with
-// the backward's params.
+// kTimelineHole), downloaded, its holes left out. `backward`: the backward's build, with the backward's params.
 BenchTimeline record_timeline(cuda::fa3_ws::LadderStep step, bool backward, const Problem& p, DType dtype,
                               const BenchSettings& settings, cuda::fa3_ws::Params params) {
   cuda::DeviceBuffer<TimelineRecord> records(kTimelineCapacity);
@@ -192,29 +190,20 @@ BenchTimeline record_timeline(cuda::fa3_ws::LadderStep step, bool backward, cons
     throw std::runtime_error("cuda-fa3-ws: the timeline build recorded no events (" + std::to_string(asked) +
                              " record slots taken)");
 
-  out.path = settings.timeline_path;
-  out.records = kept.size();
+  out.records = std::move(kept);
   out.capacity = kTimelineCapacity;
   out.buffer_filled = asked > static_cast<unsigned>(kTimelineCapacity);
-  out.first_block = out.last_block = kept.front().block;
-  for (const TimelineRecord& r : kept) {
+  out.first_block = out.last_block = out.records.front().block;
+  for (const TimelineRecord& r : out.records) {
     out.first_block = std::min(out.first_block, r.block);
     out.last_block = std::max(out.last_block, r.block);
   }
+  out.device = cuda::device_name();
+  out.variant = "cuda-fa3-ws";
+  out.label = timeline_label(step, backward, p, dtype, out.first_block, out.last_block);
   // From step 2 on (and in the backward), warpgroup 0 is the producer; step 1's one warpgroup issues its own
   // loads and computes.
-  const std::uint32_t producers = backward || static_cast<int>(step) >= 2 ? 1u : 0u;
-  const Timeline timeline = timeline_from_records(kept.data(), kept.size(), cuda::device_name(), "cuda-fa3-ws",
-                                                  timeline_label(step, backward, p, dtype, out.first_block, out.last_block),
-                                                  producers);
-  errno = 0;
-  std::ofstream file(out.path, std::ios::binary);
-  if (!file)
-    throw InputError("cannot write the timeline to '" + out.path + "': " +
-                     (errno != 0 ? std::strerror(errno) : "the file cannot be opened for writing"));
-  write_trace_event_json(timeline, file);
-  file.close();
-  if (!file) throw InputError("cannot write the timeline to '" + out.path + "': the write failed (is the disk full?)");
+  out.producer_warpgroups = backward || static_cast<int>(step) >= 2 ? 1u : 0u;
   return out;
 }
 
@@ -231,7 +220,7 @@ BenchResult bench_as(cuda::fa3_ws::LadderStep step, const Problem& p, DType dtyp
   const auto backward = [&] { cuda::fa3_ws::launch_backward(dtype, backward_params, /*stream=*/0); };
   // The timed runs are the shipped kernel's, with or without a timeline asked for.
   BenchResult result = cuda::bench_passes(settings, scope, t, forward, backward);
-  if (!settings.timeline_path.empty())
+  if (settings.record_timeline)
     result.timeline = settings.backward ? record_timeline(step, true, p, dtype, settings, backward_params)
                                         : record_timeline(step, false, p, dtype, settings, params);
   return result;

@@ -1,7 +1,9 @@
 #include "model/timeline.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -276,6 +278,21 @@ Timeline read_trace_event_json(std::istream& in, const std::string& what) {
     t.spans.push_back(s);
   }
   return t;
+}
+
+Timeline timeline_of(const BenchTimeline& t) {
+  return timeline_from_records(t.records.data(), t.records.size(), t.device, t.variant, t.label, t.producer_warpgroups);
+}
+
+void write_trace_event_file(const Timeline& timeline, const std::string& path) {
+  errno = 0;
+  std::ofstream file(path, std::ios::binary);
+  if (!file)
+    throw InputError("cannot write the timeline to '" + path + "': " +
+                     (errno != 0 ? std::strerror(errno) : "the file cannot be opened for writing"));
+  write_trace_event_json(timeline, file);
+  file.close();
+  if (!file) throw InputError("cannot write the timeline to '" + path + "': the write failed (is the disk full?)");
 }
 
 Timeline read_trace_event_file(const std::string& path) {

@@ -14,6 +14,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/bench.hpp"            // BenchTimeline: what a bench recorded
+#include "core/timeline_record.hpp"  // what the kernel writes, one per event
+
 namespace flashlab {
 
 // Names are stable (they are the "name" of each trace event): append new kinds, never renumber.
@@ -40,18 +43,6 @@ PipelineEvent parse_pipeline_event(const std::string&);  // throws InputError na
 bool is_span(PipelineEvent);               // true: has a duration; false: an instant (begin == end)
 const char* category(PipelineEvent);       // the trace event "cat": "tma", "wgmma", "softmax", "sync", "epilogue"
 std::string known_pipeline_events();       // "tma_issue, tma_landed, ..." for messages
-
-// What the kernel writes, one per event, into a global buffer (24 bytes, no padding). Stamps are
-// %globaltimer nanoseconds; an instant has t_end_ns == t_begin_ns.
-struct TimelineRecord {
-  std::uint32_t block;      // blockIdx (linearized)
-  std::uint16_t warpgroup;  // threadIdx.x / 128
-  std::uint16_t event;      // a PipelineEvent
-  std::uint64_t t_begin_ns;
-  std::uint64_t t_end_ns;
-};
-static_assert(std::is_trivially_copyable_v<TimelineRecord> && std::is_standard_layout_v<TimelineRecord>);
-static_assert(sizeof(TimelineRecord) == 24, "TimelineRecord is the kernel's wire format: keep it 24 bytes");
 
 struct TimelineSpan {
   std::uint32_t block = 0;
@@ -84,6 +75,9 @@ Timeline timeline_from_records(const TimelineRecord* records, std::size_t count,
                                const std::string& variant, const std::string& label,
                                std::uint32_t producer_warpgroups = 1);
 
+// What a bench recorded (BenchSettings::record_timeline), as a Timeline: timeline_from_records on its records.
+Timeline timeline_of(const BenchTimeline&);
+
 // Chrome Trace Event Format: {"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}.
 // Spans are "ph": "X" with "ts"/"dur" in microseconds relative to the earliest stamp, instants are
 // "ph": "i"; pid = block, tid = warpgroup, with "M" events naming them ("block 3", "producer WG0"; for a
@@ -94,5 +88,7 @@ void write_trace_event_json(const Timeline&, std::ostream&);
 // Throws InputError with one sentence naming `what` (e.g. "timeline run.json") for a bad file.
 Timeline read_trace_event_json(std::istream&, const std::string& what);
 Timeline read_trace_event_file(const std::string& path);  // what = "timeline PATH"
+// write_trace_event_json into the file at `path`; InputError with one sentence when it cannot be written.
+void write_trace_event_file(const Timeline&, const std::string& path);
 
 }  // namespace flashlab

@@ -200,7 +200,7 @@ Grads Variant::backward(const Problem& p, DType dtype, const Qkv& in, const Forw
 }
 
 BenchResult Variant::bench(const Problem& p, DType dtype, const BenchSettings& settings) const {
-  if (!settings.timeline_path.empty()) check_records_timeline(*this, p, settings.backward);
+  if (settings.record_timeline) check_records_timeline(*this, p, settings.backward);
   check_supported(*this, p, dtype, settings.backward);
   if (!has_device_timer())
     throw InputError("variant " + name + " has no device timer: flashlab bench times it from the host");

@@ -69,7 +69,7 @@ struct Variant {
   // 0: any GPU. Otherwise the one compute capability (major * 10 + minor) the kernel is compiled for,
   // e.g. 90 for sm_90a code (wgmma, setmaxnreg), which runs on compute capability 9.0 alone.
   int needs_compute_capability = 0;
-  // Its bench can record one run's pipeline (BenchSettings::timeline_path, `flashlab bench --timeline`):
+  // Its bench can record one run's pipeline (BenchSettings::record_timeline, `flashlab bench --timeline`):
   // a timeline build of the kernel exists (the cuda-fa3-ws ladder; the backward too where it has one).
   bool records_timeline = false;
 
@@ -83,7 +83,7 @@ struct Variant {
   // throws InputError (one sentence) before anything is allocated or launched.
   ForwardOut forward(const Problem&, DType, const Qkv&, TrafficObserver* = nullptr) const;
   Grads backward(const Problem&, DType, const Qkv&, const ForwardOut&, const HostTensor& dO) const;
-  // Needs has_device_timer(); with settings.timeline_path also check_records_timeline.
+  // Needs has_device_timer(); with settings.record_timeline also check_records_timeline.
   BenchResult bench(const Problem&, DType, const BenchSettings&) const;
 
   // Checked entry points on tensors in the memory of CUDA device io.device that the caller owns and has
