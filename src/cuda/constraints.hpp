@@ -32,7 +32,7 @@ inline constexpr int kHeadDims[] = {32, 64, 96, 128, 256};
 namespace fa3_ws {
 inline constexpr DType kDTypes[] = {DType::F16, DType::BF16};
 inline constexpr int kHeadDims[] = {64, 128, 256};
-// The backward (fa3_ws_backward.cu), every head dim of the forward.
+// The backward (fa3_ws/backward_kernel.cuh), every head dim of the forward.
 inline constexpr int kBackwardHeadDims[] = {64, 128, 256};
 inline constexpr int kComputeCapability = 90;  // major * 10 + minor
 }  // namespace fa3_ws

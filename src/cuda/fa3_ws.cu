@@ -4,7 +4,7 @@
 // and what each ladder step adds, is in fa3_ws/forward_kernel.cuh and the parts it lists (compiled for
 // sm_90a only); this file is compiled like every other host file, so the shared helper kernels it
 // instantiates (poison, fill_random of host_passes.cuh) keep their code for every architecture. The shipped step also has the
-// backward (fa3_ws/fa3_ws_backward.cu); its scratch is allocated here, per call, like cuda-fa2's.
+// backward (fa3_ws/backward_kernel.cuh and its parts); its scratch is allocated here, per call, like cuda-fa2's.
 //
 // A bench with BenchSettings::record_timeline (`flashlab bench --timeline FILE`) times the shipped kernel as
 // always, then runs the timeline build (launch_forward_timeline: the same step with the timeline hook

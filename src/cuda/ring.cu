@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "cuda/constraints.hpp"
-#include "cuda/fa3_ws/host_checks.hpp"
+#include "cuda/device.hpp"
 #include "cuda/host_passes.cuh"
 #include "cuda/ring.hpp"
 #include "cuda/ring_rank.cuh"
@@ -237,7 +237,10 @@ void check_gpu_ring_problem(const RingSchedule& ring, const Problem& p, DType dt
   }
   check_dims(cuda::fa3_ws::kHeadDims, "forward");
   if (backward) check_dims(cuda::fa3_ws::kBackwardHeadDims, "backward");
-  cuda::fa3_ws::require_hopper();  // before any work, rather than at the first block
+  // The GPU, before any work rather than at the first block (whose launcher only asserts it).
+  if (const int cc = cuda::device_compute_capability(); cc != cuda::fa3_ws::kComputeCapability)
+    throw InputError(blocks + ", which need a Hopper GPU (compute capability 9.0); this GPU is " + cuda::device_name() +
+                     " (compute capability " + std::to_string(cc / 10) + "." + std::to_string(cc % 10) + ")");
 }
 
 void cuda_ring_forward_on_device(const RingSchedule& ring, const Problem& p, DType dtype, const DeviceForwardIo& io,

@@ -30,9 +30,8 @@ void check_gpu_ring_problem(const RingSchedule& ring, const Problem& p, DType dt
 // O and L of attention on the device tensors of `io` (global (B, S, H, D) layout), computed by the ring of
 // `ring` (made for p's lengths and causal alignment). f16 or bf16, a head dim cuda-fa3-ws has, compute
 // capability 9.0, no dropout. Throws InputError, in one sentence, for what it refuses (block_launch's
-// diagonal blocks that would need their rows split; a schedule of other lengths; dropout), and
-// std::invalid_argument from the kernel's launcher for an unsupported head dim, dtype or GPU. Returns when
-// the device has finished.
+// diagonal blocks that would need their rows split; a schedule of other lengths; dropout; a head dim, dtype or
+// GPU the block kernel lacks). Returns when the device has finished.
 void cuda_ring_forward_on_device(const RingSchedule& ring, const Problem& p, DType dtype, const DeviceForwardIo& io,
                                  RingBlockKernel kernel = RingBlockKernel::Fa3Ws);
 

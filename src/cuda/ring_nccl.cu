@@ -22,7 +22,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "cuda/fa3_ws/host_checks.hpp"
 #include "cuda/host_passes.cuh"
 #include "cuda/ring.hpp"
 #include "cuda/ring_nccl.hpp"

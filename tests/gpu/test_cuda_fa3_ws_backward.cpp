@@ -1,4 +1,4 @@
-// cuda-fa3-ws's backward (the warp-specialized Hopper kernel of fa3_ws/fa3_ws_backward.cu) against naive
+// cuda-fa3-ws's backward (the warp-specialized Hopper kernel of fa3_ws/backward_kernel.cuh) against naive
 // attention in double, by the FlashAttention rule of core/tolerance.hpp: dQ, dK and dV may be at most 3x
 // the error of naive attention run in the same low precision, plus a small slack. Inputs are fresh random
 // numbers each run (the seed is printed on failure); the variant poisons dQ, dK and dV with NaN before

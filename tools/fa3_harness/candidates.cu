@@ -17,13 +17,12 @@ bool launch_forward_variant(DType dtype, const Params& p, cudaStream_t stream, L
   check_launch(dtype, p);
   if (p.seq_q == 0 || p.batch == 0 || p.heads_q == 0) return true;
   bool built = false;
-  dispatch_head_dim(p.head_dim, [&]<int D>() {
+  dispatch_head_dim<kHeadDims>(p.head_dim, "fa3_harness candidates", [&]<int D>() {
     dispatch_step(step, [&]<int kStep>() {
       if constexpr (kStep >= 2) {
         if (p.dropout) return;
         auto go = [&]<class S>() {
-          if (dtype == DType::BF16) launch_config<__nv_bfloat16, D, kStep, false, false, S>(dtype, p, stream);
-          else launch_config<__half, D, kStep, false, false, S>(dtype, p, stream);
+          with_element(dtype, [&]<class T>() { launch_config<T, D, kStep, false, false, S>(dtype, p, stream); });
           built = true;
         };
         if (candidate == 0) go.template operator()<Schedule<false, false, false, false>>();

@@ -44,7 +44,7 @@ struct Params {
   unsigned* timeline_count = nullptr;
   int timeline_capacity = 0;
 
-  // ---- the backward only (launch_backward, fa3_ws_backward.cu); o and lse are then read, not written ----
+  // ---- the backward only (launch_backward, fa3_ws/backward.cu); o and lse are then read, not written ----
   const void* d_o = nullptr;  // (B, S_q, H_q, D)
   void* dq = nullptr;         // (B, S_q, H_q, D)
   void* dk = nullptr;         // (B, S_k, H_kv, D)
@@ -93,7 +93,8 @@ inline constexpr LadderStep kShippedStep = LadderStep::Persistent;
 inline constexpr int kLadderSteps = 5;
 
 // Head dims with a compiled kernel: kHeadDims, the one list of cuda/constraints.hpp (the registry checks
-// problems against it); anything else reaching the launcher is rejected with std::invalid_argument.
+// problems against it). The launchers assert what the registry checked (fa3_ws/host_checks.hpp): a head dim,
+// dtype or GPU it would refuse reaching them is a bug of the caller, std::logic_error.
 
 // A 4-D (D, H, S, B) TMA descriptor over a (B, S, H, D) tensor of 16-bit `dtype` with boxes of
 // (64, 1, box_rows, 1) and 128B swizzle; throws std::runtime_error naming the failing driver call.
@@ -102,8 +103,8 @@ CUtensorMap make_bshd_tensor_map(const void* base, DType dtype, int batch, int s
 // Query rows per block (Br) at a ladder step.
 int block_rows(LadderStep step);
 
-// Launch on `stream`; dtype is F16 or BF16. Checks the launch, does not synchronize. Throws
-// std::invalid_argument for an unsupported head dim or a GPU that is not compute capability 9.0.
+// Launch on `stream`; dtype is F16 or BF16, the head dim one of kHeadDims, the GPU compute capability 9.0 (asserted:
+// std::logic_error). Checks the launch, does not synchronize.
 void launch_forward(DType dtype, const Params&, cudaStream_t stream, LadderStep step = kShippedStep);
 
 // The timeline build (forward_timeline.cu): the kernel of ladder step `step` with the shipped schedule and
@@ -113,16 +114,15 @@ void launch_forward(DType dtype, const Params&, cudaStream_t stream, LadderStep 
 // exceed the capacity: those events were not recorded). Slots no lane wrote keep what the caller left
 // there: fill the buffer with 0xff bytes and drop records whose event is kTimelineHole. With
 // p.timeline == nullptr the same build runs without recording. f16 or bf16, without dropout; otherwise
-// as launch_forward (std::invalid_argument for a dropout run, an unsupported head dim or a GPU that is
-// not compute capability 9.0). Checks the launch, does not synchronize.
+// as launch_forward (and asserted like it). Checks the launch, does not synchronize.
 void launch_forward_timeline(DType dtype, const Params&, cudaStream_t stream, LadderStep step);
 
 // The backward: the pre-pass (L_i log2 e and D_i into their padded scratch, dQ's sums and counters
 // zeroed), the main kernel (one block per K/V block) and dQ's conversion to the input dtype, which starts
 // while the main kernel runs and converts each piece of dQ once its sum is complete, on `stream`.
 // Reads q, k, v, o, lse, d_o; writes dq, dk, dv and the scratch. Checks the launches, does not
-// synchronize. std::invalid_argument for a head dim without a backward, a GPU that is not compute
-// capability 9.0, missing scratch, or an accumulate mode with some of its three sums missing.
+// synchronize. Asserted (std::logic_error): a head dim with a backward, compute capability 9.0, the scratch, and
+// an accumulate mode with all three of its sums.
 void launch_backward(DType dtype, const Params&, cudaStream_t stream);
 
 // The backward with the timeline hook compiled in (fa3_ws/timeline_lane.cuh; its kernels are instantiated beside

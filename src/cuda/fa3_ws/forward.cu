@@ -37,7 +37,7 @@ EncodeTiledFn encode_tiled() {
 // 256 or 512 for d in {64, 128, 256}), so the S and B strides (H d 2, S H d 2) are multiples of 16 too.
 CUtensorMap make_bshd_tensor_map(const void* base, DType dtype, int batch, int seq, int heads, int head_dim,
                                  int box_rows) {
-  if (dtype != DType::F16 && dtype != DType::BF16) throw std::invalid_argument("cuda-fa3-ws: dtype must be f16 or bf16");
+  expect(dtype == DType::F16 || dtype == DType::BF16, "a tensor map's dtype is f16 or bf16");
   CUtensorMap map{};
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(heads),
                               static_cast<cuuint64_t>(seq), static_cast<cuuint64_t>(batch)};
@@ -45,8 +45,7 @@ CUtensorMap make_bshd_tensor_map(const void* base, DType dtype, int batch, int s
   const cuuint64_t strides[3] = {row_bytes, row_bytes * heads, row_bytes * heads * seq};  // bytes, dims 1..3
   const cuuint32_t box[4] = {static_cast<cuuint32_t>(kPanelCols), 1, static_cast<cuuint32_t>(box_rows), 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  const CUresult r = encode_tiled()(&map, dtype == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                                    4, const_cast<void*>(base), dims, strides, box, element_strides,
+  const CUresult r = encode_tiled()(&map, tensor_map_type(dtype), 4, const_cast<void*>(base), dims, strides, box, element_strides,
                                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
@@ -61,16 +60,14 @@ int block_rows(LadderStep step) { return static_cast<int>(step) >= 2 ? 2 * kRows
 void launch_forward(DType dtype, const Params& p, cudaStream_t stream, LadderStep step) {
   check_launch(dtype, p);
   if (p.seq_q == 0 || p.batch == 0 || p.heads_q == 0) return;
-  dispatch_head_dim(p.head_dim, [&]<int D>() {
+  dispatch_head_dim<kHeadDims>(p.head_dim, "cuda-fa3-ws forward", [&]<int D>() {
     dispatch_step(step, [&]<int kStep>() {
-      auto go = [&]<class T>() {
+      with_element(dtype, [&]<class T>() {
         // Dropout keeps the narrow blocks: its keep bits beside a wider S_ij spill (100-160 bytes at steps
         // 4 and 5, ptxas -v), and dropout is checked for correctness, not raced.
         if (p.dropout) launch_config<T, D, kStep, true, false, ShippedSchedule<false>>(dtype, p, stream);
         else with_shipped_schedule<D, kStep>(p, [&]<class S>() { launch_config<T, D, kStep, false, false, S>(dtype, p, stream); });
-      };
-      if (dtype == DType::BF16) go.template operator()<__nv_bfloat16>();
-      else go.template operator()<__half>();
+      });
     });
   });
 }

@@ -2,6 +2,7 @@
 // cuda-fa3-ws forward, its configuration: what a kernel is built with (the ladder step's ideas, the head
 // dim's block shape and stages, the schedule) and the shared-memory layout that follows. Everything here is
 // a compile-time constant; the other parts (forward_kernel.cuh lists them) read it through KernelConfig.
+#include "cuda/fa3_ws/element.cuh"
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
 #include "cuda/fa3_ws/hopper.cuh"
 #include "cuda/fa3_ws/warp_roles.cuh"
@@ -10,7 +11,6 @@
 namespace flashlab::cuda::fa3_ws {
 
 inline constexpr float kLn2 = 0.6931471805599453f;
-inline constexpr int kElemBytes = 2;  // fp16 / bf16
 // Named hardware barriers of the forward (0 is __syncthreads): each consumer's own 128-thread barrier, and
 // the ping-pong "my turn" barrier of each consumer (256 threads: 128 sync, 128 of the other arrive).
 inline constexpr int kBarConsumerBase = 1;
@@ -94,8 +94,8 @@ struct SmemLayout {
   static constexpr int kQFull = 0, kQEmpty = 1, kKFull = 2, kKEmpty = kKFull + kStages, kVFull = kKEmpty + kStages,
                        kVEmpty = kVFull + kStages, kNumBarriers = kVEmpty + kStages;
   static constexpr int kTileSlotOffset = kBarOffset + kNumBarriers * 8;
-  // The dynamic shared window is only 16-byte aligned: ask for one swizzle atom more and align up.
-  static constexpr int kBytes = kTileSlotOffset + 8 + kSwizzleAtomBytes;
+  // + what aligning the dynamic shared window up to a swizzle atom may skip (swizzle_atom_pad).
+  static constexpr int kBytes = kTileSlotOffset + 8 + kSmemAlignSlack;
   static_assert(kQBytes % kSwizzleAtomBytes == 0 && kKVBytes % kSwizzleAtomBytes == 0, "tiles stay 1024-aligned");
   static_assert(kBytes <= kMaxSmemBytes, "Q, the K/V stages, O and the barriers must fit 227 KiB");
 };

@@ -64,10 +64,7 @@ struct Consumer {
     tl.instant(p, PipelineEvent::TmaLanded, t1);
   }
   // One arrival per consumer warp (the empty barriers count 4 per consumer), after its wgmma's waited.
-  __device__ void release(int bar) const {
-    __syncwarp();
-    if (tid % 32 == 0) mbar_arrive(&bars[bar]);
-  }
+  __device__ void release(int bar) const { mbar_arrive_per_warp(&bars[bar], tid % 32); }
   // Q_i's space is free once the tile's last S GEMM has read it, when O_i has a buffer of its own (else
   // the epilogue releases it, after O_i has gone out through it).
   __device__ void release_q_after_last_s() const {

@@ -32,6 +32,8 @@
 // The parts, one file each under src/cuda/fa3_ws/:
 //   forward_config.cuh    what a kernel is built with: ladder step, head dim, Schedule; shared-memory layout
 //   warp_roles.cuh        the producer's and consumers' registers, the shared-memory limit (both passes)
+//   element.cuh           fp16 / bf16: ElementTraits, kElemBytes, with_element (both passes)
+//   head_dims.hpp         the entry points' head-dim check against cuda/constraints.hpp (both passes)
 //   tile_scheduler.cuh    which tile a block takes, in what order; the persistent grid's counter
 //   producer.cuh          the TMA copies of Q_i, K_j, V_j (Loader)
 //   online_softmax.cuh    m_i, l_i, P_ij, the rescale of O_i, L_i (OnlineSoftmax)
@@ -48,14 +50,17 @@
 #include <string>
 #include <utility>
 
+#include "cuda/dispatch.cuh"
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
 #include "cuda/fa3_ws/forward_config.cuh"
 #include "cuda/fa3_ws/forward_consumer.cuh"
+#include "cuda/fa3_ws/head_dims.hpp"
 #include "cuda/fa3_ws/hopper.cuh"
 #include "cuda/fa3_ws/host_checks.hpp"
 #include "cuda/fa3_ws/producer.cuh"
 #include "cuda/fa3_ws/tile_scheduler.cuh"
 #include "cuda/fa3_ws/timeline_lane.cuh"
+#include "cuda/fa3_ws/warp_roles.cuh"
 #include "cuda/tilings.hpp"
 
 namespace flashlab::cuda::fa3_ws {
@@ -67,16 +72,17 @@ __global__ void __launch_bounds__(StepConfig<kStep>::kThreads, 1)
   using Cfg = KernelConfig<T, D, kStep, Sched>;
   using Smem = typename Cfg::Smem;
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - smem_u32(smem_raw) % kSwizzleAtomBytes) % kSwizzleAtomBytes);
+  unsigned char* smem = smem_raw + swizzle_atom_pad(smem_raw);
   auto* bars = reinterpret_cast<std::uint64_t*>(smem + Smem::kBarOffset);
   if (threadIdx.x == 0) {
+    constexpr int kReleases = Cfg::kConsumers * kWarpsPerWarpgroup;  // one arrival per consumer warp
     mbar_init(&bars[Smem::kQFull], 1);
-    mbar_init(&bars[Smem::kQEmpty], Cfg::kConsumers * 4);  // one arrival per consumer warp
+    mbar_init(&bars[Smem::kQEmpty], kReleases);
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbar_init(&bars[Smem::kKFull + s], 1);
       mbar_init(&bars[Smem::kVFull + s], 1);
-      mbar_init(&bars[Smem::kKEmpty + s], Cfg::kConsumers * 4);  // one arrival per consumer warp
-      mbar_init(&bars[Smem::kVEmpty + s], Cfg::kConsumers * 4);
+      mbar_init(&bars[Smem::kKEmpty + s], kReleases);
+      mbar_init(&bars[Smem::kVEmpty + s], kReleases);
     }
     mbar_init_fence();
   }
@@ -89,7 +95,7 @@ __global__ void __launch_bounds__(StepConfig<kStep>::kThreads, 1)
   if constexpr (Cfg::kWarpSpecialized) {
     if (wg == 0) {
       // ---- producer: one elected thread of warp 0 issues every copy; warps 1-3 only give back registers.
-      setmaxnreg_dec<kProducerRegs>();
+      enter_producer_role();
       if (tid / 32 == 0 && elect_one()) {
         TimelineLane<kTimeline> tl;
         tl.start(p, true);
@@ -142,7 +148,7 @@ __global__ void __launch_bounds__(StepConfig<kStep>::kThreads, 1)
       }
     } else {
       // ---- consumers
-      setmaxnreg_inc<kConsumerRegs>();
+      enter_consumer_role();
       const Consumer<T, D, kStep, kDropout, kTimeline, Sched> consumer{p, &loader, smem, bars, wg - 1, wg, tid, tid / 32, lane / 4, lane % 4};
       consumer.tl.start(p, tid == 0);
       consumer.run(total_tiles);
@@ -158,20 +164,6 @@ __global__ void __launch_bounds__(StepConfig<kStep>::kThreads, 1)
 
 
 template <class F, std::size_t... I>
-bool dispatch_head_dim_impl(int head_dim, F&& f, std::index_sequence<I...>) {
-  return ((head_dim == kHeadDims[I] ? (f.template operator()<kHeadDims[I]>(), true) : false) || ...);
-}
-// Calls f.template operator()<D>() for the D in kHeadDims equal to head_dim; throws for any other.
-template <class F>
-void dispatch_head_dim(int head_dim, F&& f) {
-  if (!dispatch_head_dim_impl(head_dim, f, std::make_index_sequence<std::size(kHeadDims)>{})) {
-    std::string dims;
-    for (std::size_t i = 0; i < std::size(kHeadDims); ++i)
-      dims += (i == 0 ? "" : i + 1 == std::size(kHeadDims) ? " and " : ", ") + std::to_string(kHeadDims[i]);
-    throw std::invalid_argument("cuda-fa3-ws supports head dims " + dims + ", not " + std::to_string(head_dim) + ".");
-  }
-}
-template <class F, std::size_t... I>
 bool dispatch_step_impl(int step, F&& f, std::index_sequence<I...>) {
   return ((step == static_cast<int>(I) + 1 ? (f.template operator()<static_cast<int>(I) + 1>(), true) : false) || ...);
 }
@@ -179,7 +171,7 @@ bool dispatch_step_impl(int step, F&& f, std::index_sequence<I...>) {
 template <class F>
 void dispatch_step(LadderStep step, F&& f) {
   if (!dispatch_step_impl(static_cast<int>(step), f, std::make_index_sequence<kLadderSteps>{}))
-    throw std::invalid_argument("cuda-fa3-ws ladder steps are 1 to 5, not " + std::to_string(static_cast<int>(step)) + ".");
+    expect(false, "ladder steps are 1 to 5, not " + std::to_string(static_cast<int>(step)));
 }
 
 
@@ -195,11 +187,11 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
              "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
   const long long total = static_cast<long long>((p.seq_q + Cfg::kBr - 1) / Cfg::kBr) * p.batch * p.heads_q;
-  if (total > 0x7fffffffLL) throw std::invalid_argument("cuda-fa3-ws: more than 2^31 - 1 tiles");
+  expect(total <= 0x7fffffffLL, "at most 2^31 - 1 tiles");
   int grid = static_cast<int>(total);
   Params params = p;
   if constexpr (Cfg::kPersistent) {
-    if (p.tile_counter == nullptr) throw std::invalid_argument("cuda-fa3-ws step 5 needs Params::tile_counter (two zeroed ints on the device)");
+    expect(p.tile_counter != nullptr, "step 5 needs Params::tile_counter (two zeroed ints on the device)");
     int dev = 0, sms = 0, l2_bytes = 0;
     check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
     check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute(SM count)");
@@ -230,13 +222,13 @@ void with_shipped_schedule(const Params& p, F&& launch) {
   else launch.template operator()<ShippedSchedule<false>>();
 }
 
-// What every entry checks before it touches the GPU: the dtype and the head dim; then the GPU.
+// What every entry asserts before it touches the GPU (the registry checked it): the dtype, the head dim (in
+// kHeadDims, which the entries then dispatch on through cuda/dispatch.cuh) and the GPU.
 inline void check_launch(DType dtype, const Params& p) {
-  if (dtype != DType::F16 && dtype != DType::BF16) throw std::invalid_argument("cuda-fa3-ws takes f16 or bf16 inputs.");
-  int checked_dim = 0;
-  dispatch_head_dim(p.head_dim, [&]<int D>() { checked_dim = D; });  // rejects an unsupported head dim
-  (void)checked_dim;
-  require_hopper();
+  expect(dtype == DType::F16 || dtype == DType::BF16, "the inputs are f16 or bf16");
+  expect(lists_head_dim<kHeadDims>(p.head_dim),
+         "the head dim is one of " + listed_head_dims<kHeadDims>() + ", not " + std::to_string(p.head_dim));
+  expect(on_hopper(), "the GPU has compute capability 9.0");
 }
 
 }  // namespace flashlab::cuda::fa3_ws

@@ -9,18 +9,15 @@
 namespace flashlab::cuda::fa3_ws {
 
 void launch_forward_timeline(DType dtype, const Params& p, cudaStream_t stream, LadderStep step) {
-  if (p.dropout)
-    throw std::invalid_argument("cuda-fa3-ws's timeline build has no dropout: record a run without dropout.");
-  if (p.timeline != nullptr && (p.timeline_count == nullptr || p.timeline_capacity <= 0))
-    throw std::invalid_argument("cuda-fa3-ws's timeline build needs a record counter and a capacity above 0 beside "
-                                "its record buffer.");
+  expect(!p.dropout, "the timeline build runs without dropout");
+  expect(p.timeline == nullptr || (p.timeline_count != nullptr && p.timeline_capacity > 0),
+         "the timeline build has a record counter and a capacity above 0 beside its record buffer");
   check_launch(dtype, p);
   if (p.seq_q == 0 || p.batch == 0 || p.heads_q == 0) return;
-  dispatch_head_dim(p.head_dim, [&]<int D>() {
+  dispatch_head_dim<kHeadDims>(p.head_dim, "cuda-fa3-ws forward (timeline)", [&]<int D>() {
     dispatch_step(step, [&]<int kStep>() {
       with_shipped_schedule<D, kStep>(p, [&]<class S>() {
-        if (dtype == DType::BF16) launch_config<__nv_bfloat16, D, kStep, false, true, S>(dtype, p, stream);
-        else launch_config<__half, D, kStep, false, true, S>(dtype, p, stream);
+        with_element(dtype, [&]<class T>() { launch_config<T, D, kStep, false, true, S>(dtype, p, stream); });
       });
     });
   });

@@ -16,8 +16,8 @@
 
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 
+#include "cuda/fa3_ws/element.cuh"
 #include "cuda/fa3_ws/wgmma_ops.cuh"
 
 namespace flashlab::cuda::fa3_ws {
@@ -94,7 +94,7 @@ __device__ __forceinline__ void reg_fence(R (&r)[N][M]) {
 // d (64 x N) (+)= A (64 x 16) B (16 x N); A and B K-major in shared memory (SS form).
 template <class T, int N>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
-  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  constexpr bool kBf16 = ElementTraits<T>::kIsBf16;
   if constexpr (N == 32) kBf16 ? wgmma_ops::ss_m64n32k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_m64n32k16_f16(d, desc_a, desc_b, scale_d);
   else if constexpr (N == 64) kBf16 ? wgmma_ops::ss_m64n64k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_m64n64k16_f16(d, desc_a, desc_b, scale_d);
   else if constexpr (N == 128) kBf16 ? wgmma_ops::ss_m64n128k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_m64n128k16_f16(d, desc_a, desc_b, scale_d);
@@ -106,7 +106,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], std::uint64_t desc_a
 // d (64 x N) (+)= A (64 x 16, registers) B (16 x N, MN-major in shared memory) (RS form, B transposed).
 template <class T, int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const std::uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
-  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  constexpr bool kBf16 = ElementTraits<T>::kIsBf16;
   if constexpr (N == 64) kBf16 ? wgmma_ops::rs_m64n64k16_bf16(d, a, desc_b, scale_d) : wgmma_ops::rs_m64n64k16_f16(d, a, desc_b, scale_d);
   else if constexpr (N == 128) kBf16 ? wgmma_ops::rs_m64n128k16_bf16(d, a, desc_b, scale_d) : wgmma_ops::rs_m64n128k16_f16(d, a, desc_b, scale_d);
   else if constexpr (N == 256) kBf16 ? wgmma_ops::rs_m64n256k16_bf16(d, a, desc_b, scale_d) : wgmma_ops::rs_m64n256k16_f16(d, a, desc_b, scale_d);
@@ -117,7 +117,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const std::uint32_t 
 // backward's dQ = dS K, with dS stored transposed as (keys, queries) and K as (keys, d).
 template <class T, int N>
 __device__ __forceinline__ void wgmma_ss_tt(float (&d)[N / 2], std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
-  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  constexpr bool kBf16 = ElementTraits<T>::kIsBf16;
   if constexpr (N == 64) kBf16 ? wgmma_ops::ss_tt_m64n64k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_tt_m64n64k16_f16(d, desc_a, desc_b, scale_d);
   else static_assert(N == 64, "wgmma_ss_tt: N must be 64");
 }
@@ -125,21 +125,9 @@ __device__ __forceinline__ void wgmma_ss_tt(float (&d)[N / 2], std::uint64_t des
 // and dK += dS^T Q at d = 256, where P^T and dS^T come from shared memory rather than the registers.
 template <class T, int N>
 __device__ __forceinline__ void wgmma_ss_nt(float (&d)[N / 2], std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
-  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  constexpr bool kBf16 = ElementTraits<T>::kIsBf16;
   if constexpr (N == 128) kBf16 ? wgmma_ops::ss_nt_m64n128k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_nt_m64n128k16_f16(d, desc_a, desc_b, scale_d);
   else static_assert(N == 128, "wgmma_ss_nt: N must be 128");
-}
-
-// Two fp32 values rounded to one packed pair of T (the low half is `lo`).
-template <class T>
-__device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const std::uint32_t*>(&h);
-  } else {
-    const __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const std::uint32_t*>(&h);
-  }
 }
 
 // ---- register reallocation, named barriers, election ----------------------------------------------------
@@ -219,6 +207,12 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(std::uint64_t* bar, std::u
 }
 // Counts one arrival (a consumer releasing a stage).
 __device__ __forceinline__ void mbar_arrive(std::uint64_t* bar) { (void)ptx::mbarrier_arrive(bar); }
+// A consumer warp releases a stage: one arrival per warp (the empty barriers count one per consumer warp), once
+// every lane is past its reads.
+__device__ __forceinline__ void mbar_arrive_per_warp(std::uint64_t* bar, int lane) {
+  __syncwarp();
+  if (lane == 0) mbar_arrive(bar);
+}
 // Spins until the barrier's phase with parity `parity` has completed. With FLASHLAB_FA3_WAIT_TIMEOUT (the
 // harness), a wait that never completes traps after 4 s instead of hanging the GPU. No printf there: a
 // printf is a function call, and ptxas serializes every wgmma of a kernel whose wgmma pipeline crosses a
@@ -250,6 +244,17 @@ __device__ __forceinline__ void fence_proxy_async_smem() { ptx::fence_proxy_asyn
 // Shared-window address of a generic pointer into shared memory.
 __device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- the block's shared memory -------------------------------------------------------------------------
+
+// The dynamic shared window is only 16-byte aligned: the tiles start at the next swizzle atom, smem_raw +
+// swizzle_atom_pad(smem_raw), so each layout asks for kSmemAlignSlack bytes beyond its tiles and barriers. (The
+// kernel adds the pad to its own extern __shared__ array: a helper returning the pointer hands the compiler a
+// generic one, which changes how the forward's volatile tile-slot accesses compile.)
+inline constexpr int kSmemAlignSlack = kSwizzleAtomBytes;
+__device__ __forceinline__ std::uint32_t swizzle_atom_pad(const void* smem_raw) {
+  return (kSwizzleAtomBytes - smem_u32(smem_raw) % kSwizzleAtomBytes) % kSwizzleAtomBytes;
 }
 
 }  // namespace flashlab::cuda::fa3_ws

@@ -1,6 +1,9 @@
 #pragma once
-// Host-side checks shared by cuda-fa3-ws's forward and backward launchers (fa3_ws/forward_kernel.cuh,
-// fa3_ws_backward.cu): a CUDA runtime call's result, and the GPU the sm_90a kernels need.
+// What cuda-fa3-ws's launchers (fa3_ws/forward_kernel.cuh, fa3_ws/backward.cu) check on the host: a CUDA runtime
+// call's result, and their preconditions. The problem itself (dtype, head dim, options, the GPU's generation) is
+// checked once, by the registry, against cuda/constraints.hpp, before any entry point calls in; a launcher only
+// asserts what the registry promised, so a failure here is a bug of the caller (std::logic_error), never a
+// second sentence for the user.
 #include <cuda_runtime.h>
 
 #include <stdexcept>
@@ -12,17 +15,18 @@ inline void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string("cuda-fa3-ws: ") + what + " failed: " + cudaGetErrorString(e));
 }
 
-inline void require_hopper() {
+// A launcher's precondition.
+inline void expect(bool holds, const std::string& what) {
+  if (!holds) throw std::logic_error("cuda-fa3-ws: " + what + " (the registry, or the launcher's caller, should have seen to it)");
+}
+
+// The current GPU runs the sm_90a kernels (compute capability 9.0).
+inline bool on_hopper() {
   int dev = 0, major = 0, minor = 0;
   check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "cudaDeviceGetAttribute");
   check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), "cudaDeviceGetAttribute");
-  if (major != 9 || minor != 0) {
-    cudaDeviceProp prop{};
-    check_cuda(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
-    throw std::invalid_argument(std::string("cuda-fa3-ws needs a Hopper GPU (compute capability 9.0); this GPU is ") +
-                                prop.name + " (sm_" + std::to_string(major) + std::to_string(minor) + ")");
-  }
+  return major == 9 && minor == 0;
 }
 
 }  // namespace flashlab::cuda::fa3_ws

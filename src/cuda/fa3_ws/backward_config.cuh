@@ -1,0 +1,122 @@
+#pragma once
+// cuda-fa3-ws backward, its configuration: the block shape per head dim (how the two consumers share the keys, dK_j,
+// dV_j and dQ_i), the shared-memory layout and mbarriers that follow, and the named barrier ids. Compile-time
+// constants only; backward_kernel.cuh says what the design is and lists the other parts.
+#include <cstdint>
+
+#include "cuda/fa3_ws/element.cuh"
+#include "cuda/fa3_ws/fa3_ws_params.hpp"
+#include "cuda/fa3_ws/hopper.cuh"
+#include "cuda/fa3_ws/warp_roles.cuh"
+#include "cuda/tilings.hpp"
+
+namespace flashlab::cuda::fa3_ws {
+namespace {
+
+constexpr int kKeysPerConsumer = 64;  // wgmma's M: each consumer warpgroup owns 64 keys of the block
+static_assert(kConsumers == 2, "two consumer warpgroups (cuda/tilings.hpp), as in the forward");
+constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
+constexpr int kStages = 2;  // Q_i, dO_i, L_i, D_i stages
+// Named hardware barriers (0 is __syncthreads): "both consumers have written dS_ij^T" (256 threads; also where
+// both meet before the epilogue reuses the Q_i, dO_i stages), and each consumer's own (128).
+constexpr int kBarDsWritten = 1;
+constexpr int kBarConsumerBase = 2;
+// Consumer c's dQ staging buffer b is full (kBarDqFull + 2 c + b) / empty again (kBarDqEmpty + 2 c + b): a
+// hand-over between the consumer's 128 threads and the dQ writer warp (160 threads).
+constexpr int kBarDqFull = 4;
+constexpr int kBarDqEmpty = 8;
+constexpr int kDqHandoffThreads = kWarpgroupThreads + 32;
+constexpr int kDqBuffers = 2;  // staging buffers per consumer
+// Deferred dQ (BwdConfig::kDeferDq): consumer c is done with step n's shared tiles, i.e. has written its half of dS^T
+// of step n and its dQ GEMM has read both halves of step n - 1's; its dV_j and dK_j GEMMs may still run
+// (kBarStepDone + 2 c + n % 2, 256 threads: c arrives, the other consumer syncs;
+// two ids, since c may finish step n + 1 before the other has synced on step n). Consumer 1 also starts behind
+// consumer 0 (kBarDsWritten, not needed otherwise then).
+constexpr int kBarStepDone = 12;
+
+// Query rows per step (Br). 64: at d = 128, dK_j and dV_j take 128 registers of a consumer's 240 beside S^T and
+// dP^T (32 each); at d = 64, Br = 128 would make S^T and dP^T 64 registers each, and ptxas spilled 28 bytes
+// (with dQ split by rows between the consumers).
+// The one definition the host's scratch sizes use.
+__host__ __device__ constexpr int backward_block_rows(int head_dim) { return head_dim > 0 ? 64 : 0; }
+// dQ_accum's pieces (64 x 64 fp32 each) per query block: one at d = 64 (both consumers add to it), d / 64 above.
+__host__ __device__ constexpr int dq_pieces(int head_dim) { return head_dim <= 64 ? 1 : head_dim / 64; }
+
+// How the two consumers share a step's dK_j, dV_j and S^T, dP^T:
+//  * Keys (d = 64, 128): Bc = 128 and consumer c owns keys 64 c .. 64 c + 63: their S^T and dP^T over all Br
+//    queries, and their rows of dK_j and dV_j (64 x d), accumulated from P^T and dS^T in its registers (RS).
+//  * Columns (d = 256): dK_j and dV_j of 64 keys would take 2 x 64 x 256 / 128 = 256 registers a thread. Bc = 64
+//    and both consumers see all 64 keys: consumer c computes S^T and dP^T for queries 32 c .. 32 c + 31, writes
+//    its half of P^T and dS^T to shared memory, and owns columns 128 c .. 128 c + 127 of dK_j and dV_j, whose
+//    GEMMs read both halves from there (SS).
+enum class KvSplit { Keys, Columns };
+
+// How the two consumers share dQ_i += dS_ij K_j (Br = 64 rows, d columns, Bc keys to sum over):
+//  * Columns (d = 128, 256): consumer c computes columns d c / 2 .. d (c + 1) / 2 - 1 over all Bc keys, in pieces of
+//    64 columns, so it reads the other consumer's half of dS_ij^T: both write theirs, then meet at a barrier.
+//  * Keys (d = 64): each consumer computes all 64 columns over its own 64 keys, from its own rows of dS_ij^T
+//    (only its own warpgroup's barrier), and both add their partial sums into the same piece of dQ_accum.
+enum class DqSplit { Columns, Keys };
+
+template <int D, bool kDropout = false>
+struct BwdConfig {
+  static constexpr KvSplit kKvSplit = D == 256 ? KvSplit::Columns : KvSplit::Keys;
+  static constexpr bool kKvByKeys = kKvSplit == KvSplit::Keys;
+  static constexpr int kBc = kKvByKeys ? kConsumers * kKeysPerConsumer : kKeysPerConsumer;  // 128 or 64 keys per block
+  static constexpr int kBr = backward_block_rows(D);
+  static constexpr int kSQueries = kKvByKeys ? kBr : kBr / kConsumers;  // queries of a consumer's S^T, dP^T (wgmma N)
+  static constexpr int kKvCols = kKvByKeys ? D : D / kConsumers;        // columns of a consumer's dK_j, dV_j
+  static constexpr DqSplit kDqSplit = D == 64 ? DqSplit::Keys : DqSplit::Columns;
+  static constexpr int kDqPieces = dq_pieces(D);  // per query block
+  static constexpr int kDqPiecesPerConsumer = kDqSplit == DqSplit::Columns ? kDqPieces / kConsumers : 1;
+  static constexpr int kDqCols = 64;
+  static_assert(kBr == 64 && kDqCols == kPanelCols && D == kDqPieces * kDqCols,
+                "a dQ piece is 64 x 64: one panel of K_j, wgmma_ss_tt's N");
+  // dQ's way out. Keys: staged in shared memory and added by the writer warp's bulk reductions. Columns: K_j, V_j
+  // and two stages of Q_i, dO_i take 192 KiB of the 227, P^T and dS^T 32 more, which leaves no room to stage dQ_i's
+  // 64 KiB: each thread adds its registers with red.global.add.v4.f32 (16 bytes a vector, coalesced per warp).
+  static constexpr bool kDqWriter = kKvByKeys;
+  // dQ_i's pieces are issued before dV_j and dK_j, so that they are waited for and sent out while those two run.
+  // With dropout at d = 128 the keep bits leave no registers for that order (ptxas spilled 20 bytes): there dV and
+  // dK go first, and the piece is staged after all three.
+  static constexpr bool kDqFirst = !(kDropout && D == 128);
+  // At d = 128 (DqSplit::Columns, dS^T from both consumers) step n's dQ_i is computed at step n + 1, after the other
+  // consumer has finished step n, instead of after a barrier in the middle of step n: the consumers need not
+  // reach their pointwise parts at the same moment, so one's exponentials overlap the other's GEMMs (measured
+  // on the H100 at N = 1k-16k, backward alone: +3-9%, and +4-10% with consumer 1 started behind consumer 0). The
+  // registers are those of kDqFirst's order; with dropout it is not done (kDqFirst is false there).
+  static constexpr bool kDeferDq = D == 128 && !kDropout;
+  static constexpr int kDqPieceFloats = kBr * kDqCols;
+  static constexpr int kNS = kSQueries / 2;  // S^T, dP^T accumulator floats per thread: (64 keys, kSQueries)
+  static constexpr int kNKV = kKvCols / 2;   // dK, dV accumulator floats per thread: (64 keys, kKvCols)
+  static constexpr int kNQ = kDqCols / 2;    // dQ piece accumulator floats per thread: (64, 64)
+  static constexpr int kPackSteps = kSQueries / 16;  // 16-query groups of a consumer's P^T, dS^T (RS: A fragments)
+  static constexpr int kKSteps = kBr / 16;           // k-steps of dV += P^T dO and dK += dS^T Q
+
+  // Shared memory: K_j, V_j (Bc, d); kStages x Q_i, dO_i (Br, d); two dS^T buffers (Bc, Br) and, Columns, two P^T
+  // buffers; Keys: each consumer's dQ staging (2 x 64 x 64 fp32); kStages x L_i, D_i (Br fp32); then the mbarriers.
+  static constexpr int kKVBytes = kBc * D * kElemBytes;
+  static constexpr int kQBytes = kBr * D * kElemBytes;
+  static constexpr int kDsBytes = kBc * kBr * kElemBytes;
+  static constexpr int kDqBytes = kDqPieceFloats * 4;
+  static constexpr int kRowStatBytes = kBr * 4;
+  static constexpr int kKOffset = 0;
+  static constexpr int kVOffset = kKOffset + kKVBytes;
+  static constexpr int kQOffset = kVOffset + kKVBytes;
+  static constexpr int kDOOffset = kQOffset + kStages * kQBytes;
+  static constexpr int kDsOffset = kDOOffset + kStages * kQBytes;
+  static constexpr int kPtOffset = kDsOffset + 2 * kDsBytes;
+  static constexpr int kDqOffset = kPtOffset + (kKvByKeys ? 0 : 2 * kDsBytes);
+  static constexpr int kLOffset = kDqOffset + (kDqWriter ? kConsumers * kDqBuffers * kDqBytes : 0);
+  static constexpr int kDiOffset = kLOffset + kStages * kRowStatBytes;
+  static constexpr int kBarOffset = kDiOffset + kStages * kRowStatBytes;
+  // Barriers: K_j and V_j full (once); per stage full and empty.
+  static constexpr int kKVFull = 0, kFull = 1, kEmpty = kFull + kStages, kNumBarriers = kEmpty + kStages;
+  static constexpr int kBytes = kBarOffset + kNumBarriers * 8 + kSmemAlignSlack;  // (swizzle_atom_pad)
+  static constexpr std::uint32_t kStepTxBytes = 2 * kQBytes + 2 * kRowStatBytes;
+  static_assert(kQBytes % kSwizzleAtomBytes == 0 && kDsBytes % kSwizzleAtomBytes == 0, "tiles stay 1024-aligned");
+  static_assert(kBytes <= kMaxSmemBytes, "the tiles, stages and barriers must fit 227 KiB");
+};
+
+}  // namespace
+}  // namespace flashlab::cuda::fa3_ws
