@@ -41,6 +41,8 @@ def kernels(path):
         if "Function : " in line:
             keep()
             name, lines = line.split("Function : ")[1].strip(), []
+        elif re.match(r"\s*(Fatbin |=+$|arch = |code version = |host = |compile_size = |identifier = |producer = |compressed)", line):
+            pass  # the header of the next cubin in the dump (its source path among it), not this function's code
         elif name is not None:
             lines.append(re.sub(r"^\s*/\*[0-9a-f]{4,}\*/", "", line))
     keep()
@@ -92,7 +94,8 @@ if [ "$phase" = sass ]; then  # the SASS comparison alone, and how long the buil
 fi
 [ "$phase" = check ] || { echo "$usage"; exit 2; }
 # A fresh machine: build what this phase needs, and say again which kernels' SASS differ.
-if [ ! -x "$bin/flashlab" ] || [ ! -x "$before/$bin/flashlab" ]; then build_both flashlab_cmd; compare_sass; fi
+if [ ! -x "$bin/flashlab" ] || [ ! -x "$before/$bin/flashlab" ]; then build_both flashlab_cmd; fi
+compare_sass
 for check in "check_sass_hopper.sh $(command -v cuobjdump) $bin/flashlab 140" "check_sass_hmma.sh $(command -v cuobjdump) $bin/flashlab 48"; do
   t0=$SECONDS; bash tests/$check >"$out/sass-check.txt" 2>&1; echo "tests/${check%% *}: exit $?, $((SECONDS - t0)) s: $(tail -1 "$out/sass-check.txt")"
 done
