@@ -8,6 +8,8 @@
 set(FLASHLAB_MEASURED_SECONDS
   core_tests                                   1        1
   cpu_reference_tests                          1        2
+  fp8_tests                                    1        1
+  fp8_toolkit_crosscheck                       45       -    # every float through both conversions: 15 s here; built only with the CUDA toolkit
   ring_tests                                   1        1
   ring_measured_tests                          1        1
   traffic_tests                                1        1
