@@ -185,6 +185,28 @@ TEST_CASE("bad input: one sentence and exit code 2") {
     expect_bad_input(run_with({"--q", dir.file("q.npy"), "--k", dir.file("k3.npy"), "--v", dir.file("v3.npy")}),
                      "multiple of the key/value heads");
   }
+  SUBCASE("a problem past a kernel's launch limits (as cuda/constraints.hpp exports them for cuda-fa3-ws)") {
+    Variant limited = variants().front();
+    limited.query_block_rows = 128;
+    limited.max_query_tiles = 16;    // cuda-fa3-ws: 2^31 - 1
+    limited.max_backward_rows = 6;   // cuda-fa3-ws: 65535
+    Problem p;
+    p.shape = Shape{.batch = 2, .heads_q = 4, .heads_kv = 4, .seq_q = 257, .seq_k = 64, .head_dim = 64};
+    // 2 x 4 x ceil(257 / 128) = 24 tiles > 16.
+    CHECK_THROWS_WITH_AS(check_supported(limited, p, DType::F32, false),
+                         doctest::Contains("runs one tile per (batch, query head, 128 query rows), and batch x heads_q x "
+                                           "ceil(seq_q / 128) = 24 tiles exceeds its limit of 16"),
+                         InputError);
+    p.shape.seq_q = 256;  // 16 tiles: at the limit, accepted
+    CHECK_NOTHROW(check_supported(limited, p, DType::F32, false));
+    // The backward's rows: 2 x 4 = 8 > 6; the forward alone does not count them.
+    CHECK_THROWS_WITH_AS(check_supported(limited, p, DType::F32, true),
+                         doctest::Contains("'s backward runs one row of thread blocks per (batch, K/V head), and batch "
+                                           "x heads_kv = 8 exceeds the GPU's limit of 6 rows"),
+                         InputError);
+    p.shape.heads_kv = 2;  // GQA: 2 x 2 = 4 rows
+    CHECK_NOTHROW(check_supported(limited, p, DType::F32, true));
+  }
   SUBCASE("unsupported head dim") {
     expect_bad_input({"check", "--head-dim", "300"}, "head_dim 300 is not supported");
     expect_bad_input({"bench", "--variants", "cpu-fa2", "--head-dim", "512", "--seq", "64"}, "head_dim 512");

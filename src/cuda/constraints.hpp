@@ -2,6 +2,8 @@
 // What each CUDA kernel family accepts, as data: the registry's rows read it (and check every problem
 // against it before dispatch), and the launchers turn a runtime head dim into a template argument from
 // the same list (cuda/dispatch.cuh). One list per family; adding a head dim is one edit here.
+#include <cstdint>
+
 #include "core/problem.hpp"
 
 namespace flashlab::cuda {
@@ -35,6 +37,13 @@ inline constexpr int kHeadDims[] = {64, 128, 256};
 // The backward (fa3_ws/backward_kernel.cuh), every head dim of the forward.
 inline constexpr int kBackwardHeadDims[] = {64, 128, 256};
 inline constexpr int kComputeCapability = 90;  // major * 10 + minor
+// Launch limits. The forward runs one tile per (batch, query head, block of query rows), numbered by a 32-bit int
+// (the grid's x dimension below ladder step 5, the tile list the persistent blocks walk at step 5); a block takes
+// kStep1QueryRows query rows at step 1 and kQueryRows from step 2 on. The backward runs one row of thread blocks
+// per (batch, K/V head), the grid's y dimension.
+inline constexpr int kStep1QueryRows = 64, kQueryRows = 128;
+inline constexpr std::int64_t kMaxQueryTiles = 2147483647;
+inline constexpr std::int64_t kMaxBackwardRows = 65535;
 }  // namespace fa3_ws
 
 }  // namespace flashlab::cuda

@@ -38,20 +38,6 @@ cuda::fa3_ws::LadderStep ladder_step(int step) {
   return static_cast<cuda::fa3_ws::LadderStep>(step);
 }
 
-// The head dim, dtype, options and GPU were checked by the registry against cuda/constraints.hpp; what
-// is left is this kernel's own launch limit.
-void check_grid(const Problem& p, cuda::fa3_ws::LadderStep step) {
-  // One tile per (batch, query head, block of Br query rows), numbered by a 32-bit int: the grid's x
-  // dimension below step 5, the tile list the persistent blocks walk at step 5.
-  constexpr std::int64_t kMaxTiles = 2147483647;
-  const std::int64_t br = cuda::fa3_ws::block_rows(step);
-  const std::int64_t tiles = (p.shape.seq_q + br - 1) / br * std::int64_t(p.shape.batch) * p.shape.heads_q;
-  if (tiles > kMaxTiles)
-    throw InputError("cuda-fa3-ws runs one tile per (batch, query head, " + std::to_string(br) +
-                     " query rows), and batch x heads_q x ceil(seq_q / " + std::to_string(br) + ") = " +
-                     std::to_string(tiles) + " tiles exceeds the kernel's limit of " + std::to_string(kMaxTiles));
-}
-
 cuda::fa3_ws::Params make_params(const Problem& p) {
   cuda::fa3_ws::Params params;
   cuda::set_extents(params, p.shape);
@@ -122,15 +108,6 @@ struct BackwardScratch {
     params.dq_semaphore = dq_semaphore.data();
   }
 };
-
-// The backward's own launch limit: one row of thread blocks per (batch, K/V head), the grid's y dimension.
-void check_backward_grid(const Problem& p) {
-  constexpr std::int64_t kMaxGridY = 65535;
-  const std::int64_t rows = std::int64_t(p.shape.batch) * p.shape.heads_kv;
-  if (rows > kMaxGridY)
-    throw InputError("cuda-fa3-ws's backward runs one row of thread blocks per (batch, K/V head), and batch x heads_kv = " +
-                     std::to_string(rows) + " exceeds the GPU's limit of " + std::to_string(kMaxGridY) + " rows");
-}
 
 // Record slots of a timeline run: 24 bytes each (192 KiB); about what four blocks of steps 2-4 write over
 // one tile at N = 8k, d = 128 (a longer run fills it, and the bench says so).
@@ -230,7 +207,6 @@ BenchResult bench_as(cuda::fa3_ws::LadderStep step, const Problem& p, DType dtyp
 
 void cuda_fa3_ws_forward_on_device_at(int step, const Problem& p, DType dtype, const DeviceForwardIo& io) {
   const cuda::fa3_ws::LadderStep s = ladder_step(step);
-  check_grid(p, s);
   cuda::fa3_ws::launch_forward(dtype, params_for(p, io), /*stream=*/0, s);
   cuda::finish_on_device();
 }
@@ -243,7 +219,6 @@ ForwardOut cuda_fa3_ws_forward_at(int step, const Problem& p, DType dtype, const
 }
 
 void cuda_fa3_ws_backward_on_device(const Problem& p, DType dtype, const DeviceBackwardIo& io) {
-  check_backward_grid(p);
   BackwardScratch scratch(p.shape, true);
   cuda::fa3_ws::Params params = backward_params_for(p, io);
   scratch.attach(params);
@@ -257,12 +232,8 @@ Grads cuda_fa3_ws_backward(const Problem& p, DType dtype, const Qkv& in, const F
 
 BenchResult cuda_fa3_ws_bench_at(int step, const Problem& p, DType dtype, const BenchSettings& settings) {
   const cuda::fa3_ws::LadderStep s = ladder_step(step);
-  check_grid(p, s);
-  if (settings.backward) {
-    if (s != cuda::fa3_ws::kShippedStep)
-      throw std::logic_error("cuda-fa3-ws ladder steps 1-4 have no backward (the registry should have refused)");
-    check_backward_grid(p);
-  }
+  if (settings.backward && s != cuda::fa3_ws::kShippedStep)
+    throw std::logic_error("cuda-fa3-ws ladder steps 1-4 have no backward (the registry should have refused)");
   return dtype == DType::F16 ? bench_as<__half>(s, p, dtype, settings) : bench_as<__nv_bfloat16>(s, p, dtype, settings);
 }
 

@@ -121,28 +121,32 @@ const std::vector<Variant>& variants() {
        .summary = "FA3 ladder step 1: one warpgroup, 64 query rows, TMA + wgmma (Hopper)", .algorithm = Algorithm::FA2,
        .forward_fn = cuda_fa3_ws_forward<1>, .bench_fn = cuda_fa3_ws_bench<1>,
        .device_forward_fn = cuda_fa3_ws_forward_on_device<1>,
-       .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .records_timeline = true},
+       .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .query_block_rows = cuda::fa3_ws::kStep1QueryRows,
+       .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .records_timeline = true},
       {.name = "cuda-fa3-ws-step2", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
        .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
        .summary = "FA3 ladder step 2: + producer / consumer warpgroups (setmaxnreg), mbarrier pipeline",
        .algorithm = Algorithm::FA2,
        .forward_fn = cuda_fa3_ws_forward<2>, .bench_fn = cuda_fa3_ws_bench<2>,
        .device_forward_fn = cuda_fa3_ws_forward_on_device<2>,
-       .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .records_timeline = true},
+       .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .query_block_rows = cuda::fa3_ws::kQueryRows,
+       .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .records_timeline = true},
       {.name = "cuda-fa3-ws-step3", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
        .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
        .summary = "FA3 ladder step 3: + ping-pong (the two consumers take turns on the tensor cores)",
        .algorithm = Algorithm::FA2,
        .forward_fn = cuda_fa3_ws_forward<3>, .bench_fn = cuda_fa3_ws_bench<3>,
        .device_forward_fn = cuda_fa3_ws_forward_on_device<3>,
-       .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .records_timeline = true},
+       .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .query_block_rows = cuda::fa3_ws::kQueryRows,
+       .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .records_timeline = true},
       {.name = "cuda-fa3-ws-step4", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
        .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
        .summary = "FA3 ladder step 4: + intra-warpgroup overlap (softmax of block j+1 during P_j V_j)",
        .algorithm = Algorithm::FA2,
        .forward_fn = cuda_fa3_ws_forward<4>, .bench_fn = cuda_fa3_ws_bench<4>,
        .device_forward_fn = cuda_fa3_ws_forward_on_device<4>,
-       .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .records_timeline = true},
+       .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .query_block_rows = cuda::fa3_ws::kQueryRows,
+       .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .records_timeline = true},
       // The shipped step also has the backward (a deterministic mode included), at fewer head dims.
       {.name = "cuda-fa3-ws", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
        .supports = kEverything, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
@@ -152,7 +156,9 @@ const std::vector<Variant>& variants() {
        .algorithm = Algorithm::FA2,
        .forward_fn = cuda_fa3_ws_forward<5>, .backward_fn = cuda_fa3_ws_backward, .bench_fn = cuda_fa3_ws_bench<5>,
        .device_forward_fn = cuda_fa3_ws_forward_on_device<5>, .device_backward_fn = cuda_fa3_ws_backward_on_device,
-       .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .records_timeline = true},
+       .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .query_block_rows = cuda::fa3_ws::kQueryRows,
+       .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .max_backward_rows = cuda::fa3_ws::kMaxBackwardRows,
+       .records_timeline = true},
 #endif
   };
   return table;
@@ -295,6 +301,19 @@ void check_supported(const Variant& v, const Problem& p, DType dtype, bool backw
   if (backward && p.options.deterministic && !v.supports.deterministic)
     throw InputError(who + "'s backward adds dQ's partial sums with atomics in arrival order and has no deterministic "
                      "mode; drop --deterministic, or use a variant with one (" + deterministic_variants() + ")");
+  if (v.max_query_tiles > 0) {
+    const std::int64_t rows = v.query_block_rows;
+    const std::int64_t tiles = (p.shape.seq_q + rows - 1) / rows * std::int64_t(p.shape.batch) * p.shape.heads_q;
+    if (tiles > v.max_query_tiles)
+      throw InputError(who + " runs one tile per (batch, query head, " + std::to_string(rows) +
+                       " query rows), and batch x heads_q x ceil(seq_q / " + std::to_string(rows) + ") = " +
+                       std::to_string(tiles) + " tiles exceeds its limit of " + std::to_string(v.max_query_tiles));
+  }
+  if (backward && v.max_backward_rows > 0 &&
+      std::int64_t(p.shape.batch) * p.shape.heads_kv > v.max_backward_rows)
+    throw InputError(who + "'s backward runs one row of thread blocks per (batch, K/V head), and batch x heads_kv = " +
+                     std::to_string(std::int64_t(p.shape.batch) * p.shape.heads_kv) + " exceeds the GPU's limit of " +
+                     std::to_string(v.max_backward_rows) + " rows");
   if (v.device == Device::Cuda && !cuda_device_present())
     throw InputError(who + " needs a CUDA GPU and none is available on this machine");
   if (!v.available()) {  // a GPU, but not the one the kernel is compiled for

@@ -69,6 +69,12 @@ struct Variant {
   // 0: any GPU. Otherwise the one compute capability (major * 10 + minor) the kernel is compiled for,
   // e.g. 90 for sm_90a code (wgmma, setmaxnreg), which runs on compute capability 9.0 alone.
   int needs_compute_capability = 0;
+  // Launch limits the kernel exports (cuda/constraints.hpp); 0: none. A problem that needs more than
+  // max_query_tiles tiles (blocks of query_block_rows query rows, per batch and query head) or, in the backward,
+  // more than max_backward_rows rows of thread blocks (one per batch and K/V head) is refused in one sentence.
+  int query_block_rows = 0;
+  std::int64_t max_query_tiles = 0;
+  std::int64_t max_backward_rows = 0;
   // Its bench can record one run's pipeline (BenchSettings::record_timeline, `flashlab bench --timeline`):
   // a timeline build of the kernel exists (the cuda-fa3-ws ladder; the backward too where it has one).
   bool records_timeline = false;

@@ -70,6 +70,8 @@ void launch(DType dtype, const Params& p, cudaStream_t stream) {
                                                             listed_head_dims<kBackwardHeadDims>() + ", not " +
                                                             std::to_string(p.head_dim));
   expect(on_hopper(), "the GPU has compute capability 9.0");
+  expect(std::int64_t(p.batch) * p.heads_kv <= kMaxBackwardRows,
+         "at most " + std::to_string(kMaxBackwardRows) + " rows of thread blocks (batch x heads_kv)");
   expect(p.lse_log2 != nullptr && p.D_i != nullptr && p.dq_accum != nullptr && p.dq_semaphore != nullptr,
          "the backward has its scratch (lse_log2, D_i, dq_accum and dq_semaphore; sizes from backward_scratch)");
   const int sums = (p.dq_sum != nullptr) + (p.dk_sum != nullptr) + (p.dv_sum != nullptr);

@@ -33,7 +33,7 @@
 //   forward_config.cuh    what a kernel is built with: ladder step, head dim, Schedule; shared-memory layout
 //   warp_roles.cuh        the producer's and consumers' registers, the shared-memory limit (both passes)
 //   element.cuh           fp16 / bf16: ElementTraits, kElemBytes, with_element (both passes)
-//   head_dims.hpp         the entry points' head-dim check against cuda/constraints.hpp (both passes)
+//   head_dims.hpp         the head-dim lists of cuda/constraints.hpp as the launchers assert them (both passes)
 //   tile_scheduler.cuh    which tile a block takes, in what order; the persistent grid's counter
 //   producer.cuh          the TMA copies of Q_i, K_j, V_j (Loader)
 //   online_softmax.cuh    m_i, l_i, P_ij, the rescale of O_i, L_i (OnlineSoftmax)
@@ -187,7 +187,7 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
              "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
   const long long total = static_cast<long long>((p.seq_q + Cfg::kBr - 1) / Cfg::kBr) * p.batch * p.heads_q;
-  expect(total <= 0x7fffffffLL, "at most 2^31 - 1 tiles");
+  expect(total <= kMaxQueryTiles, "at most " + std::to_string(kMaxQueryTiles) + " tiles");
   int grid = static_cast<int>(total);
   Params params = p;
   if constexpr (Cfg::kPersistent) {
