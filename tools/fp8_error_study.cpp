@@ -11,6 +11,7 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -102,7 +103,14 @@ int main(int argc, char** argv) {
     if (a == "--json" && i + 1 < argc) {
       json_path = argv[++i];
     } else if (a == "--seed" && i + 1 < argc) {
-      seed = std::strtoull(argv[++i], nullptr, 10);
+      const char* text = argv[++i];
+      char* end = nullptr;
+      errno = 0;
+      seed = std::strtoull(text, &end, 10);
+      if (*text == '\0' || *text == '-' || *end != '\0' || errno != 0) {
+        std::fprintf(stderr, "fp8_error_study: --seed takes a non-negative integer, not '%s'\n", text);
+        return 2;
+      }
     } else {
       std::fprintf(stderr, "usage: %s [--json FILE] [--seed N]\n", argv[0]);
       return 2;
