@@ -1,7 +1,8 @@
 // Standalone harness for cuda-fa3-ws (src/cuda/fa3_ws): runs on an H100 with nothing but the driver.
 //  --probes : unit probes that localise layout bugs: (i) TMA load of a 128B-swizzled tile, read back
 //             through swizzle128_offset; (ii) one wgmma S = Q K^T (SS); (iii) one wgmma O = P V (RS,
-//             V transposed). Each prints PASS/FAIL and the first mismatch.
+//             V transposed); (iv), (v) the same two GEMMs in float8 e4m3 (k32, both operands K-major, P's
+//             fragment as an FP8 forward packs it). Each prints PASS/FAIL and the first mismatch.
 // Correctness of the shipped kernel is the project's business, with its one reference and tolerance rule:
 // gpu_fa3_ws_tests and `flashlab check --variants cuda-fa3-ws-step1,...,cuda-fa3-ws`. A candidate below
 // is promoted by making it the shipped schedule (ShippedSchedule, forward_config.cuh), which puts it under
@@ -24,6 +25,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <cmath>
 #include <cstdarg>
@@ -36,6 +38,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/fp8.hpp"
 #include "core/half.hpp"
 #include "core/mask.hpp"
 #include "core/philox.hpp"
@@ -83,6 +86,33 @@ void cuda_ok(cudaError_t e, const char* what) {
   }
 }
 
+// Waits until `done` has happened, for at most kDeadlineSeconds. A pipeline that deadlocks on an mbarrier spins in
+// mbar_wait forever; past the deadline the launch is named and the process exits, which ends the kernel with it.
+constexpr double kDeadlineSeconds = 10;  // far beyond any launch here (the longest takes milliseconds)
+void wait_for(cudaEvent_t done, const char* what) {
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    const cudaError_t e = cudaEventQuery(done);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) cuda_ok(e, what);
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > kDeadlineSeconds) {
+      SAY("FATAL: %s did not finish within %g s: a pipeline waits on an mbarrier that never completes (stopping)\n",
+          what, kDeadlineSeconds);
+      std::_Exit(3);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+// All work issued so far has finished (within the deadline, as wait_for) and raised no error.
+void finish(const char* what) {
+  cudaEvent_t done;
+  cuda_ok(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
+  cuda_ok(cudaEventRecord(done), "cudaEventRecord");
+  wait_for(done, what);
+  cuda_ok(cudaEventDestroy(done), "cudaEventDestroy");
+  cuda_ok(cudaGetLastError(), what);
+}
+
 std::uint16_t to_bits(float f, DType dt) { return dt == DType::BF16 ? float_to_bf16_bits(f) : float_to_f16_bits(f); }
 float from_bits(std::uint16_t h, DType dt) { return dt == DType::BF16 ? bf16_bits_to_float(h) : f16_bits_to_float(h); }
 
@@ -106,8 +136,8 @@ __global__ void probe_tma_kernel(const __grid_constant__ CUtensorMap map, std::u
   __syncthreads();
   if (threadIdx.x == 0) {
     mbar_arrive_expect_tx(&bar, bytes);
-    for (int pnl = 0; pnl < kProbeD / kPanelCols; ++pnl)
-      tma_load_4d(smem + pnl * rows * kPanelRowBytes, &map, pnl * kPanelCols, h, row0, b, &bar);
+    for (int pnl = 0; pnl < kProbeD / kPanelCols<__nv_bfloat16>; ++pnl)
+      tma_load_4d(smem + pnl * rows * kPanelRowBytes, &map, pnl * kPanelCols<__nv_bfloat16>, h, row0, b, &bar);
   }
   mbar_wait(&bar, 0);
   for (int i = threadIdx.x; i < bytes / 2; i += blockDim.x) raw[i] = reinterpret_cast<const std::uint16_t*>(smem)[i];
@@ -141,9 +171,9 @@ __global__ void probe_ss_kernel(const __grid_constant__ CUtensorMap qmap, const 
   __syncthreads();
   if (threadIdx.x == 0) {
     mbar_arrive_expect_tx(&bar, (kProbeRows + kProbeBc) * kProbeD * 2);
-    for (int pnl = 0; pnl < kProbeD / kPanelCols; ++pnl) {
-      tma_load_4d(qs + pnl * kProbeRows * kPanelRowBytes, &qmap, pnl * kPanelCols, 0, 0, 0, &bar);
-      tma_load_4d(ks + pnl * kProbeBc * kPanelRowBytes, &kmap, pnl * kPanelCols, 0, 0, 0, &bar);
+    for (int pnl = 0; pnl < kProbeD / kPanelCols<T>; ++pnl) {
+      tma_load_4d(qs + pnl * kProbeRows * kPanelRowBytes, &qmap, pnl * kPanelCols<T>, 0, 0, 0, &bar);
+      tma_load_4d(ks + pnl * kProbeBc * kPanelRowBytes, &kmap, pnl * kPanelCols<T>, 0, 0, 0, &bar);
     }
   }
   mbar_wait(&bar, 0);
@@ -151,7 +181,7 @@ __global__ void probe_ss_kernel(const __grid_constant__ CUtensorMap qmap, const 
   for (int i = 0; i < kProbeBc / 2; ++i) s[i] = 0.f;
   reg_fence(s);
   wgmma_fence();
-  for (int kk = 0; kk < kProbeD / 16; ++kk)
+  for (int kk = 0; kk < kProbeD / ElementTraits<T>::kWgmmaK; ++kk)
     wgmma_ss<T, kProbeBc>(s, desc_k_major(smem_u32(qs), kProbeRows, kk), desc_k_major(smem_u32(ks), kProbeBc, kk), kk > 0);
   wgmma_commit_group();
   wgmma_wait_group<0>();
@@ -173,8 +203,8 @@ __global__ void probe_rs_kernel(const std::uint16_t* p_in, const __grid_constant
   __syncthreads();
   if (threadIdx.x == 0) {
     mbar_arrive_expect_tx(&bar, kProbeKeys * kProbeD * 2);
-    for (int pnl = 0; pnl < kProbeD / kPanelCols; ++pnl)
-      tma_load_4d(vs + pnl * kProbeKeys * kPanelRowBytes, &vmap, pnl * kPanelCols, 0, 0, 0, &bar);
+    for (int pnl = 0; pnl < kProbeD / kPanelCols<T>; ++pnl)
+      tma_load_4d(vs + pnl * kProbeKeys * kPanelRowBytes, &vmap, pnl * kPanelCols<T>, 0, 0, 0, &bar);
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   std::uint32_t pf[kProbeKeys / 16][4];
@@ -194,7 +224,79 @@ __global__ void probe_rs_kernel(const std::uint16_t* p_in, const __grid_constant
   reg_fence(o);
   reg_fence(pf);
   wgmma_fence();
-  for (int ks = 0; ks < kProbeKeys / 16; ++ks) wgmma_rs<T, kProbeD>(o, pf[ks], desc_mn_major(smem_u32(vs), kProbeKeys, ks), 1);
+  for (int ks = 0; ks < kProbeKeys / 16; ++ks) wgmma_rs<T, kProbeD>(o, pf[ks], desc_mn_major<T>(smem_u32(vs), kProbeKeys, ks), 1);
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  reg_fence(o);
+  reg_fence(pf);
+  store_acc<kProbeD>(o, o_out);
+}
+
+// (iv), (v): float8 e4m3, the generated k32 forms and ElementTraits<__nv_fp8_e4m3>'s layout. The threads write the
+// operands into swizzled shared memory themselves (no e4m3 tensor map yet): one 128-byte panel row holds d = 128.
+constexpr int kProbe8D = 128;    // K of S = Q K^T: one panel of e4m3
+constexpr int kProbe8Keys = 128; // K of O = P V^T: one panel of e4m3
+
+// Copies a (rows, 128) e4m3 tile, row-major in global memory, into its 128B-swizzled panel.
+__device__ void stage_e4m3(unsigned char* tile, const std::uint8_t* src, int rows) {
+  using E = __nv_fp8_e4m3;
+  for (int i = threadIdx.x; i < rows * kPanelCols<E>; i += blockDim.x)
+    tile[swizzle128_offset<E>(i / kPanelCols<E>, i % kPanelCols<E>, rows)] = src[i];
+}
+
+// (iv) S = Q K^T, Q (64, 128) and K (Bc, 128) in e4m3, both K-major: four k32 steps of the SS form.
+__global__ void probe_ss_e4m3_kernel(const std::uint8_t* q, const std::uint8_t* k, float* s_out) {
+  using E = __nv_fp8_e4m3;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* qs = smem_raw + ((kSwizzleAtomBytes - smem_u32(smem_raw) % kSwizzleAtomBytes) % kSwizzleAtomBytes);
+  unsigned char* ks = qs + kProbeRows * kPanelRowBytes;
+  stage_e4m3(qs, q, kProbeRows);
+  stage_e4m3(ks, k, kProbeBc);
+  fence_proxy_async_smem();
+  __syncthreads();
+  float s[kProbeBc / 2];
+  for (int i = 0; i < kProbeBc / 2; ++i) s[i] = 0.f;
+  reg_fence(s);
+  wgmma_fence();
+  for (int kk = 0; kk < kProbe8D / ElementTraits<E>::kWgmmaK; ++kk)
+    wgmma_ss<E, kProbeBc>(s, desc_k_major(smem_u32(qs), kProbeRows, kk), desc_k_major(smem_u32(ks), kProbeBc, kk), kk > 0);
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  reg_fence(s);
+  store_acc<kProbeBc>(s, s_out);
+}
+
+// (v) O = P V with P (64, keys) in registers and V^T (d, keys) K-major in shared memory, e4m3: the RS form an
+// FP8 forward issues. The A fragment of one k32 step, per warp (16 rows) and thread (g = lane / 4, t = lane % 4):
+// word 0 is row g, columns 4t .. 4t + 3 (the lowest byte first); word 1 row g + 8; words 2 and 3 the same at
+// columns 16 + 4t .. 16 + 4t + 3.
+__global__ void probe_rs_e4m3_kernel(const std::uint8_t* p_in, const std::uint8_t* vt, float* o_out) {
+  using E = __nv_fp8_e4m3;
+  constexpr int kK = ElementTraits<E>::kWgmmaK;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* vs = smem_raw + ((kSwizzleAtomBytes - smem_u32(smem_raw) % kSwizzleAtomBytes) % kSwizzleAtomBytes);
+  stage_e4m3(vs, vt, kProbeD);
+  fence_proxy_async_smem();
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  auto word = [&](int r, int c) {
+    const std::uint8_t* x = p_in + r * kProbe8Keys + c;
+    return std::uint32_t(x[0]) | std::uint32_t(x[1]) << 8 | std::uint32_t(x[2]) << 16 | std::uint32_t(x[3]) << 24;
+  };
+  std::uint32_t pf[kProbe8Keys / kK][4];
+  for (int ks = 0; ks < kProbe8Keys / kK; ++ks) {
+    const int r = 16 * warp + g, c = kK * ks + 4 * t;
+    pf[ks][0] = word(r, c);
+    pf[ks][1] = word(r + 8, c);
+    pf[ks][2] = word(r, c + 16);
+    pf[ks][3] = word(r + 8, c + 16);
+  }
+  float o[kProbeD / 2];
+  for (int i = 0; i < kProbeD / 2; ++i) o[i] = 0.f;
+  reg_fence(o);
+  reg_fence(pf);
+  wgmma_fence();
+  for (int ks = 0; ks < kProbe8Keys / kK; ++ks) wgmma_rs<E, kProbeD>(o, pf[ks], desc_k_major(smem_u32(vs), kProbeD, ks), 1);
   wgmma_commit_group();
   wgmma_wait_group<0>();
   reg_fence(o);
@@ -231,14 +333,14 @@ int run_probes(std::uint64_t seed) {
     const CUtensorMap map = make_bshd_tensor_map(d_src, dt, B, S, H, kProbeD, rows);
     cuda_ok(cudaFuncSetAttribute(probe_tma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "attr");
     probe_tma_kernel<<<1, 128, kSmem>>>(map, d_raw, rows, h, 0, b);
-    cuda_ok(cudaDeviceSynchronize(), "probe (i) TMA");
+    finish("probe (i) TMA");
     std::vector<std::uint16_t> raw(rows * kProbeD);
     cuda_ok(cudaMemcpy(raw.data(), d_raw, raw.size() * 2, cudaMemcpyDeviceToHost), "memcpy");
     bool ok = true;
     for (int r = 0; r < rows && ok; ++r)
       for (int c = 0; c < kProbeD && ok; ++c) {
         const std::uint16_t want = r < S ? src[((std::size_t(b) * S + r) * H + h) * kProbeD + c] : 0;
-        const std::uint16_t got = raw[swizzle128_offset(r, c, rows) / 2];
+        const std::uint16_t got = raw[swizzle128_offset<__nv_bfloat16>(r, c, rows) / 2];
         if (got != want) {
           SAY("probe (i) TMA 128B swizzle: FAIL at (row %d, col %d): got 0x%04x (%g) want 0x%04x (%g)\n", r, c, got,
               from_bits(got, dt), want, from_bits(want, dt));
@@ -262,7 +364,7 @@ int run_probes(std::uint64_t seed) {
     const CUtensorMap km = make_bshd_tensor_map(dk, dt, 1, kProbeBc, 1, kProbeD, kProbeBc);
     cuda_ok(cudaFuncSetAttribute(probe_ss_kernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "attr");
     probe_ss_kernel<__nv_bfloat16><<<1, 128, kSmem>>>(qm, km, ds);
-    cuda_ok(cudaDeviceSynchronize(), "probe (ii) wgmma SS");
+    finish("probe (ii) wgmma SS");
     std::vector<float> s(kProbeRows * kProbeBc);
     cuda_ok(cudaMemcpy(s.data(), ds, s.size() * 4, cudaMemcpyDeviceToHost), "memcpy");
     bool ok = true;
@@ -292,7 +394,7 @@ int run_probes(std::uint64_t seed) {
     const CUtensorMap vm = make_bshd_tensor_map(dv, dt, 1, kProbeKeys, 1, kProbeD, kProbeKeys);
     cuda_ok(cudaFuncSetAttribute(probe_rs_kernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "attr");
     probe_rs_kernel<__nv_bfloat16><<<1, 128, kSmem>>>(dp, vm, d_o);
-    cuda_ok(cudaDeviceSynchronize(), "probe (iii) wgmma RS");
+    finish("probe (iii) wgmma RS");
     std::vector<float> o(kProbeRows * kProbeD);
     cuda_ok(cudaMemcpy(o.data(), d_o, o.size() * 4, cudaMemcpyDeviceToHost), "memcpy");
     bool ok = true;
@@ -306,6 +408,71 @@ int run_probes(std::uint64_t seed) {
         }
       }
     if (ok) SAY("probe (iii) wgmma RS O = P V (64 x 128, 64 keys, V transposed): PASS\n");
+    fails += !ok;
+    cudaFree(dp);
+    cudaFree(dv);
+    cudaFree(d_o);
+  }
+  // (iv), (v): e4m3. The FP8 tensor cores keep fewer bits than fp32 while they accumulate (about 14), so a sum is held
+  // to 2^-7 of the sum of its terms' magnitudes; an operand laid out wrong moves it by whole terms.
+  auto e4m3_operand = [&](int n) {
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<std::uint8_t> v(n);
+    for (auto& x : v) x = float_to_e4m3_bits(nd(rng));
+    return v;
+  };
+  auto check_e4m3 = [&](const char* what, const std::vector<float>& got, int rows, int cols, auto term, int depth) {
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) {
+        double want = 0, magnitude = 0;
+        for (int x = 0; x < depth; ++x) {
+          want += term(r, c, x);
+          magnitude += std::fabs(term(r, c, x));
+        }
+        if (!(std::fabs(got[r * cols + c] - want) <= 0x1p-7 * magnitude + 1e-6)) {
+          SAY("%s: FAIL at (row %d, col %d): got %g want %g\n", what, r, c, got[r * cols + c], want);
+          return false;
+        }
+      }
+    return true;
+  };
+  {
+    auto q = e4m3_operand(kProbeRows * kProbe8D), k = e4m3_operand(kProbeBc * kProbe8D);
+    auto* dq = dev_alloc<std::uint8_t>(q.size());
+    auto* dk = dev_alloc<std::uint8_t>(k.size());
+    auto* ds = dev_alloc<float>(kProbeRows * kProbeBc);
+    cuda_ok(cudaMemcpy(dq, q.data(), q.size(), cudaMemcpyHostToDevice), "memcpy");
+    cuda_ok(cudaMemcpy(dk, k.data(), k.size(), cudaMemcpyHostToDevice), "memcpy");
+    cuda_ok(cudaFuncSetAttribute(probe_ss_e4m3_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "attr");
+    probe_ss_e4m3_kernel<<<1, 128, kSmem>>>(dq, dk, ds);
+    finish("probe (iv) wgmma SS e4m3");
+    std::vector<float> s(kProbeRows * kProbeBc);
+    cuda_ok(cudaMemcpy(s.data(), ds, s.size() * 4, cudaMemcpyDeviceToHost), "memcpy");
+    const bool ok = check_e4m3("probe (iv) wgmma SS e4m3 S = Q K^T", s, kProbeRows, kProbeBc, [&](int r, int c, int x) {
+      return double(e4m3_bits_to_float(q[r * kProbe8D + x])) * e4m3_bits_to_float(k[c * kProbe8D + x]);
+    }, kProbe8D);
+    if (ok) SAY("probe (iv) wgmma SS e4m3 S = Q K^T (64 x 128, d=128, k32): PASS\n");
+    fails += !ok;
+    cudaFree(dq);
+    cudaFree(dk);
+    cudaFree(ds);
+  }
+  {
+    auto pm = e4m3_operand(kProbeRows * kProbe8Keys), vt = e4m3_operand(kProbeD * kProbe8Keys);  // V^T: (d, keys)
+    auto* dp = dev_alloc<std::uint8_t>(pm.size());
+    auto* dv = dev_alloc<std::uint8_t>(vt.size());
+    auto* d_o = dev_alloc<float>(kProbeRows * kProbeD);
+    cuda_ok(cudaMemcpy(dp, pm.data(), pm.size(), cudaMemcpyHostToDevice), "memcpy");
+    cuda_ok(cudaMemcpy(dv, vt.data(), vt.size(), cudaMemcpyHostToDevice), "memcpy");
+    cuda_ok(cudaFuncSetAttribute(probe_rs_e4m3_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "attr");
+    probe_rs_e4m3_kernel<<<1, 128, kSmem>>>(dp, dv, d_o);
+    finish("probe (v) wgmma RS e4m3");
+    std::vector<float> o(kProbeRows * kProbeD);
+    cuda_ok(cudaMemcpy(o.data(), d_o, o.size() * 4, cudaMemcpyDeviceToHost), "memcpy");
+    const bool ok = check_e4m3("probe (v) wgmma RS e4m3 O = P V (V^T K-major)", o, kProbeRows, kProbeD, [&](int r, int c, int x) {
+      return double(e4m3_bits_to_float(pm[r * kProbe8Keys + x])) * e4m3_bits_to_float(vt[c * kProbe8Keys + x]);
+    }, kProbe8Keys);
+    if (ok) SAY("probe (v) wgmma RS e4m3 O = P V (64 x 128, 128 keys, P in registers, V^T K-major, k32): PASS\n");
     fails += !ok;
     cudaFree(dp);
     cudaFree(dv);
@@ -344,7 +511,7 @@ double median_ms(F&& launch, int warm = 5, int iters = 20) {
     cudaEventRecord(e0);
     const bool built = launch();
     cudaEventRecord(e1);
-    cuda_ok(cudaEventSynchronize(e1), "bench kernel");
+    wait_for(e1, "bench kernel");
     if (!built) return -1;
     float t = 0;
     cudaEventElapsedTime(&t, e0, e1);
@@ -373,7 +540,7 @@ struct BenchBuffers {
     fill_random_kernel<<<1024, 256>>>(q, n, 1, true);
     fill_random_kernel<<<1024, 256>>>(k, n, 2, true);
     fill_random_kernel<<<1024, 256>>>(v, n, 3, true);
-    cuda_ok(cudaDeviceSynchronize(), "fill");
+    finish("fill");
   }
   ~BenchBuffers() {
     cudaFree(q);
@@ -529,7 +696,7 @@ int run_timeline(const std::string& dir, const std::vector<int>& steps, const st
         cuda_ok(cudaMemset(d_rec, 0xff, std::size_t(capacity) * sizeof(flashlab::TimelineRecord)), "timeline fill");
         cuda_ok(cudaMemset(d_count, 0, sizeof(unsigned)), "timeline count");
         launch_forward_timeline(DType::BF16, p, nullptr, ls);
-        cuda_ok(cudaDeviceSynchronize(), "timeline kernel");
+        finish("timeline kernel");
         unsigned used = 0;
         cuda_ok(cudaMemcpy(&used, d_count, sizeof used, cudaMemcpyDeviceToHost), "memcpy");
         std::vector<flashlab::TimelineRecord> raw(std::min<std::size_t>(used, capacity));

@@ -1,84 +1,111 @@
 #!/usr/bin/env python3
-"""Writes src/cuda/fa3_ws/wgmma_ops.cuh: one inline-asm wrapper per wgmma.mma_async shape FlashLab's
-cuda-fa3-ws uses. Each wrapper lists all N/2 accumulator registers, which is why it is generated
-rather than typed. Run from the repository root: python3 tools/fa3_harness/gen_wgmma.py"""
-SS_SHAPES = (32, 64, 128, 160, 192, 256)  # S = Q K^T: N = Bc (160, 192: the wide K/V blocks of d = 128, 64);
-                                          # 32: the backward's S^T at d = 256 (half of Br = 64 queries per consumer)
-RS_SHAPES = (64, 128, 256)             # O += P V: N = d
-SS_TT_SHAPES = (64,)                   # the backward's dQ = dS K: N = 64 columns of dQ per consumer
-SS_NT_SHAPES = (128,)                  # the backward's dV += P^T dO, dK += dS^T Q at d = 256: N = 128 columns per consumer
-TYPES = (("bf16", "bf16"), ("f16", "f16"))
+"""Writes src/cuda/fa3_ws/wgmma_ops.cuh: one inline-asm wrapper per wgmma.mma_async form and element type
+that cuda-fa3-ws uses. Each wrapper lists all N/2 accumulator registers, which is why it is generated rather
+than typed. Run from the repository root: python3 tools/fa3_harness/gen_wgmma.py
+
+A form is a class template Form<T, N> (T the element type of A and B, N the accumulator's columns) with one
+static function, mma. The generator writes a specialization for each (type, N) below; a kernel that asks for
+any other gets the primary template's static_assert, which names this file.
+
+What a type changes: the PTX type suffix, and K, the depth of one instruction: 32 bytes of a row of A and B
+(16 elements of 16 bits, 32 of 8). Both operands of an 8-bit wgmma must be K-major: such a type has no
+transposed forms, and its RS form takes B K-major (V^T, not V)."""
+
+# (C++ type, PTX suffix, bytes per element)
+BF16 = ("__nv_bfloat16", "bf16", 2)
+F16 = ("__half", "f16", 2)
+E4M3 = ("__nv_fp8_e4m3", "e4m3", 1)
+
+# form: (the shapes N, the element types, A's operand and major, B's major, the transpose immediates or None)
+FORMS = {
+    # S = Q K^T: N = Bc (160, 192: the wide K/V blocks of d = 128, 64); 32: the backward's S^T at d = 256
+    # (half of Br = 64 queries per consumer).
+    "Ss": ((32, 64, 128, 160, 192, 256), (BF16, F16, E4M3), "smem, K-major", "K-major", "0, 0"),
+    # O += P V: N = d. A (P) from four .b32 registers per thread. 16-bit: B = V stored (keys, d), MN-major;
+    # 8-bit: B = V^T stored (d, keys), K-major.
+    "Rs": ((64, 128, 256), (BF16, F16, E4M3), "registers", "MN-major", "1"),
+    # The backward's dQ = dS K: N = 64 columns of dQ per consumer, dS stored transposed (keys, queries).
+    "SsTt": ((64,), (BF16, F16), "smem, MN-major", "MN-major", "1, 1"),
+    # The backward's dV += P^T dO, dK += dS^T Q at d = 256: N = 128 columns per consumer.
+    "SsNt": ((128,), (BF16, F16), "smem, K-major", "MN-major", "0, 1"),
+}
+
+DOC = {
+    "Ss": "A and B both from shared-memory descriptors, both K-major (S = Q K^T).",
+    "Rs": "A from four .b32 registers per thread, B from a descriptor (O += P V).",
+    "SsTt": "A and B from descriptors, both MN-major (the backward's dQ = dS K).",
+    "SsNt": "A K-major, B MN-major, both from descriptors (the backward's dV += P^T dO, dK += dS^T Q at d = 256).",
+}
+
 
 def regs(first, count):
     return ", ".join(f"%{first + i}" for i in range(count))
 
+
 def acc_constraints(count):
     return ", ".join(f'"+f"(d[{i}])' for i in range(count))
 
-SS_FORMS = {  # prefix: (A's major, B's major, the transpose immediates tnspA, tnspB)
-    "ss": ("K-major", "K-major", "0, 0"),
-    "ss_tt": ("MN-major", "MN-major", "1, 1"),
-    "ss_nt": ("K-major", "MN-major", "0, 1"),
-}
 
-def emit_ss(n, name, ptype, prefix):
-    """The SS form: A and B from shared-memory descriptors, each K-major or MN-major (transposed)."""
-    na = n // 2
-    major_a, major_b, trans = SS_FORMS[prefix]
-    out.append(f"// D (64 x {n}, fp32) (+)= A (64 x 16, smem, {major_a}) * B (16 x {n}, smem, {major_b}), {name}.")
-    out.append(f"__device__ __forceinline__ void {prefix}_m64n{n}k16_{name}(float (&d)[{na}], std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {{")
-    out.append('  asm volatile(')
-    out.append('      "{\\n.reg .pred p;\\n"')
-    out.append(f'      "setp.ne.b32 p, %{na + 2}, 0;\\n"')
-    out.append(f'      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptype}.{ptype} "')
-    out.append(f'      "{{{regs(0, na)}}}, "')
-    out.append(f'      "%{na}, %{na + 1}, p, 1, 1, {trans};\\n}}\\n"')
-    out.append(f'      : {acc_constraints(na)}')
-    out.append('      : "l"(desc_a), "l"(desc_b), "r"(scale_d));')
-    out.append("}")
+def emit(out, form, n, ctype, ptype, nbytes):
+    shapes, types, a_from, b_major, trans = FORMS[form]
+    na, k = n // 2, 32 // nbytes
+    wide = nbytes == 2  # 8-bit forms take no transpose immediates: both operands K-major
+    if not wide:
+        b_major = "K-major"
+    register_a = form == "Rs"
+    a_operands = f"{{%{na}, %{na + 1}, %{na + 2}, %{na + 3}}}, %{na + 4}" if register_a else f"%{na}, %{na + 1}"
+    pred = na + 5 if register_a else na + 2
+    tail = f"p, 1, 1, {trans}" if wide else "p, 1, 1"
+    a_param = "const std::uint32_t (&a)[4]" if register_a else "std::uint64_t desc_a"
+    a_inputs = '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3])' if register_a else '"l"(desc_a)'
+    out.append(f"// D (64 x {n}, fp32) (+)= A (64 x {k}, {a_from}) * B ({k} x {n}, smem, {b_major}), {ptype}.")
+    out.append("template <>")
+    out.append(f"struct {form}<{ctype}, {n}> {{")
+    out.append(f"  static constexpr int kK = {k};")
+    out.append(f"  __device__ static __forceinline__ void mma(float (&d)[{na}], {a_param}, std::uint64_t desc_b, int scale_d) {{")
+    out.append("    asm volatile(")
+    out.append('        "{\\n.reg .pred p;\\n"')
+    out.append(f'        "setp.ne.b32 p, %{pred}, 0;\\n"')
+    out.append(f'        "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ptype}.{ptype} "')
+    out.append(f'        "{{{regs(0, na)}}}, "')
+    out.append(f'        "{a_operands}, {tail};\\n}}\\n"')
+    out.append(f"        : {acc_constraints(na)}")
+    out.append(f'        : {a_inputs}, "l"(desc_b), "r"(scale_d));')
+    out.append("  }")
+    out.append("};")
     out.append("")
 
 
-out = []
-out.append("#pragma once")
-out.append("// GENERATED by tools/fa3_harness/gen_wgmma.py; edit the generator, not this file.")
-out.append("// wgmma.mma_async m64nNk16, fp32 accumulate, bf16 / fp16 inputs:")
-out.append("//  * _ss, N in {32, 64, 128, 160, 192, 256}: A and B both from shared-memory descriptors, both K-major (S = Q K^T).")
-out.append("//  * _rs, N in {64, 128, 256}: A from four .b32 registers per thread, B from a descriptor, B transposed (MN-major),")
-out.append("//    as O += P V needs with V stored (keys, d) row-major.")
-out.append("//  * _ss_tt, N in {64}: A and B from descriptors, both transposed (MN-major), as the backward's dQ = dS K")
-out.append("//    needs with dS stored transposed (keys, queries) and K stored (keys, d) row-major.")
-out.append("//  * _ss_nt, N in {128}: A K-major, B transposed (MN-major), both from descriptors, as the backward's")
-out.append("//    dV += P^T dO needs at d = 256, with P^T stored (keys, queries) in shared memory and dO stored (queries, d).")
-out.append("// scale_d = 0 overwrites the accumulator (D = A B), 1 accumulates (D += A B).")
-out.append("#include <cstdint>")
+out = [
+    "#pragma once",
+    "// GENERATED by tools/fa3_harness/gen_wgmma.py; edit the generator, not this file.",
+    "// wgmma.mma_async m64nNkK, fp32 accumulate; K is 32 bytes of A's and B's rows (k16 for bf16 / f16, k32 for e4m3).",
+]
+for form, (shapes, types, _, _, _) in FORMS.items():
+    names = ", ".join(t[1] for t in types)
+    out.append(f"//  * {form}<T, N>, N in {{{', '.join(map(str, shapes))}}}, T in {{{names}}}: {DOC[form]}")
+out += [
+    "// 8-bit types take both operands K-major (no transpose), so their Rs reads B as V^T.",
+    "// scale_d = 0 overwrites the accumulator (D = A B), 1 accumulates (D += A B).",
+    "#include <cuda_bf16.h>",
+    "#include <cuda_fp16.h>",
+    "#include <cuda_fp8.h>",
+    "",
+    "#include <cstdint>",
+    "",
+    "namespace flashlab::cuda::fa3_ws::wgmma_ops {",
+    "",
+    "// The primary templates: a form this file does not generate.",
+]
+for form in FORMS:
+    out.append("template <class T, int N>")
+    out.append(f"struct {form} {{")
+    out.append(f'  static_assert(sizeof(T) == 0, "wgmma_ops::{form}: no form for this element type and N; add it in tools/fa3_harness/gen_wgmma.py");')
+    out.append("};")
 out.append("")
-out.append("namespace flashlab::cuda::fa3_ws::wgmma_ops {")
-out.append("")
-for n in SS_SHAPES:
-    for name, ptype in TYPES:
-        emit_ss(n, name, ptype, "ss")
-for n in RS_SHAPES:
-    na = n // 2
-    for name, ptype in TYPES:
-        # RS form, B transposed
-        out.append(f"// D (64 x {n}, fp32) (+)= A (64 x 16, registers) * B (16 x {n}, smem, MN-major), {name}.")
-        out.append(f"__device__ __forceinline__ void rs_m64n{n}k16_{name}(float (&d)[{na}], const std::uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {{")
-        out.append('  asm volatile(')
-        out.append('      "{\\n.reg .pred p;\\n"')
-        out.append(f'      "setp.ne.b32 p, %{na + 5}, 0;\\n"')
-        out.append(f'      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptype}.{ptype} "')
-        out.append(f'      "{{{regs(0, na)}}}, "')
-        out.append(f'      "{{%{na}, %{na + 1}, %{na + 2}, %{na + 3}}}, %{na + 4}, p, 1, 1, 1;\\n}}\\n"')
-        out.append(f'      : {acc_constraints(na)}')
-        out.append('      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));')
-        out.append("}")
-        out.append("")
-for n in SS_TT_SHAPES:
-    for name, ptype in TYPES:
-        emit_ss(n, name, ptype, "ss_tt")
-for n in SS_NT_SHAPES:
-    for name, ptype in TYPES:
-        emit_ss(n, name, ptype, "ss_nt")
+for form, (shapes, types, _, _, _) in FORMS.items():
+    for n in shapes:
+        for ctype, ptype, nbytes in types:
+            emit(out, form, n, ctype, ptype, nbytes)
 out.append("}  // namespace flashlab::cuda::fa3_ws::wgmma_ops")
 open("src/cuda/fa3_ws/wgmma_ops.cuh", "w").write("\n".join(out) + "\n")

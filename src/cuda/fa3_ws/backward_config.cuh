@@ -17,6 +17,10 @@ constexpr int kKeysPerConsumer = 64;  // wgmma's M: each consumer warpgroup owns
 static_assert(kConsumers == 2, "two consumer warpgroups (cuda/tilings.hpp), as in the forward");
 constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
 constexpr int kStages = 2;  // Q_i, dO_i, L_i, D_i stages
+// The backward's tiles hold 16-bit elements (fp16, bf16): there is no 8-bit backward (a training step's gradients
+// want more than e4m3's three mantissa bits), so one tile layout serves both types. The kernel asserts its T.
+constexpr int kBackwardElemBytes = 2;
+constexpr int kBackwardPanelCols = kPanelRowBytes / kBackwardElemBytes;  // 64 columns per 128-byte panel row
 // Named hardware barriers (0 is __syncthreads): "both consumers have written dS_ij^T" (256 threads; also where
 // both meet before the epilogue reuses the Q_i, dO_i stages), and each consumer's own (128).
 constexpr int kBarDsWritten = 1;
@@ -70,7 +74,7 @@ struct BwdConfig {
   static constexpr int kDqPieces = dq_pieces(D);  // per query block
   static constexpr int kDqPiecesPerConsumer = kDqSplit == DqSplit::Columns ? kDqPieces / kConsumers : 1;
   static constexpr int kDqCols = 64;
-  static_assert(kBr == 64 && kDqCols == kPanelCols && D == kDqPieces * kDqCols,
+  static_assert(kBr == 64 && kDqCols == kBackwardPanelCols && D == kDqPieces * kDqCols,
                 "a dQ piece is 64 x 64: one panel of K_j, wgmma_ss_tt's N");
   // dQ's way out. Keys: staged in shared memory and added by the writer warp's bulk reductions. Columns: K_j, V_j
   // and two stages of Q_i, dO_i take 192 KiB of the 227, P^T and dS^T 32 more, which leaves no room to stage dQ_i's
@@ -95,9 +99,9 @@ struct BwdConfig {
 
   // Shared memory: K_j, V_j (Bc, d); kStages x Q_i, dO_i (Br, d); two dS^T buffers (Bc, Br) and, Columns, two P^T
   // buffers; Keys: each consumer's dQ staging (2 x 64 x 64 fp32); kStages x L_i, D_i (Br fp32); then the mbarriers.
-  static constexpr int kKVBytes = kBc * D * kElemBytes;
-  static constexpr int kQBytes = kBr * D * kElemBytes;
-  static constexpr int kDsBytes = kBc * kBr * kElemBytes;
+  static constexpr int kKVBytes = kBc * D * kBackwardElemBytes;
+  static constexpr int kQBytes = kBr * D * kBackwardElemBytes;
+  static constexpr int kDsBytes = kBc * kBr * kBackwardElemBytes;
   static constexpr int kDqBytes = kDqPieceFloats * 4;
   static constexpr int kRowStatBytes = kBr * 4;
   static constexpr int kKOffset = 0;

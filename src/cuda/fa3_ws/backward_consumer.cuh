@@ -66,17 +66,17 @@ struct Consumer {
   // (P^T or dS^T) from the registers; Columns: from its (Bc, Br) tile in shared memory, K-major.
   __device__ void issue_accumulate(float (&acc)[kNKV], const std::uint32_t (&a)[kPackSteps][4], std::uint32_t a_tile,
                                    std::uint32_t y_tile) const {
-    const std::uint32_t ya = opaque(y_tile + kv_col0() / kPanelCols * kBr * kPanelRowBytes);
+    const std::uint32_t ya = opaque(y_tile + kv_col0() / kPanelCols<T> * kBr * kPanelRowBytes);
     if constexpr (kKvByKeys) {
       (void)a_tile;
 #pragma unroll
-      for (int ks = 0; ks < kKSteps; ++ks) wgmma_rs<T, Cfg::kKvCols>(acc, a[ks], desc_mn_major(ya, kBr, ks), 1);
+      for (int ks = 0; ks < kKSteps; ++ks) wgmma_rs<T, Cfg::kKvCols>(acc, a[ks], desc_mn_major<T>(ya, kBr, ks), 1);
     } else {
       (void)a;
       const std::uint32_t aa = opaque(a_tile);
 #pragma unroll
       for (int ks = 0; ks < kKSteps; ++ks)
-        wgmma_ss_nt<T, Cfg::kKvCols>(acc, desc_k_major(aa, kBc, ks), desc_mn_major(ya, kBr, ks), 1);
+        wgmma_ss_nt<T, Cfg::kKvCols>(acc, desc_k_major(aa, kBc, ks), desc_mn_major<T>(ya, kBr, ks), 1);
     }
   }
   // This consumer's 64 x 64 piece pc of dQ_i = dS_ij K_j (DqSplit): dS from the dS^T tile (keys, queries), K_j
@@ -90,7 +90,7 @@ struct Consumer {
         k_addr() + (kByKeys ? c * kKeysPerConsumer * kPanelRowBytes : (c * kPieces + pc) * kBc * kPanelRowBytes);
     const std::uint32_t dsa = opaque(ds), ka = opaque(k);
 #pragma unroll
-    for (int s = 0; s < kKeys / 16; ++s) wgmma_ss_tt<T, 64>(dq, desc_mn_major(dsa, kBc, s), desc_mn_major(ka, kBc, s), s > 0 ? 1 : 0);
+    for (int s = 0; s < kKeys / 16; ++s) wgmma_ss_tt<T, 64>(dq, desc_mn_major<T>(dsa, kBc, s), desc_mn_major<T>(ka, kBc, s), s > 0 ? 1 : 0);
   }
   // Where the tiles are complete enough for this consumer's GEMMs: both consumers' halves (P^T and dS^T under
   // KvSplit::Columns; dS^T under DqSplit::Columns), or its own.
@@ -127,7 +127,7 @@ struct Consumer {
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const int row = key_row0() + 16 * warp + g + 8 * (q % 2), col = query0() + 16 * ks + 8 * (q / 2) + 2 * t;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + swizzle128_offset(row, col, kBc)), "r"(x[ks][q]) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + swizzle128_offset<T>(row, col, kBc)), "r"(x[ks][q]) : "memory");
       }
   }
 
@@ -395,7 +395,7 @@ struct Consumer {
       const int r = key_row0() + 16 * warp + g + 8 * hf;
 #pragma unroll
       for (int ii = 0; ii < kNKV / 4; ++ii) {
-        const std::uint32_t at = swizzle128_offset(r, kv_col0() + 8 * ii + 2 * t, kBc);
+        const std::uint32_t at = swizzle128_offset<T>(r, kv_col0() + 8 * ii + 2 * t, kBc);
         *reinterpret_cast<std::uint32_t*>(staged + at) = pack2<T>(dk[4 * ii + 2 * hf] * p.scale, dk[4 * ii + 2 * hf + 1] * p.scale);
         *reinterpret_cast<std::uint32_t*>(staged + Cfg::kKVBytes + at) = pack2<T>(dv[4 * ii + 2 * hf], dv[4 * ii + 2 * hf + 1]);
       }
@@ -407,7 +407,7 @@ struct Consumer {
       const int which = idx / (kKeysPerConsumer * kChunks), r = key_row0() + (idx / kChunks) % kKeysPerConsumer;
       const int col = kv_col0() + 8 * (idx % kChunks), key = kb.key0 + r;
       if (key >= p.seq_k) continue;
-      const uint4 v = *reinterpret_cast<const uint4*>(staged + which * Cfg::kKVBytes + swizzle128_offset(r, col, kBc));
+      const uint4 v = *reinterpret_cast<const uint4*>(staged + which * Cfg::kKVBytes + swizzle128_offset<T>(r, col, kBc));
       *reinterpret_cast<uint4*>(static_cast<T*>(which == 0 ? p.dk : p.dv) + ((std::int64_t(kb.b) * p.seq_k + key) * p.heads_kv + kb.h_kv) * D + col) = v;
     }
   }
@@ -424,13 +424,7 @@ struct Consumer {
         // descriptors) is recomputed in the step rather than held live across the loop beside dK_j and dV_j
         // (d = 128: 16 bytes spilled without).
         Consumer self = *this;
-        self.smem = opaque(smem);
-        self.bars = opaque(bars);
-        self.c = opaque(c);
-        self.tid = opaque(tid);
-        self.warp = opaque(warp);
-        self.g = opaque(g);
-        self.t = opaque(t);
+        pin(self.smem, self.bars, self.c, self.tid, self.warp, self.g, self.t);
         self.step(n, dk, dv);
         tl = self.tl;  // the timeline lane's slot state goes on to the next step
       }

@@ -84,6 +84,7 @@ template <class T, int D, bool kDropout, bool kTimeline, bool kAccumulate = fals
 __global__ void __launch_bounds__(kThreads, 1)
     fa3_ws_backward_kernel(const __grid_constant__ Params p, const __grid_constant__ BwdMaps maps) {
   using Cfg = BwdConfig<D, kDropout>;
+  static_assert(ElementTraits<T>::kBytes == kBackwardElemBytes, "the backward's tiles are laid out for 16-bit elements");
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = smem_raw + swizzle_atom_pad(smem_raw);
   auto* bars = reinterpret_cast<std::uint64_t*>(smem + Cfg::kBarOffset);

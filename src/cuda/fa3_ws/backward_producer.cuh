@@ -24,15 +24,15 @@ __device__ void produce(const Params& p, const BwdMaps& maps, const KeyBlock& kb
                         TimelineLane<kTimeline>& tl) {
   using Cfg = BwdConfig<D, kDropout>;
   using TL = TimelineLane<kTimeline>;
-  constexpr int kPanels = D / kPanelCols;
+  constexpr int kPanels = D / kBackwardPanelCols;
   if (kb.n_steps == 0) return;  // no query sees the block: dK_j = dV_j = 0, nothing to load
   tl.instant(p, PipelineEvent::TmaIssue, TL::now());
   mbar_arrive_expect_tx(&bars[Cfg::kKVFull], 2 * Cfg::kKVBytes);
 #pragma unroll
   for (int pnl = 0; pnl < kPanels; ++pnl) {
-    tma_load_4d(smem + Cfg::kKOffset + pnl * Cfg::kBc * kPanelRowBytes, &maps.k, pnl * kPanelCols, kb.h_kv, kb.key0, kb.b,
+    tma_load_4d(smem + Cfg::kKOffset + pnl * Cfg::kBc * kPanelRowBytes, &maps.k, pnl * kBackwardPanelCols, kb.h_kv, kb.key0, kb.b,
                 &bars[Cfg::kKVFull]);
-    tma_load_4d(smem + Cfg::kVOffset + pnl * Cfg::kBc * kPanelRowBytes, &maps.v, pnl * kPanelCols, kb.h_kv, kb.key0, kb.b,
+    tma_load_4d(smem + Cfg::kVOffset + pnl * Cfg::kBc * kPanelRowBytes, &maps.v, pnl * kBackwardPanelCols, kb.h_kv, kb.key0, kb.b,
                 &bars[Cfg::kKVFull]);
   }
   const int padded_rows = kb.n_q * Cfg::kBr;
@@ -48,9 +48,9 @@ __device__ void produce(const Params& p, const BwdMaps& maps, const KeyBlock& kb
     mbar_arrive_expect_tx(full, Cfg::kStepTxBytes);
 #pragma unroll
     for (int pnl = 0; pnl < kPanels; ++pnl) {
-      tma_load_4d(smem + Cfg::kQOffset + stage * Cfg::kQBytes + pnl * Cfg::kBr * kPanelRowBytes, &maps.q, pnl * kPanelCols, h,
+      tma_load_4d(smem + Cfg::kQOffset + stage * Cfg::kQBytes + pnl * Cfg::kBr * kPanelRowBytes, &maps.q, pnl * kBackwardPanelCols, h,
                   row0, kb.b, full);
-      tma_load_4d(smem + Cfg::kDOOffset + stage * Cfg::kQBytes + pnl * Cfg::kBr * kPanelRowBytes, &maps.d_o, pnl * kPanelCols,
+      tma_load_4d(smem + Cfg::kDOOffset + stage * Cfg::kQBytes + pnl * Cfg::kBr * kPanelRowBytes, &maps.d_o, pnl * kBackwardPanelCols,
                   h, row0, kb.b, full);
     }
     const std::int64_t stats = (std::int64_t(kb.b) * p.heads_q + h) * padded_rows + row0;

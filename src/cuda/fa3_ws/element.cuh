@@ -1,10 +1,13 @@
 #pragma once
-// The element types of cuda-fa3-ws, both passes: fp16 (__half) and bf16 (__nv_bfloat16). What differs between
-// the two (the tensor-map data type, the rounding pack, wgmma's type suffix) is read from ElementTraits<T>; what
-// does not (16 bits wide, so one tile layout for both) is kElemBytes. with_element turns a runtime DType into T.
+// The element types of cuda-fa3-ws, both passes: fp16 (__half) and bf16 (__nv_bfloat16). Everything that depends on
+// the type is read from ElementTraits<T>: its width (and so the tiles' bytes and the columns of a 128-byte panel),
+// the depth of one wgmma (32 bytes of a row: wgmma_ops.cuh has each type's forms), the tensor-map data type and
+// the rounding pack. with_element turns a runtime DType into T. A new type is one more specialization here, its
+// forms in tools/fa3_harness/gen_wgmma.py, and the layouts its wgmma demands.
 #include <cuda.h>  // CUtensorMapDataType
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 #include <stdexcept>
@@ -13,14 +16,17 @@
 
 namespace flashlab::cuda::fa3_ws {
 
+// One wgmma instruction reads 32 bytes of each row of A and of B: its K is 32 / (bytes per element).
+inline constexpr int kWgmmaRowBytes = 32;
+
 template <class T>
 struct ElementTraits;
 
 template <>
 struct ElementTraits<__half> {
   static constexpr DType kDType = DType::F16;
-  static constexpr bool kIsBf16 = false;
   static constexpr int kBytes = sizeof(__half);
+  static constexpr int kWgmmaK = kWgmmaRowBytes / kBytes;  // 16
   static constexpr CUtensorMapDataType kTensorMapType = CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   // Two fp32 values rounded to one packed pair (the low half is `lo`).
   __device__ static __forceinline__ std::uint32_t pack2(float lo, float hi) {
@@ -32,8 +38,8 @@ struct ElementTraits<__half> {
 template <>
 struct ElementTraits<__nv_bfloat16> {
   static constexpr DType kDType = DType::BF16;
-  static constexpr bool kIsBf16 = true;
   static constexpr int kBytes = sizeof(__nv_bfloat16);
+  static constexpr int kWgmmaK = kWgmmaRowBytes / kBytes;  // 16
   static constexpr CUtensorMapDataType kTensorMapType = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   __device__ static __forceinline__ std::uint32_t pack2(float lo, float hi) {
     const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
@@ -41,9 +47,21 @@ struct ElementTraits<__nv_bfloat16> {
   }
 };
 
-// Bytes per element of every tile, either type: the 128-byte swizzle rows of hopper.cuh hold 64 of them.
-inline constexpr int kElemBytes = ElementTraits<__half>::kBytes;
-static_assert(ElementTraits<__nv_bfloat16>::kBytes == kElemBytes, "fp16 and bf16 tiles share one layout");
+// float8 e4m3: half the bytes, so twice the elements per panel row and a wgmma twice as deep (k32), with both
+// operands K-major. Its forms are in wgmma_ops.cuh, and tools/fa3_harness's probes check them and this layout on
+// the GPU. No DType names it yet, so with_element does not reach it: the forward's FP8 path adds that.
+template <>
+struct ElementTraits<__nv_fp8_e4m3> {
+  static constexpr int kBytes = sizeof(__nv_fp8_e4m3);
+  static constexpr int kWgmmaK = kWgmmaRowBytes / kBytes;  // 32
+  static constexpr CUtensorMapDataType kTensorMapType = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  // Four fp32 values rounded (to nearest even, saturating at +-448) into one word, the first in the low byte.
+  __device__ static __forceinline__ std::uint32_t pack4(float x0, float x1, float x2, float x3) {
+    const std::uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(x0, x1), __NV_SATFINITE, __NV_E4M3);
+    const std::uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(x2, x3), __NV_SATFINITE, __NV_E4M3);
+    return lo | (hi << 16);
+  }
+};
 
 // Two fp32 values rounded to one packed pair of T (the low half is `lo`).
 template <class T>

@@ -41,9 +41,14 @@ CUtensorMap make_bshd_tensor_map(const void* base, DType dtype, int batch, int s
   CUtensorMap map{};
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(heads),
                               static_cast<cuuint64_t>(seq), static_cast<cuuint64_t>(batch)};
-  const cuuint64_t row_bytes = static_cast<cuuint64_t>(head_dim) * kElemBytes;
+  int element_bytes = 0, panel_cols = 0;
+  with_element(dtype, [&]<class T>() {
+    element_bytes = ElementTraits<T>::kBytes;
+    panel_cols = kPanelCols<T>;
+  });
+  const cuuint64_t row_bytes = static_cast<cuuint64_t>(head_dim) * element_bytes;
   const cuuint64_t strides[3] = {row_bytes, row_bytes * heads, row_bytes * heads * seq};  // bytes, dims 1..3
-  const cuuint32_t box[4] = {static_cast<cuuint32_t>(kPanelCols), 1, static_cast<cuuint32_t>(box_rows), 1};
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(panel_cols), 1, static_cast<cuuint32_t>(box_rows), 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   const CUresult r = encode_tiled()(&map, tensor_map_type(dtype), 4, const_cast<void*>(base), dims, strides, box, element_strides,
                                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,

@@ -79,8 +79,9 @@ struct StepConfig {
 // Shared memory: Q_i (Br, d), kStages x K_j (Bc, d), kStages x V_j (Bc, d), O_i's buffer (kORows, d) if any,
 // each as 128B-swizzled 64-column panels; then the mbarriers and the tile slot (the persistent producer's
 // word to the consumers: which tile Q_i belongs to).
-template <int D, int kBr, int kBcIn, int kStagesIn, int kORowsIn>
+template <class T, int D, int kBr, int kBcIn, int kStagesIn, int kORowsIn>
 struct SmemLayout {
+  static constexpr int kElemBytes = ElementTraits<T>::kBytes;
   static constexpr int kBc = kBcIn, kStages = kStagesIn;
   static constexpr int kQBytes = kBr * D * kElemBytes;
   static constexpr int kKVBytes = kBc * D * kElemBytes;  // one K or V stage
@@ -104,7 +105,8 @@ template <class T, int D, int kStep, class Sched>
 struct KernelConfig : StepConfig<kStep>, HeadConfig<D, Sched, StepConfig<kStep>::kPersistent> {
   using Step = StepConfig<kStep>;
   using Head = HeadConfig<D, Sched, Step::kPersistent>;
-  using Smem = SmemLayout<D, Step::kBr, Head::kBc, Head::kStages, Head::kORows>;
+  using Element = T;
+  using Smem = SmemLayout<T, D, Step::kBr, Head::kBc, Head::kStages, Head::kORows>;
   // The shipped step is what cuda/tilings.hpp describes to the traffic model (fa3_ws::forward_tiling).
   static_assert(kStep != static_cast<int>(kShippedStep) ||
                     (Step::kBr == forward_tiling(D, 0, false).Br &&

@@ -28,7 +28,8 @@ struct Consumer {
   static constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kStages = Cfg::kStages;
   static constexpr int kNS = kBc / 2;   // S_ij accumulator floats per thread: (64, Bc)
   static constexpr int kNO = D / 2;     // O_i accumulator floats per thread: (64, d)
-  static constexpr int kKSteps = kBc / 16;  // k-steps of P_ij V_j
+  static constexpr int kWgmmaK = ElementTraits<T>::kWgmmaK;  // the depth of one wgmma: 16 for 16-bit T
+  static constexpr int kKSteps = kBc / kWgmmaK;  // k-steps of P_ij V_j
 
   const Params& p;
   const Loader<Cfg>* loader;  // used by ladder step 1 only (no producer warpgroup)
@@ -73,18 +74,18 @@ struct Consumer {
 
   // S_ij = Q_i K_j^T  // (64, Bc) per consumer; both operands K-major in shared memory.
   __device__ void issue_s(float (&s)[kNS], int stage) const {
-    // Opaque bases: the 2 D / 16 descriptors are recomputed at each issue instead of being hoisted out of
+    // Opaque bases: the 2 D / kWgmmaK descriptors are recomputed at each issue instead of being hoisted out of
     // the K/V loop and held live (d = 256 step 5: 232 -> 136 bytes spilled; with tid opaque too: 0).
     const std::uint32_t qa = opaque(q_addr()), ka = opaque(k_addr(stage));
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
+    for (int kk = 0; kk < D / kWgmmaK; ++kk)
       wgmma_ss<T, kBc>(s, desc_k_major(qa, kBr, kk), desc_k_major(ka, kBc, kk), kk > 0 ? 1 : 0);
   }
   // O_i += P_ij V_j  // (64, d) += (64, Bc) (Bc, d); P_ij from registers, V_j MN-major in shared memory.
   __device__ void issue_pv(float (&o)[kNO], const std::uint32_t (&pf)[kKSteps][4], int stage) const {
     const std::uint32_t va = opaque(v_addr(stage));
 #pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks) wgmma_rs<T, D>(o, pf[ks], desc_mn_major(va, kBc, ks), 1);
+    for (int ks = 0; ks < kKSteps; ++ks) wgmma_rs<T, D>(o, pf[ks], desc_mn_major<T>(va, kBc, ks), 1);
   }
 
   // Rows of this thread (half hf): tile row0 + 64 c + 16 warp + g + 8 hf.
@@ -279,7 +280,7 @@ struct Consumer {
       const int r = stage_row0 + 16 * warp + g + 8 * hf;  // staging row
 #pragma unroll
       for (int i = 0; i < kNO / 4; ++i)
-        *reinterpret_cast<std::uint32_t*>(os + swizzle128_offset(r, 8 * i + 2 * t, Smem::kOPanelRows)) =
+        *reinterpret_cast<std::uint32_t*>(os + swizzle128_offset<T>(r, 8 * i + 2 * t, Smem::kOPanelRows)) =
             pack2<T>(o[4 * i + 2 * hf] * inv_l[hf], o[4 * i + 2 * hf + 1] * inv_l[hf]);
       const int row = row_of(tile, hf);
       if (t == 0 && row < p.seq_q)
@@ -293,7 +294,7 @@ struct Consumer {
       const int r = idx / kChunksPerRow, ch = idx % kChunksPerRow;
       const int row = tile.row0 + c * kRowsPerConsumer + r;
       if (row < p.seq_q) {
-        const uint4 v = *reinterpret_cast<const uint4*>(os + swizzle128_offset(stage_row0 + r, ch * 8, Smem::kOPanelRows));
+        const uint4 v = *reinterpret_cast<const uint4*>(os + swizzle128_offset<T>(stage_row0 + r, ch * 8, Smem::kOPanelRows));
         const std::int64_t off = ((static_cast<std::int64_t>(tile.b) * p.seq_q + row) * p.heads_q + tile.h) * D + ch * 8;
         *reinterpret_cast<uint4*>(o_base + off) = v;
       }
@@ -341,13 +342,7 @@ struct Consumer {
         // spilled 68 bytes at d = 128. Passing them through an opaque move per tile keeps them where they
         // are used (d = 128: no spill; d = 256: tid too, with the opaque descriptor bases: no spill).
         Consumer self = *this;
-        self.smem = opaque(smem);
-        self.bars = opaque(bars);
-        self.warp = opaque(warp);
-        self.g = opaque(g);
-        self.t = opaque(t);
-        self.c = opaque(c);
-        self.tid = opaque(tid);
+        pin(self.smem, self.bars, self.warp, self.g, self.t, self.c, self.tid);
         self.run_tile(tile, kv_iter);
         kv_iter += tile.n_blocks;
         tl = self.tl;  // the timeline lane's slot state goes on to the next tile

@@ -32,7 +32,7 @@
 // The parts, one file each under src/cuda/fa3_ws/:
 //   forward_config.cuh    what a kernel is built with: ladder step, head dim, Schedule; shared-memory layout
 //   warp_roles.cuh        the producer's and consumers' registers, the shared-memory limit (both passes)
-//   element.cuh           fp16 / bf16: ElementTraits, kElemBytes, with_element (both passes)
+//   element.cuh           fp16 / bf16: ElementTraits (width, wgmma K, TMA type, pack), with_element (both passes)
 //   head_dims.hpp         the head-dim lists of cuda/constraints.hpp as the launchers assert them (both passes)
 //   tile_scheduler.cuh    which tile a block takes, in what order; the persistent grid's counter
 //   producer.cuh          the TMA copies of Q_i, K_j, V_j (Loader)
@@ -206,7 +206,7 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
     const Shape shape{.batch = p.batch, .heads_q = p.heads_q, .heads_kv = p.heads_kv, .seq_q = p.seq_q,
                       .seq_k = p.seq_k, .head_dim = D};
     if (p.heads_per_group <= 0)
-      params.heads_per_group = heads_per_group(l2_bytes, shape, kElemBytes, p.align != CausalAlign::None);
+      params.heads_per_group = heads_per_group(l2_bytes, shape, ElementTraits<T>::kBytes, p.align != CausalAlign::None);
   }
   kernel<<<grid, Cfg::kThreads, kSmem, stream>>>(params, maps, static_cast<int>(total));
   check_cuda(cudaGetLastError(), "the kernel launch");

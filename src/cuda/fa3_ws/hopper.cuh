@@ -6,9 +6,9 @@
 //    shapes in wgmma_ops.cuh), setmaxnreg, named barriers (bar.sync / bar.arrive), elect.sync.
 //  * The 128-byte swizzle: where TMA puts element (row, col) of a tile, and the wgmma shared-memory
 //    matrix descriptor that reads it back.
-// Tiles of 16-bit elements are stored as panels of 64 columns (128 bytes, the widest box a 128B
-// swizzle allows): a (rows, d) tile is d / 64 panels of (rows, 64), each rows * 128 bytes, 1024-byte
-// aligned. Inside a panel, row r's 16-byte chunk c sits at chunk c ^ (r % 8): the 8-row x 128-byte
+// Tiles are stored as panels 128 bytes wide (the widest box a 128B swizzle allows: 64 columns of 16-bit
+// elements): a (rows, d) tile is d / kPanelCols<T> panels of (rows, kPanelCols<T>), each rows * 128 bytes,
+// 1024-byte aligned. Inside a panel, row r's 16-byte chunk c sits at chunk c ^ (r % 8): the 8-row x 128-byte
 // "swizzle atom" the copy engine writes and wgmma reads.
 #include <cuda/ptx>
 #include <cuda_bf16.h>
@@ -24,19 +24,22 @@ namespace flashlab::cuda::fa3_ws {
 
 namespace ptx = ::cuda::ptx;
 
-inline constexpr int kPanelCols = 64;        // 16-bit elements per 128-byte swizzle row
 inline constexpr int kPanelRowBytes = 128;   // bytes per panel row (the swizzle width)
+template <class T>
+inline constexpr int kPanelCols = kPanelRowBytes / ElementTraits<T>::kBytes;  // elements per panel row: 64 of 16 bits
 inline constexpr int kSwizzleAtomRows = 8;   // rows per swizzle atom
 inline constexpr int kSwizzleAtomBytes = kSwizzleAtomRows * kPanelRowBytes;  // 1024: tile alignment
 inline constexpr int kWarpgroupThreads = 128;
 
 // ---- 128-byte swizzle ----------------------------------------------------------------------------
 
-// Byte offset of 16-bit element (row, col) in a (rows, d) tile stored as 128B-swizzled 64-column panels.
+// Byte offset of element (row, col) of type T in a (rows, d) tile stored as 128B-swizzled panels.
+template <class T>
 __host__ __device__ constexpr std::uint32_t swizzle128_offset(int row, int col, int rows) {
-  const int panel = col / kPanelCols, c = col % kPanelCols;
+  constexpr int kBytes = ElementTraits<T>::kBytes, kPerChunk = 16 / kBytes;  // elements per 16-byte chunk
+  const int panel = col / kPanelCols<T>, c = col % kPanelCols<T>;
   return static_cast<std::uint32_t>(panel * rows * kPanelRowBytes + row * kPanelRowBytes +
-                                    (((c / 8) ^ (row % kSwizzleAtomRows)) * 16) + (c % 8) * 2);
+                                    (((c / kPerChunk) ^ (row % kSwizzleAtomRows)) * 16) + (c % kPerChunk) * kBytes);
 }
 
 // ---- wgmma shared-memory matrix descriptor ---------------------------------------------------------
@@ -50,19 +53,23 @@ __device__ __forceinline__ std::uint64_t make_smem_desc_sw128(std::uint32_t addr
          (static_cast<std::uint64_t>((sbo_bytes >> 4) & 0x3FFFu) << 32) | (kSwizzle128 << 62);
 }
 // K-major operand (rows = M or N, K along the 128-byte row): SBO = 1024 (next 8 rows); LBO is unused
-// with a swizzle, set to 16 bytes (encoded 1). k-step kk (16 elements = 32 bytes) starts 32 kk bytes into
-// its panel; the hardware applies the swizzle to the address it forms, so the start simply moves.
+// with a swizzle, set to 16 bytes (encoded 1). k-step kk (one wgmma's K: 32 bytes, whatever the type) starts
+// 32 kk bytes into its panel; the hardware applies the swizzle to the address it forms, so the start simply moves.
 __device__ __forceinline__ std::uint64_t desc_k_major(std::uint32_t tile_addr, int tile_rows, int kk) {
-  constexpr int kKPerPanel = kPanelCols / 16;  // 4 k-steps of 16 per 64-column panel
-  const std::uint32_t addr = tile_addr + (kk / kKPerPanel) * tile_rows * kPanelRowBytes + (kk % kKPerPanel) * 32;
+  constexpr int kKPerPanel = kPanelRowBytes / kWgmmaRowBytes;  // 4 k-steps per panel
+  const std::uint32_t addr =
+      tile_addr + (kk / kKPerPanel) * tile_rows * kPanelRowBytes + (kk % kKPerPanel) * kWgmmaRowBytes;
   return make_smem_desc_sw128(addr, 16, kSwizzleAtomBytes);
 }
 // MN-major (transposed) operand: K runs down the rows (keys of V), M or N along the 128-byte row (columns
 // of V; for the backward's dS^T, queries). PTX ISA canonical layout for 128B swizzle, MN-major: ((T,8,m),(8,k)) : ((1,T,LBO),(8T,SBO)):
 // LBO = bytes from one 64-column panel to the next (tile_rows * 128), SBO = bytes from one group of 8
-// K-rows to the next (1024). k-step s (16 rows) starts 16 * 128 bytes further down the panel.
+// K-rows to the next (1024). k-step s (kWgmmaK rows: 16) starts 16 * 128 bytes further down the panel. Only 16-bit
+// types have MN-major operands: an 8-bit wgmma takes both operands K-major.
+template <class T>
 __device__ __forceinline__ std::uint64_t desc_mn_major(std::uint32_t tile_addr, int tile_rows, int s) {
-  const std::uint32_t addr = tile_addr + s * 16 * kPanelRowBytes;
+  static_assert(ElementTraits<T>::kBytes == 2, "desc_mn_major: an 8-bit wgmma operand is K-major");
+  const std::uint32_t addr = tile_addr + s * ElementTraits<T>::kWgmmaK * kPanelRowBytes;
   return make_smem_desc_sw128(addr, tile_rows * kPanelRowBytes, kSwizzleAtomBytes);
 }
 
@@ -91,43 +98,30 @@ __device__ __forceinline__ void reg_fence(R (&r)[N][M]) {
   for (int i = 0; i < N; ++i) reg_fence(r[i]);
 }
 
-// d (64 x N) (+)= A (64 x 16) B (16 x N); A and B K-major in shared memory (SS form).
+// The four wgmma forms the passes use, for element type T (wgmma_ops.cuh generates one per type and N). One
+// instruction is k = ElementTraits<T>::kWgmmaK deep: 16 for 16-bit types, 32 for 8-bit ones.
+// d (64 x N) (+)= A (64 x k) B (k x N); A and B K-major in shared memory (SS form).
 template <class T, int N>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
-  constexpr bool kBf16 = ElementTraits<T>::kIsBf16;
-  if constexpr (N == 32) kBf16 ? wgmma_ops::ss_m64n32k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_m64n32k16_f16(d, desc_a, desc_b, scale_d);
-  else if constexpr (N == 64) kBf16 ? wgmma_ops::ss_m64n64k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_m64n64k16_f16(d, desc_a, desc_b, scale_d);
-  else if constexpr (N == 128) kBf16 ? wgmma_ops::ss_m64n128k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_m64n128k16_f16(d, desc_a, desc_b, scale_d);
-  else if constexpr (N == 160) kBf16 ? wgmma_ops::ss_m64n160k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_m64n160k16_f16(d, desc_a, desc_b, scale_d);
-  else if constexpr (N == 192) kBf16 ? wgmma_ops::ss_m64n192k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_m64n192k16_f16(d, desc_a, desc_b, scale_d);
-  else if constexpr (N == 256) kBf16 ? wgmma_ops::ss_m64n256k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_m64n256k16_f16(d, desc_a, desc_b, scale_d);
-  else static_assert(N == 64, "wgmma_ss: N must be 32, 64, 128, 160, 192 or 256");
+  wgmma_ops::Ss<T, N>::mma(d, desc_a, desc_b, scale_d);
 }
-// d (64 x N) (+)= A (64 x 16, registers) B (16 x N, MN-major in shared memory) (RS form, B transposed).
+// d (64 x N) (+)= A (64 x k, registers) B (k x N in shared memory) (RS form): for 16-bit T, B MN-major (V stored
+// (keys, d)); for 8-bit T, K-major (V^T stored (d, keys)).
 template <class T, int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const std::uint32_t (&a)[4], std::uint64_t desc_b, int scale_d) {
-  constexpr bool kBf16 = ElementTraits<T>::kIsBf16;
-  if constexpr (N == 64) kBf16 ? wgmma_ops::rs_m64n64k16_bf16(d, a, desc_b, scale_d) : wgmma_ops::rs_m64n64k16_f16(d, a, desc_b, scale_d);
-  else if constexpr (N == 128) kBf16 ? wgmma_ops::rs_m64n128k16_bf16(d, a, desc_b, scale_d) : wgmma_ops::rs_m64n128k16_f16(d, a, desc_b, scale_d);
-  else if constexpr (N == 256) kBf16 ? wgmma_ops::rs_m64n256k16_bf16(d, a, desc_b, scale_d) : wgmma_ops::rs_m64n256k16_f16(d, a, desc_b, scale_d);
-  else static_assert(N == 64, "wgmma_rs: N must be 64, 128 or 256");
+  wgmma_ops::Rs<T, N>::mma(d, a, desc_b, scale_d);
 }
-
 // d (64 x N) (+)= A (64 x 16) B (16 x N); A and B both MN-major in shared memory (desc_mn_major): the
 // backward's dQ = dS K, with dS stored transposed as (keys, queries) and K as (keys, d).
 template <class T, int N>
 __device__ __forceinline__ void wgmma_ss_tt(float (&d)[N / 2], std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
-  constexpr bool kBf16 = ElementTraits<T>::kIsBf16;
-  if constexpr (N == 64) kBf16 ? wgmma_ops::ss_tt_m64n64k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_tt_m64n64k16_f16(d, desc_a, desc_b, scale_d);
-  else static_assert(N == 64, "wgmma_ss_tt: N must be 64");
+  wgmma_ops::SsTt<T, N>::mma(d, desc_a, desc_b, scale_d);
 }
 // d (64 x N) (+)= A (64 x 16) B (16 x N); A K-major, B MN-major, both in shared memory: the backward's dV += P^T dO
 // and dK += dS^T Q at d = 256, where P^T and dS^T come from shared memory rather than the registers.
 template <class T, int N>
 __device__ __forceinline__ void wgmma_ss_nt(float (&d)[N / 2], std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
-  constexpr bool kBf16 = ElementTraits<T>::kIsBf16;
-  if constexpr (N == 128) kBf16 ? wgmma_ops::ss_nt_m64n128k16_bf16(d, desc_a, desc_b, scale_d) : wgmma_ops::ss_nt_m64n128k16_f16(d, desc_a, desc_b, scale_d);
-  else static_assert(N == 128, "wgmma_ss_nt: N must be 128");
+  wgmma_ops::SsNt<T, N>::mma(d, desc_a, desc_b, scale_d);
 }
 
 // ---- register reallocation, named barriers, election ----------------------------------------------------
@@ -188,6 +182,12 @@ __device__ __forceinline__ X opaque(X x) {
   }
   return x;
 }
+// Each of xs replaced by its opaque copy, in the order given (the order is the caller's: it decides which value
+// the compiler recomputes from first, and so the code it schedules).
+template <class... X>
+__device__ __forceinline__ void pin(X&... xs) {
+  ((xs = opaque(xs)), ...);
+}
 
 __device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx: exp2(-inf) = +0
   float y;
@@ -213,24 +213,13 @@ __device__ __forceinline__ void mbar_arrive_per_warp(std::uint64_t* bar, int lan
   __syncwarp();
   if (lane == 0) mbar_arrive(bar);
 }
-// Spins until the barrier's phase with parity `parity` has completed. With FLASHLAB_FA3_WAIT_TIMEOUT (the
-// harness), a wait that never completes traps after 4 s instead of hanging the GPU. No printf there: a
-// printf is a function call, and ptxas serializes every wgmma of a kernel whose wgmma pipeline crosses a
-// call (C7510): the harness's timing runs measured that serialized build until this was found.
+// Spins until the barrier's phase with parity `parity` has completed. A pipeline that never completes one hangs
+// here: tools/fa3_harness waits for its kernels with a host-side deadline and names the launch that did not end.
+// No printf or timer belongs in this loop: a printf is a function call, and ptxas serializes every wgmma of a
+// kernel whose wgmma pipeline crosses a call (C7510).
 __device__ __forceinline__ void mbar_wait(std::uint64_t* bar, std::uint32_t parity) {
-#ifdef FLASHLAB_FA3_WAIT_TIMEOUT
-  constexpr std::uint64_t kTimeoutNs = 4000000000ull;  // 4 s: far beyond any wait of a healthy pipeline
-  std::uint64_t start = 0;
-  while (!ptx::mbarrier_try_wait_parity(bar, parity)) {
-    std::uint64_t now;
-    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(now));
-    if (start == 0) start = now;
-    if (now - start > kTimeoutNs) __trap();
-  }
-#else
   while (!ptx::mbarrier_try_wait_parity(bar, parity)) {
   }
-#endif
 }
 // Copies one box of a 4-D tensor map into shared memory; completion counts bytes on `bar`.
 __device__ __forceinline__ void tma_load_4d(void* smem_dst, const void* tensor_map, int c0, int c1, int c2, int c3,

@@ -13,6 +13,7 @@ namespace flashlab::cuda::fa3_ws {
 template <class Cfg>
 struct Loader {
   using Smem = typename Cfg::Smem;
+  using Element = typename Cfg::Element;
   static constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kStages = Cfg::kStages;
   static constexpr int kPanels = Smem::kQBytes / (kBr * kPanelRowBytes);  // d / 64
   const TmaMaps* maps;
@@ -33,7 +34,7 @@ struct Loader {
     mbar_arrive_expect_tx(&bars[Smem::kQFull], Smem::kQBytes);
 #pragma unroll
     for (int pnl = 0; pnl < kPanels; ++pnl)
-      tma_load_4d(smem + Smem::kQOffset + pnl * kBr * kPanelRowBytes, &maps->q, pnl * kPanelCols, tile.h, tile.row0,
+      tma_load_4d(smem + Smem::kQOffset + pnl * kBr * kPanelRowBytes, &maps->q, pnl * kPanelCols<Element>, tile.h, tile.row0,
                   tile.b, &bars[Smem::kQFull]);
   }
   template <class Lane>
@@ -57,7 +58,7 @@ struct Loader {
     mbar_arrive_expect_tx(&bars[full], Smem::kKVBytes);
 #pragma unroll
     for (int pnl = 0; pnl < kPanels; ++pnl)
-      tma_load_4d(dst + pnl * kBc * kPanelRowBytes, map, pnl * kPanelCols, tile.h_kv, j * kBc, tile.b, &bars[full]);
+      tma_load_4d(dst + pnl * kBc * kPanelRowBytes, map, pnl * kPanelCols<Element>, tile.h_kv, j * kBc, tile.b, &bars[full]);
   }
 };
 
