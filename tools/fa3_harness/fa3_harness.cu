@@ -2,7 +2,8 @@
 //  --probes : unit probes that localise layout bugs: (i) TMA load of a 128B-swizzled tile, read back
 //             through swizzle128_offset; (ii) one wgmma S = Q K^T (SS); (iii) one wgmma O = P V (RS,
 //             V transposed); (iv), (v) the same two GEMMs in float8 e4m3 (k32, both operands K-major, P's
-//             fragment as an FP8 forward packs it). Each prints PASS/FAIL and the first mismatch.
+//             fragment as an FP8 forward packs it); (vi) P packed from an S accumulator with V^T's keys permuted
+//             to match (fp8_layout.cuh). Each prints PASS/FAIL and the first mismatch.
 // Correctness of the shipped kernel is the project's business, with its one reference and tolerance rule:
 // gpu_fa3_ws_tests and `flashlab check --variants cuda-fa3-ws-step1,...,cuda-fa3-ws`. A candidate below
 // is promoted by making it the shipped schedule (ShippedSchedule, forward_config.cuh), which puts it under
@@ -43,6 +44,7 @@
 #include "core/mask.hpp"
 #include "core/philox.hpp"
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
+#include "cuda/fa3_ws/fp8_layout.cuh"
 #include "cuda/fa3_ws/hopper.cuh"
 #include "model/timeline.hpp"
 
@@ -304,6 +306,37 @@ __global__ void probe_rs_e4m3_kernel(const std::uint8_t* p_in, const std::uint8_
   store_acc<kProbeD>(o, o_out);
 }
 
+// (vi) O = P V as the FP8 forward will issue it: P taken from an S accumulator's registers (p_in row-major, read into
+// the accumulator layout), packed without moving values between threads (pack_p_e4m3), against V^T whose keys are
+// stored in the matching order (fp8_v_key). fp8_layout.cuh explains the order.
+__global__ void probe_pv_e4m3_permuted_kernel(const float* p_in, const std::uint8_t* vt_permuted, float* o_out) {
+  using E = __nv_fp8_e4m3;
+  constexpr int kK = ElementTraits<E>::kWgmmaK;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* vs = smem_raw + ((kSwizzleAtomBytes - smem_u32(smem_raw) % kSwizzleAtomBytes) % kSwizzleAtomBytes);
+  stage_e4m3(vs, vt_permuted, kProbeD);
+  fence_proxy_async_smem();
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  float acc[kProbe8Keys / 2];  // as S's accumulator holds P: n-tile i, rows g and g + 8, columns 8i + 2t, + 1
+  for (int i = 0; i < kProbe8Keys / 8; ++i)
+    for (int q = 0; q < 4; ++q)
+      acc[4 * i + q] = p_in[(16 * warp + g + 8 * (q / 2)) * kProbe8Keys + 8 * i + 2 * t + q % 2];
+  std::uint32_t pf[kProbe8Keys / kK][4];
+  for (int ks = 0; ks < kProbe8Keys / kK; ++ks) pack_p_e4m3(acc, ks, 1.f, pf[ks]);
+  float o[kProbeD / 2];
+  for (int i = 0; i < kProbeD / 2; ++i) o[i] = 0.f;
+  reg_fence(o);
+  reg_fence(pf);
+  wgmma_fence();
+  for (int ks = 0; ks < kProbe8Keys / kK; ++ks) wgmma_rs<E, kProbeD>(o, pf[ks], desc_k_major(smem_u32(vs), kProbeD, ks), 1);
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  reg_fence(o);
+  reg_fence(pf);
+  store_acc<kProbeD>(o, o_out);
+}
+
 template <class X>
 X* dev_alloc(std::size_t n) {
   X* p = nullptr;
@@ -473,6 +506,35 @@ int run_probes(std::uint64_t seed) {
       return double(e4m3_bits_to_float(pm[r * kProbe8Keys + x])) * e4m3_bits_to_float(vt[c * kProbe8Keys + x]);
     }, kProbe8Keys);
     if (ok) SAY("probe (v) wgmma RS e4m3 O = P V (64 x 128, 128 keys, P in registers, V^T K-major, k32): PASS\n");
+    fails += !ok;
+    cudaFree(dp);
+    cudaFree(dv);
+    cudaFree(d_o);
+  }
+  {
+    // P in [0, 1) as e4m3 values (the packing then rounds nothing), V standard normal in e4m3.
+    std::uniform_real_distribution<float> ud(0.f, 1.f);
+    std::vector<float> pm(kProbeRows * kProbe8Keys);
+    for (auto& x : pm) x = round_to_e4m3(ud(rng));
+    auto v = e4m3_operand(kProbe8Keys * kProbeD);  // V: (keys, d)
+    std::vector<std::uint8_t> vt(kProbeD * kProbe8Keys);  // V^T: (d, keys), keys in fp8_v_key's order
+    for (int c = 0; c < kProbeD; ++c)
+      for (int k = 0; k < kProbe8Keys; ++k) vt[c * kProbe8Keys + k] = v[fp8_v_key(k) * kProbeD + c];
+    auto* dp = dev_alloc<float>(pm.size());
+    auto* dv = dev_alloc<std::uint8_t>(vt.size());
+    auto* d_o = dev_alloc<float>(kProbeRows * kProbeD);
+    cuda_ok(cudaMemcpy(dp, pm.data(), pm.size() * 4, cudaMemcpyHostToDevice), "memcpy");
+    cuda_ok(cudaMemcpy(dv, vt.data(), vt.size(), cudaMemcpyHostToDevice), "memcpy");
+    cuda_ok(cudaFuncSetAttribute(probe_pv_e4m3_permuted_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "attr");
+    probe_pv_e4m3_permuted_kernel<<<1, 128, kSmem>>>(dp, dv, d_o);
+    finish("probe (vi) e4m3 P from the accumulator");
+    std::vector<float> o(kProbeRows * kProbeD);
+    cuda_ok(cudaMemcpy(o.data(), d_o, o.size() * 4, cudaMemcpyDeviceToHost), "memcpy");
+    const bool ok = check_e4m3("probe (vi) e4m3 O = P V, P packed from S's accumulator, V^T keys permuted", o, kProbeRows,
+                               kProbeD, [&](int r, int c, int key) {
+                                 return double(pm[r * kProbe8Keys + key]) * e4m3_bits_to_float(v[key * kProbeD + c]);
+                               }, kProbe8Keys);
+    if (ok) SAY("probe (vi) e4m3 O = P V (P packed from S's accumulator in place, V^T's keys in fp8_v_key's order): PASS\n");
     fails += !ok;
     cudaFree(dp);
     cudaFree(dv);

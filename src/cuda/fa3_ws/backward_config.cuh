@@ -7,6 +7,7 @@
 #include "cuda/fa3_ws/element.cuh"
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
 #include "cuda/fa3_ws/hopper.cuh"
+#include "cuda/fa3_ws/named_barriers.cuh"
 #include "cuda/fa3_ws/warp_roles.cuh"
 #include "cuda/tilings.hpp"
 
@@ -21,22 +22,7 @@ constexpr int kStages = 2;  // Q_i, dO_i, L_i, D_i stages
 // want more than e4m3's three mantissa bits), so one tile layout serves both types. The kernel asserts its T.
 constexpr int kBackwardElemBytes = 2;
 constexpr int kBackwardPanelCols = kPanelRowBytes / kBackwardElemBytes;  // 64 columns per 128-byte panel row
-// Named hardware barriers (0 is __syncthreads): "both consumers have written dS_ij^T" (256 threads; also where
-// both meet before the epilogue reuses the Q_i, dO_i stages), and each consumer's own (128).
-constexpr int kBarDsWritten = 1;
-constexpr int kBarConsumerBase = 2;
-// Consumer c's dQ staging buffer b is full (kBarDqFull + 2 c + b) / empty again (kBarDqEmpty + 2 c + b): a
-// hand-over between the consumer's 128 threads and the dQ writer warp (160 threads).
-constexpr int kBarDqFull = 4;
-constexpr int kBarDqEmpty = 8;
-constexpr int kDqHandoffThreads = kWarpgroupThreads + 32;
-constexpr int kDqBuffers = 2;  // staging buffers per consumer
-// Deferred dQ (BwdConfig::kDeferDq): consumer c is done with step n's shared tiles, i.e. has written its half of dS^T
-// of step n and its dQ GEMM has read both halves of step n - 1's; its dV_j and dK_j GEMMs may still run
-// (kBarStepDone + 2 c + n % 2, 256 threads: c arrives, the other consumer syncs;
-// two ids, since c may finish step n + 1 before the other has synced on step n). Consumer 1 also starts behind
-// consumer 0 (kBarDsWritten, not needed otherwise then).
-constexpr int kBarStepDone = 12;
+constexpr int kDqBuffers = 2;  // dQ staging buffers per consumer (BackwardBarriers::kDqFull, kDqEmpty)
 
 // Query rows per step (Br). 64: at d = 128, dK_j and dV_j take 128 registers of a consumer's 240 beside S^T and
 // dP^T (32 each); at d = 64, Br = 128 would make S^T and dP^T 64 registers each, and ptxas spilled 28 bytes

@@ -1,7 +1,7 @@
 #pragma once
 // cuda-fa3-ws backward, its consumers (Consumer): per step the five products (S^T, dP^T, dV_j, dK_j, dQ_i's pieces)
-// and the pointwise part between them, dQ_i's pieces out (to the writer warp or straight to dQ_accum), and after the
-// last step the epilogue (dK_j, dV_j out), for one warpgroup's keys or columns of the block.
+// and the pointwise part between them, dQ_i's pieces out (to the writer warp or straight to dQ_accum), for one
+// warpgroup's keys or columns of the block; after the last step, the epilogue (backward_epilogue.cuh: dK_j, dV_j out).
 #include <cmath>
 #include <cstdint>
 
@@ -9,6 +9,7 @@
 #include "core/philox.hpp"
 #include "cuda/fa3_ws/backward_config.cuh"
 #include "cuda/fa3_ws/backward_dq.cuh"
+#include "cuda/fa3_ws/backward_epilogue.cuh"
 #include "cuda/fa3_ws/backward_scheduler.cuh"
 #include "cuda/fa3_ws/element.cuh"
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
@@ -24,6 +25,9 @@ struct Consumer {
   using Cfg = BwdConfig<D, kDropout>;
   static constexpr bool kDefer = Cfg::kDeferDq;
   using TL = TimelineLane<kTimeline>;
+  using Element = T;
+  static constexpr int kD = D;
+  static constexpr bool kAccumulates = kAccumulate;
   static constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kNS = Cfg::kNS, kNKV = Cfg::kNKV, kNQ = Cfg::kNQ,
                        kKSteps = Cfg::kKSteps, kPackSteps = Cfg::kPackSteps, kPieces = Cfg::kDqPiecesPerConsumer;
   static constexpr bool kKvByKeys = Cfg::kKvByKeys;
@@ -95,8 +99,9 @@ struct Consumer {
   // Where the tiles are complete enough for this consumer's GEMMs: both consumers' halves (P^T and dS^T under
   // KvSplit::Columns; dS^T under DqSplit::Columns), or its own.
   __device__ void sync_tiles_written() const {
-    if constexpr (Cfg::kDqSplit == DqSplit::Columns || !kKvByKeys) named_barrier_sync(kBarDsWritten, kConsumers * kWarpgroupThreads);
-    else named_barrier_sync(kBarConsumerBase + c, kWarpgroupThreads);
+    if constexpr (Cfg::kDqSplit == DqSplit::Columns || !kKvByKeys)
+      named_barrier_sync(BackwardBarriers::kDsWritten, kConsumers * kWarpgroupThreads);
+    else named_barrier_sync(BackwardBarriers::kConsumer + c, kWarpgroupThreads);
   }
 
   // Keep bits of this thread's elements of P_ij^T (bit 2 i + e of word hf: query column query0 + 8 i + 2 t + e, key
@@ -148,11 +153,11 @@ struct Consumer {
     const int b = n % kDqBuffers;
     if (n >= kDqBuffers) {
       const std::uint64_t t0 = TL::now();
-      named_barrier_sync(kBarDqEmpty + 2 * c + b, kDqHandoffThreads);
+      named_barrier_sync(BackwardBarriers::kDqEmpty + 2 * c + b, BackwardBarriers::kDqHandoffThreads);
       tl.waited(p, t0, TL::now());
     }
     stage_dq(reinterpret_cast<float*>(smem + Cfg::kDqOffset + (c * kDqBuffers + b) * Cfg::kDqBytes), dq);
-    named_barrier_arrive(kBarDqFull + 2 * c + b, kDqHandoffThreads);
+    named_barrier_arrive(BackwardBarriers::kDqFull + 2 * c + b, BackwardBarriers::kDqHandoffThreads);
   }
   // Without a writer warp (DqSplit::Columns at d = 256): adds this consumer's pieces of dQ_i (head h, query block i)
   // to dQ_accum from the registers, in the staged layout (float4 q * 128 + tid of each piece). Deterministic: after
@@ -167,7 +172,7 @@ struct Consumer {
 #pragma unroll
         for (int pc = 0; pc < kPieces; ++pc) wait_counter(p.dq_semaphore + first + pc, turn);
       }
-      named_barrier_sync(kBarConsumerBase + c, kWarpgroupThreads);
+      named_barrier_sync(BackwardBarriers::kConsumer + c, kWarpgroupThreads);
     }
 #pragma unroll
     for (int pc = 0; pc < kPieces; ++pc) {
@@ -179,7 +184,7 @@ struct Consumer {
                      : "memory");
     }
     if (p.deterministic) {
-      named_barrier_sync(kBarConsumerBase + c, kWarpgroupThreads);
+      named_barrier_sync(BackwardBarriers::kConsumer + c, kWarpgroupThreads);
       if (tid == 0) {
         __threadfence();
 #pragma unroll
@@ -210,7 +215,7 @@ struct Consumer {
     tl.instant(p, PipelineEvent::TmaLanded, landed);
 
     if constexpr (kDefer)  // consumer 1 starts once consumer 0 is through its first pointwise part
-      if (n == 0 && c == 1) named_barrier_sync(kBarDsWritten, kConsumers * kWarpgroupThreads);
+      if (n == 0 && c == 1) named_barrier_sync(BackwardBarriers::kDsWritten, kConsumers * kWarpgroupThreads);
     // S_ij^T = K_j Q_i^T and dP_ij^T = V_j dO_i^T (this consumer's keys and queries), one group each.
     float st[kNS], dpt[kNS];
     tl.instant(p, PipelineEvent::WgmmaIssue, TL::now());
@@ -284,10 +289,11 @@ struct Consumer {
     tl.span(p, PipelineEvent::Softmax, pointwise);  // the pointwise part: P^T, dS^T (with dP^T's wait)
     const std::uint32_t ds = smem_u32(ds_tile(n % 2)), pt = smem_u32(pt_tile(n % 2));
     if constexpr (kDefer) {
-      if (n == 0 && c == 0) named_barrier_arrive(kBarDsWritten, kConsumers * kWarpgroupThreads);  // consumer 1 may start
+      if (n == 0 && c == 0)  // consumer 1 may start
+        named_barrier_arrive(BackwardBarriers::kDsWritten, kConsumers * kWarpgroupThreads);
       if (n > 0) {  // the other consumer finished step n - 1: its half of dS^T(n - 1) is there, buffer n % 2 is free
         t0 = TL::now();
-        named_barrier_sync(kBarStepDone + 2 * (1 - c) + (n - 1) % 2, kConsumers * kWarpgroupThreads);
+        named_barrier_sync(BackwardBarriers::kStepDone + 2 * (1 - c) + (n - 1) % 2, kConsumers * kWarpgroupThreads);
         tl.waited(p, t0, TL::now());
       }
       store_tile(ds, dsf);
@@ -308,7 +314,7 @@ struct Consumer {
       // Step n is done as far as the other consumer is concerned (dS^T(n) written, buffer (n + 1) % 2 read): say so
       // now rather than after dV_j and dK_j, which it does not need (side by side at d = 128, N = 4k-16k on the H100:
       // -1% to +9%, +3% on average).
-      named_barrier_arrive(kBarStepDone + 2 * c + n % 2, kConsumers * kWarpgroupThreads);
+      named_barrier_arrive(BackwardBarriers::kStepDone + 2 * c + n % 2, kConsumers * kWarpgroupThreads);
       if (n > 0) hand_dq_piece(dq, n - 1);
       wgmma_wait_group<0>();
       reg_fence(dk);
@@ -361,56 +367,8 @@ struct Consumer {
     if constexpr (!Cfg::kDqFirst) send_dq(dq, n, h, i);
   }
 
-  // dK_j = scale dK_j and dV_j in the input dtype: this consumer's rows and columns into the Q_i, dO_i stages, which
-  // no step reads any more (dK_j, then dV_j, each (Bc, d) and swizzled like K_j), then 16-byte coalesced stores,
-  // rows past the end of the keys dropped. Stored straight from the registers (two columns a thread, eight rows
-  // a warp per store), they took 5.6 us of a 105-us block at d = 128, N = 2k on the H100.
-  __device__ void epilogue(float (&dk)[kNKV], float (&dv)[kNKV]) const {
-    if constexpr (kAccumulate) {  // add to the fp32 sums straight from the registers
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int key = key_of(hf);
-        if (key >= p.seq_k) continue;
-        const std::int64_t row = ((std::int64_t(kb.b) * p.seq_k + key) * p.heads_kv + kb.h_kv) * D;
-#pragma unroll
-        for (int ii = 0; ii < kNKV / 4; ++ii) {
-          const int col = kv_col0() + 8 * ii + 2 * t;
-          auto* at_k = reinterpret_cast<float2*>(p.dk_sum + row + col);
-          auto* at_v = reinterpret_cast<float2*>(p.dv_sum + row + col);
-          const float2 sk = *at_k, sv = *at_v;
-          *at_k = make_float2(sk.x + dk[4 * ii + 2 * hf] * p.scale, sk.y + dk[4 * ii + 2 * hf + 1] * p.scale);
-          *at_v = make_float2(sv.x + dv[4 * ii + 2 * hf], sv.y + dv[4 * ii + 2 * hf + 1]);
-        }
-      }
-      return;
-    }
-    static_assert(2 * Cfg::kKVBytes <= 2 * kStages * Cfg::kQBytes && Cfg::kDOOffset == Cfg::kQOffset + kStages * Cfg::kQBytes,
-                  "dK_j and dV_j fit the Q_i and dO_i stages");
-    // The other consumer's last GEMMs may still read the stages: both meet first (the consumers' one shared barrier;
-    // both have used it equally often by now, so this is a fresh round of it).
-    named_barrier_sync(kBarDsWritten, kConsumers * kWarpgroupThreads);
-    unsigned char* const staged = smem + Cfg::kQOffset;  // dK_j, then dV_j kKVBytes further
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int r = key_row0() + 16 * warp + g + 8 * hf;
-#pragma unroll
-      for (int ii = 0; ii < kNKV / 4; ++ii) {
-        const std::uint32_t at = swizzle128_offset<T>(r, kv_col0() + 8 * ii + 2 * t, kBc);
-        *reinterpret_cast<std::uint32_t*>(staged + at) = pack2<T>(dk[4 * ii + 2 * hf] * p.scale, dk[4 * ii + 2 * hf + 1] * p.scale);
-        *reinterpret_cast<std::uint32_t*>(staged + Cfg::kKVBytes + at) = pack2<T>(dv[4 * ii + 2 * hf], dv[4 * ii + 2 * hf + 1]);
-      }
-    }
-    named_barrier_sync(kBarConsumerBase + c, kWarpgroupThreads);
-    constexpr int kChunks = Cfg::kKvCols / 8;  // 16-byte chunks of a row of this consumer's columns
-#pragma unroll 4
-    for (int idx = tid; idx < 2 * kKeysPerConsumer * kChunks; idx += kWarpgroupThreads) {
-      const int which = idx / (kKeysPerConsumer * kChunks), r = key_row0() + (idx / kChunks) % kKeysPerConsumer;
-      const int col = kv_col0() + 8 * (idx % kChunks), key = kb.key0 + r;
-      if (key >= p.seq_k) continue;
-      const uint4 v = *reinterpret_cast<const uint4*>(staged + which * Cfg::kKVBytes + swizzle128_offset<T>(r, col, kBc));
-      *reinterpret_cast<uint4*>(static_cast<T*>(which == 0 ? p.dk : p.dv) + ((std::int64_t(kb.b) * p.seq_k + key) * p.heads_kv + kb.h_kv) * D + col) = v;
-    }
-  }
+  // The epilogue: dK_j and dV_j out (backward_epilogue.cuh).
+  __device__ void epilogue(float (&dk)[kNKV], float (&dv)[kNKV]) const { backward_epilogue(*this, dk, dv); }
 
   __device__ void run() const {
     float dk[kNKV], dv[kNKV];  // dK_j, dV_j  // (64 keys, d) per consumer
@@ -430,7 +388,7 @@ struct Consumer {
       }
       if constexpr (kDefer) {  // the last step's dQ_i
         const int n = kb.n_steps;
-        named_barrier_sync(kBarStepDone + 2 * (1 - c) + (n - 1) % 2, kConsumers * kWarpgroupThreads);
+        named_barrier_sync(BackwardBarriers::kStepDone + 2 * (1 - c) + (n - 1) % 2, kConsumers * kWarpgroupThreads);
         float dq[kNQ];
         wgmma_fence();
         issue_dq(dq, (n - 1) % 2, 0);

@@ -124,7 +124,7 @@ __device__ void write_dq(const Params& p, const KeyBlock& kb, unsigned char* sme
     const int b = n % kDqBuffers, h = kb.head(n), i = kb.q_block(n);
 #pragma unroll
     for (int c = 0; c < kConsumers; ++c) {
-      named_barrier_sync(kBarDqFull + 2 * c + b, kDqHandoffThreads);
+      named_barrier_sync(BackwardBarriers::kDqFull + 2 * c + b, BackwardBarriers::kDqHandoffThreads);
       if (lane == 0)
         reduce_dq_piece<Cfg>(p, kb, reinterpret_cast<const float*>(smem + Cfg::kDqOffset + (c * kDqBuffers + b) * Cfg::kDqBytes), h, i, c);
       __syncwarp();
@@ -133,7 +133,8 @@ __device__ void write_dq(const Params& p, const KeyBlock& kb, unsigned char* sme
       if (lane == 0) ptx::cp_async_bulk_wait_group_read(ptx::n32_t<0>{});
       __syncwarp();
 #pragma unroll
-      for (int c = 0; c < kConsumers; ++c) named_barrier_arrive(kBarDqEmpty + 2 * c + b, kDqHandoffThreads);
+      for (int c = 0; c < kConsumers; ++c)
+        named_barrier_arrive(BackwardBarriers::kDqEmpty + 2 * c + b, BackwardBarriers::kDqHandoffThreads);
     }
   }
   if (lane == 0) {

@@ -54,13 +54,15 @@
 //    dS_ij contributes K = 0 to dQ_i, and their dK, dV rows are never written.
 //
 // The parts, one file each under src/cuda/fa3_ws/ (shared with the forward: hopper.cuh and wgmma_ops.cuh, the PTX
-// wrappers; element.cuh, fp16 / bf16; warp_roles.cuh, the register budgets; timeline_lane.cuh; head_dims.hpp):
-//   backward_config.cuh     BwdConfig: the block shape per head dim, the shared-memory layout, barrier ids
+// wrappers; element.cuh, the element types; warp_roles.cuh, the register budgets; named_barriers.cuh, the barrier
+// ids; timeline_lane.cuh; head_dims.hpp):
+//   backward_config.cuh     BwdConfig: the block shape per head dim, the shared-memory layout
 //   backward_scheduler.cuh  KeyBlock: which K/V block a thread block takes, and its steps
 //   backward_prepass.cuh    row_stats_kernel: D_i, L_i log2(e), dQ_accum and its counters cleared
 //   backward_producer.cuh   the TMA copies of K_j, V_j and each step's Q_i, dO_i, L_i, D_i (produce)
 //   backward_dq.cuh         dQ_accum's pieces, the order and count of their additions, the dQ writer warp
-//   backward_consumer.cuh   per step the five products, then the dQ piece out; the dK, dV epilogue (Consumer)
+//   backward_consumer.cuh   per step the five products, then the dQ piece out (Consumer)
+//   backward_epilogue.cuh   dK_j and dV_j out
 //   backward_kernel.cuh     this file: the kernel shell (warp roles, barriers)
 //   convert_dq.cuh          convert_dq_kernel: dQ = scale dQ_accum in the input dtype
 //   backward.cu             the host launchers (launch_backward, launch_backward_timeline) and the scratch sizes

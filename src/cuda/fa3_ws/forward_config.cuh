@@ -5,17 +5,13 @@
 #include "cuda/fa3_ws/element.cuh"
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
 #include "cuda/fa3_ws/hopper.cuh"
+#include "cuda/fa3_ws/named_barriers.cuh"
 #include "cuda/fa3_ws/warp_roles.cuh"
 #include "cuda/tilings.hpp"
 
 namespace flashlab::cuda::fa3_ws {
 
 inline constexpr float kLn2 = 0.6931471805599453f;
-// Named hardware barriers of the forward (0 is __syncthreads): each consumer's own 128-thread barrier, and
-// the ping-pong "my turn" barrier of each consumer (256 threads: 128 sync, 128 of the other arrive).
-inline constexpr int kBarConsumerBase = 1;
-inline constexpr int kBarTurnBase = 3;
-inline constexpr int kBarOBufferBase = 5;  // the O buffer the consumers share at d = 256: "it is free for consumer c"
 
 // The scheduling choices a forward kernel is built with, as one type. What ships is ShippedSchedule: one
 // schedule per head dim, with wide K/V blocks for long keys (below). tools/fa3_harness builds other

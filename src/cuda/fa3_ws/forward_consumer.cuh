@@ -1,7 +1,7 @@
 #pragma once
 // cuda-fa3-ws forward, its consumers: the mainloop (S_ij = Q_i K_j^T, the mask, the online softmax,
-// O_i += P_ij V_j, in the ladder step's order) and the epilogue (O_i and L_i out), for one warpgroup's 64
-// query rows of a tile.
+// O_i += P_ij V_j, in the ladder step's order) for one warpgroup's 64 query rows of a tile, and the tile loop
+// that hands each tile to the epilogue (forward_epilogue.cuh: O_i and L_i out).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -11,6 +11,7 @@
 #include "core/philox.hpp"
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
 #include "cuda/fa3_ws/forward_config.cuh"
+#include "cuda/fa3_ws/forward_epilogue.cuh"
 #include "cuda/fa3_ws/hopper.cuh"
 #include "cuda/fa3_ws/online_softmax.cuh"
 #include "cuda/fa3_ws/producer.cuh"
@@ -25,6 +26,8 @@ struct Consumer {
   using Cfg = KernelConfig<T, D, kStep, Sched>;
   using Smem = typename Cfg::Smem;
   using TL = TimelineLane<kTimeline>;
+  using Element = T;
+  static constexpr int kD = D;
   static constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kStages = Cfg::kStages;
   static constexpr int kNS = kBc / 2;   // S_ij accumulator floats per thread: (64, Bc)
   static constexpr int kNO = D / 2;     // O_i accumulator floats per thread: (64, d)
@@ -50,12 +53,12 @@ struct Consumer {
   __device__ void turn_wait() const {
     if constexpr (Cfg::kPingPong) {
       const std::uint64_t t0 = TL::now();
-      named_barrier_sync(kBarTurnBase + c, 2 * kWarpgroupThreads);
+      named_barrier_sync(ForwardBarriers::kTurn + c, 2 * kWarpgroupThreads);
       tl.waited(p, t0, TL::now());
     }
   }
   __device__ void turn_pass() const {
-    if constexpr (Cfg::kPingPong) named_barrier_arrive(kBarTurnBase + (1 - c), 2 * kWarpgroupThreads);
+    if constexpr (Cfg::kPingPong) named_barrier_arrive(ForwardBarriers::kTurn + (1 - c), 2 * kWarpgroupThreads);
   }
   __device__ void wait_full(int bar, std::uint32_t phase) const {
     const std::uint64_t t0 = TL::now();
@@ -259,50 +262,9 @@ struct Consumer {
     release(Smem::kVEmpty + stage_of(n - 1));
   }
 
-  // ---- epilogue ----
-  // O_i = diag(l_i)^-1 O_i -> T, through this consumer's rows of O_i's (swizzled) staging space (its own
-  // buffer, the buffer the consumers share in turn, or Q_i's), then 16-byte coalesced stores with a row
-  // guard; L_i straight from the registers. Releases Q_i's space last when O_i went out through it.
+  // The epilogue: O_i and L_i out (forward_epilogue.cuh).
   __device__ void epilogue(const Tile& tile, float (&o)[kNO], const OnlineSoftmax<kBc>& sm) const {
-    const std::uint64_t t0 = TL::now();
-    float inv_l[2], lse[2];
-    sm.finalize(inv_l, lse);
-    unsigned char* os = smem + Smem::kOOffset;
-    // Staging row of this consumer's first row: its own 64 rows of a (Br, d) space, or the shared (64, d) one.
-    const int stage_row0 = Cfg::kOBufferShared ? 0 : c * kRowsPerConsumer;
-    if constexpr (Cfg::kOBufferShared) {  // wait until the other consumer has read its O out of the buffer
-      const std::uint64_t tw = TL::now();
-      named_barrier_sync(kBarOBufferBase + c, 2 * kWarpgroupThreads);
-      tl.waited(p, tw, TL::now());
-    }
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int r = stage_row0 + 16 * warp + g + 8 * hf;  // staging row
-#pragma unroll
-      for (int i = 0; i < kNO / 4; ++i)
-        *reinterpret_cast<std::uint32_t*>(os + swizzle128_offset<T>(r, 8 * i + 2 * t, Smem::kOPanelRows)) =
-            pack2<T>(o[4 * i + 2 * hf] * inv_l[hf], o[4 * i + 2 * hf + 1] * inv_l[hf]);
-      const int row = row_of(tile, hf);
-      if (t == 0 && row < p.seq_q)
-        p.lse[(static_cast<std::int64_t>(tile.b) * p.heads_q + tile.h) * p.seq_q + row] = lse[hf];
-    }
-    named_barrier_sync(kBarConsumerBase + c, kWarpgroupThreads);
-    constexpr int kChunksPerRow = D / 8;  // 16-byte chunks
-    T* o_base = static_cast<T*>(p.o);
-#pragma unroll
-    for (int idx = tid; idx < kRowsPerConsumer * kChunksPerRow; idx += kWarpgroupThreads) {
-      const int r = idx / kChunksPerRow, ch = idx % kChunksPerRow;
-      const int row = tile.row0 + c * kRowsPerConsumer + r;
-      if (row < p.seq_q) {
-        const uint4 v = *reinterpret_cast<const uint4*>(os + swizzle128_offset<T>(stage_row0 + r, ch * 8, Smem::kOPanelRows));
-        const std::int64_t off = ((static_cast<std::int64_t>(tile.b) * p.seq_q + row) * p.heads_q + tile.h) * D + ch * 8;
-        *reinterpret_cast<uint4*>(o_base + off) = v;
-      }
-    }
-    named_barrier_sync(kBarConsumerBase + c, kWarpgroupThreads);  // every read of O_i's space is done
-    if constexpr (Cfg::kORows == 0) release(Smem::kQEmpty);
-    if constexpr (Cfg::kOBufferShared) named_barrier_arrive(kBarOBufferBase + (1 - c), 2 * kWarpgroupThreads);
-    tl.span(p, PipelineEvent::Epilogue, t0);
+    forward_epilogue(*this, tile, o, sm);
   }
 
   // One tile: its K/V loop, then the epilogue. Q_i has landed; `kv_iter` numbers its first K/V block.
@@ -324,7 +286,8 @@ struct Consumer {
       if (c == 1) turn_pass();  // consumer 0 goes first
     }
     if constexpr (Cfg::kOBufferShared) {
-      if (c == 1) named_barrier_arrive(kBarOBufferBase, 2 * kWarpgroupThreads);  // and takes the O buffer first
+      if (c == 1)  // and takes the O buffer first
+        named_barrier_arrive(ForwardBarriers::kOBufferFree, 2 * kWarpgroupThreads);
     }
     if constexpr (Cfg::kPersistent) {
       std::uint32_t kv_iter = 0;

@@ -31,13 +31,15 @@
 //
 // The parts, one file each under src/cuda/fa3_ws/:
 //   forward_config.cuh    what a kernel is built with: ladder step, head dim, Schedule; shared-memory layout
+//   named_barriers.cuh    the named barriers' ids, who meets at each and why (both passes)
 //   warp_roles.cuh        the producer's and consumers' registers, the shared-memory limit (both passes)
-//   element.cuh           fp16 / bf16: ElementTraits (width, wgmma K, TMA type, pack), with_element (both passes)
+//   element.cuh           ElementTraits (width, wgmma K, TMA type, pack), with_element (both passes)
 //   head_dims.hpp         the head-dim lists of cuda/constraints.hpp as the launchers assert them (both passes)
 //   tile_scheduler.cuh    which tile a block takes, in what order; the persistent grid's counter
 //   producer.cuh          the TMA copies of Q_i, K_j, V_j (Loader)
 //   online_softmax.cuh    m_i, l_i, P_ij, the rescale of O_i, L_i (OnlineSoftmax)
-//   forward_consumer.cuh  the mainloop (the GEMMs and their order) and the epilogue (Consumer)
+//   forward_consumer.cuh  the mainloop (the GEMMs and their order) and the tile loop (Consumer)
+//   forward_epilogue.cuh  O_i and L_i out
 //   forward_kernel.cuh    this file: the kernel shell (warp roles, barriers, the tile loop) and its launch
 //   forward.cu            the shipped entry points; forward_timeline.cu the same kernels with the timeline hook
 // Notation as the paper's: Q_i (Br, d), K_j and V_j (Bc, d), S_ij and P_ij (Br, Bc), running row max m_i

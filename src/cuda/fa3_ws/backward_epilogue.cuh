@@ -1,0 +1,75 @@
+#pragma once
+// cuda-fa3-ws backward, the epilogue: after a block's last step, one consumer's dK_j = scale dK_j and dV_j out.
+// In the input dtype they go through the Q_i, dO_i stages, which no step reads any more (dK_j, then dV_j, each
+// (Bc, d) and swizzled like K_j), then out in 16-byte coalesced stores, rows past the end of the keys dropped.
+// Stored straight from the registers (two columns a thread, eight rows a warp per store), they took 5.6 us of a
+// 105-us block at d = 128, N = 2k on the H100. A ring's block (accumulate mode) adds them to fp32 sums instead,
+// from the registers. `C` is the backward's Consumer (backward_consumer.cuh), whose thread coordinates and shared
+// memory this reads.
+#include <cstdint>
+
+#include "cuda/fa3_ws/backward_config.cuh"
+#include "cuda/fa3_ws/backward_scheduler.cuh"
+#include "cuda/fa3_ws/fa3_ws_params.hpp"
+#include "cuda/fa3_ws/hopper.cuh"
+#include "cuda/fa3_ws/named_barriers.cuh"
+
+namespace flashlab::cuda::fa3_ws {
+namespace {
+
+template <class C>
+__device__ void backward_epilogue(const C& self, float (&dk)[C::kNKV], float (&dv)[C::kNKV]) {
+  using T = typename C::Element;
+  using Cfg = typename C::Cfg;
+  constexpr int D = C::kD, kNKV = C::kNKV, kBc = C::kBc;
+  const Params& p = self.p;
+  const KeyBlock& kb = self.kb;
+  const int c = self.c, warp = self.warp, g = self.g, t = self.t;
+  if constexpr (C::kAccumulates) {  // add to the fp32 sums straight from the registers
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int key = self.key_of(hf);
+      if (key >= p.seq_k) continue;
+      const std::int64_t row = ((std::int64_t(kb.b) * p.seq_k + key) * p.heads_kv + kb.h_kv) * D;
+#pragma unroll
+      for (int ii = 0; ii < kNKV / 4; ++ii) {
+        const int col = self.kv_col0() + 8 * ii + 2 * t;
+        auto* at_k = reinterpret_cast<float2*>(p.dk_sum + row + col);
+        auto* at_v = reinterpret_cast<float2*>(p.dv_sum + row + col);
+        const float2 sk = *at_k, sv = *at_v;
+        *at_k = make_float2(sk.x + dk[4 * ii + 2 * hf] * p.scale, sk.y + dk[4 * ii + 2 * hf + 1] * p.scale);
+        *at_v = make_float2(sv.x + dv[4 * ii + 2 * hf], sv.y + dv[4 * ii + 2 * hf + 1]);
+      }
+    }
+    return;
+  }
+  static_assert(2 * Cfg::kKVBytes <= 2 * kStages * Cfg::kQBytes && Cfg::kDOOffset == Cfg::kQOffset + kStages * Cfg::kQBytes,
+                "dK_j and dV_j fit the Q_i and dO_i stages");
+  // The other consumer's last GEMMs may still read the stages: both meet first (the consumers' one shared barrier;
+  // both have used it equally often by now, so this is a fresh round of it).
+  named_barrier_sync(BackwardBarriers::kDsWritten, kConsumers * kWarpgroupThreads);
+  unsigned char* const staged = self.smem + Cfg::kQOffset;  // dK_j, then dV_j kKVBytes further
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int r = self.key_row0() + 16 * warp + g + 8 * hf;
+#pragma unroll
+    for (int ii = 0; ii < kNKV / 4; ++ii) {
+      const std::uint32_t at = swizzle128_offset<T>(r, self.kv_col0() + 8 * ii + 2 * t, kBc);
+      *reinterpret_cast<std::uint32_t*>(staged + at) = pack2<T>(dk[4 * ii + 2 * hf] * p.scale, dk[4 * ii + 2 * hf + 1] * p.scale);
+      *reinterpret_cast<std::uint32_t*>(staged + Cfg::kKVBytes + at) = pack2<T>(dv[4 * ii + 2 * hf], dv[4 * ii + 2 * hf + 1]);
+    }
+  }
+  named_barrier_sync(BackwardBarriers::kConsumer + c, kWarpgroupThreads);
+  constexpr int kChunks = Cfg::kKvCols / 8;  // 16-byte chunks of a row of this consumer's columns
+#pragma unroll 4
+  for (int idx = self.tid; idx < 2 * kKeysPerConsumer * kChunks; idx += kWarpgroupThreads) {
+    const int which = idx / (kKeysPerConsumer * kChunks), r = self.key_row0() + (idx / kChunks) % kKeysPerConsumer;
+    const int col = self.kv_col0() + 8 * (idx % kChunks), key = kb.key0 + r;
+    if (key >= p.seq_k) continue;
+    const uint4 v = *reinterpret_cast<const uint4*>(staged + which * Cfg::kKVBytes + swizzle128_offset<T>(r, col, kBc));
+    *reinterpret_cast<uint4*>(static_cast<T*>(which == 0 ? p.dk : p.dv) + ((std::int64_t(kb.b) * p.seq_k + key) * p.heads_kv + kb.h_kv) * D + col) = v;
+  }
+}
+
+}  // namespace
+}  // namespace flashlab::cuda::fa3_ws

@@ -1,0 +1,46 @@
+#pragma once
+// The named hardware barriers of cuda-fa3-ws, both passes: which threads meet at each id, and why. A block has 16
+// (bar.sync / bar.arrive ids 0-15, hopper.cuh's named_barrier_sync and _arrive); 0 is __syncthreads. Unlike an
+// mbarrier (the producer's stages), a named barrier waits for a count of threads, so it hands a turn or a buffer
+// between warpgroups that are all running: some threads sync (wait), the others arrive (do not wait).
+#include "cuda/fa3_ws/hopper.cuh"
+
+namespace flashlab::cuda::fa3_ws {
+
+// The forward (ids 1-6).
+struct ForwardBarriers {
+  // Consumer c's own 128 threads (kConsumer + c): its staging of O_i in the epilogue.
+  static constexpr int kConsumer = 1;
+  // Ping-pong, "consumer c's turn" (kTurn + c, 256 threads: c syncs, the other arrives when it hands the turn
+  // over): the consumers take turns at their GEMMs while the other one computes its softmax.
+  static constexpr int kTurn = 3;
+  // "The O buffer is free for consumer c" (kOBufferFree + c, 256 threads): at d = 256 the two consumers share one
+  // O staging buffer and take it in turn.
+  static constexpr int kOBufferFree = 5;
+  static constexpr int kEnd = kOBufferFree + 2;
+};
+
+// The backward (ids 1-13).
+struct BackwardBarriers {
+  // "Both consumers have written dS_ij^T" (256 threads); also where both meet before the epilogue reuses the Q_i,
+  // dO_i stages.
+  static constexpr int kDsWritten = 1;
+  // Consumer c's own 128 threads (kConsumer + c).
+  static constexpr int kConsumer = 2;
+  // Consumer c's dQ staging buffer b is full (kDqFull + 2 c + b) / empty again (kDqEmpty + 2 c + b): a hand-over
+  // between the consumer's 128 threads and the dQ writer warp (kDqHandoffThreads: 160).
+  static constexpr int kDqFull = 4;
+  static constexpr int kDqEmpty = 8;
+  static constexpr int kDqHandoffThreads = kWarpgroupThreads + 32;
+  // Deferred dQ (BwdConfig::kDeferDq): consumer c is done with step n's shared tiles, i.e. has written its half of
+  // dS^T of step n and its dQ GEMM has read both halves of step n - 1's; its dV_j and dK_j GEMMs may still run
+  // (kStepDone + 2 c + n % 2, 256 threads: c arrives, the other consumer syncs; two ids, since c may finish step
+  // n + 1 before the other has synced on step n). Consumer 1 also starts behind consumer 0 (kDsWritten, not
+  // needed otherwise then).
+  static constexpr int kStepDone = 12;
+  static constexpr int kEnd = kStepDone + 2 * 2;
+};
+
+static_assert(ForwardBarriers::kEnd <= 16 && BackwardBarriers::kEnd <= 16, "a block has 16 named barriers");
+
+}  // namespace flashlab::cuda::fa3_ws
