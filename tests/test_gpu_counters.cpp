@@ -239,7 +239,8 @@ TEST_CASE("where cuda-fa1's Q and O cross the L2's size, the GPU's ways and writ
     }
   }
   // Each L2 over every run: read and written bytes. The model is deterministic, so a shape recorded more than
-  // once (the repeat file records the same plan again) is replayed once.
+  // once (the repeat file records the same plan again) is replayed once, and each shape is walked once for all the
+  // L2s (model_gpu_traffic over several GPUs).
   constexpr std::int64_t kWrittenEnough = 20'000'000;
   auto shape_of = [](const RecordedRun& r) {
     const Shape& s = r.shape;
@@ -253,26 +254,32 @@ TEST_CASE("where cuda-fa1's Q and O cross the L2's size, the GPU's ways and writ
     if (u == replayed.size()) replayed.push_back(k);
     shape_of_run.push_back(u);
   }
+  std::vector<GpuSpec> gpus;  // the GPU with each L2
+  for (const L2& l2 : l2s) {
+    GpuSpec gpu = h100;
+    gpu.l2_ways = l2.ways;
+    gpu.l2_store_age = l2.store_age;
+    gpus.push_back(gpu);
+  }
   std::vector<std::exception_ptr> errors;
-  const auto bytes = replay_on_all_cores<std::pair<double, double>>(
-      l2s.size() * replayed.size(),
-      [&](std::size_t job) {
-        GpuSpec gpu = h100;
-        gpu.l2_ways = l2s[job / replayed.size()].ways;
-        gpu.l2_store_age = l2s[job / replayed.size()].store_age;
-        const RecordedRun& r = runs[replayed[job % replayed.size()]];
+  const auto bytes = replay_on_all_cores<std::vector<std::pair<double, double>>>(  // by shape, then L2
+      replayed.size(),
+      [&](std::size_t u) {
+        const RecordedRun& r = runs[replayed[u]];
         Problem p;
         p.shape = r.shape;
         p.options.causal = r.causal;
-        const GpuTraffic t = model_gpu_traffic(gpu, p.shape, gpu_forward_pass(r.variant, p, gpu).kernels);
-        return std::pair{double(t.dram.total_read()), double(t.dram.total_written())};
+        std::vector<std::pair<double, double>> by_l2;
+        for (const GpuTraffic& t : model_gpu_traffic(gpus, p.shape, gpu_forward_pass(r.variant, p, h100).kernels))
+          by_l2.emplace_back(double(t.dram.total_read()), double(t.dram.total_written()));
+        return by_l2;
       },
-      [&](std::size_t job) { return replay_cost(runs[replayed[job % replayed.size()]]); }, errors);
+      [&](std::size_t u) { return replay_cost(runs[replayed[u]]); }, errors);
   for (const std::exception_ptr& e : errors)
     if (e) std::rethrow_exception(e);
   std::vector<std::vector<std::pair<double, double>>> model(l2s.size());
   for (std::size_t n = 0; n < l2s.size(); ++n)
-    for (std::size_t k = 0; k < runs.size(); ++k) model[n].push_back(bytes[n * replayed.size() + shape_of_run[k]]);
+    for (std::size_t k = 0; k < runs.size(); ++k) model[n].push_back(bytes[shape_of_run[k]][n]);
   std::vector<double> error(l2s.size());
   for (std::size_t n = 0; n < l2s.size(); ++n) {
     double read = 0, written = 0;

@@ -403,6 +403,47 @@ TEST_CASE("no L2 gives the paper's count; an endless one the compulsory traffic;
   CHECK(rd(naive.dram, TensorId::S) == I64{16} * 256 * 256 * 4);
 }
 
+TEST_CASE("one walk replayed through several L2s gives each GPU's own replay, byte for byte") {
+  // The L2s differ in ways and write age (an LRU, 16 ways aging nothing, the H100 as described), over kernels that
+  // load, store and re-read: every total, per kernel too, must be what the GPU's own replay gives.
+  std::vector<GpuSpec> gpus = {h100_lru(), find_gpu("h100"), find_gpu("h100")};
+  gpus[1].l2_ways = 16;
+  gpus[1].l2_store_age = 0;
+  for (const char* v : {"cuda-naive", "cuda-fa1", "cuda-fa2"}) {
+    for (const CausalAlign causal : {CausalAlign::None, CausalAlign::TopLeft}) {
+      CAPTURE(v);
+      const Problem p = problem(4096, 64, causal);  // cuda-fa1's Q and O (34 MB) pass a partition's 25 MB
+      const GpuForwardPass pass = gpu_forward_pass(v, p, gpus[0]);
+      const std::vector<GpuTraffic> together = model_gpu_traffic(gpus, p.shape, pass.kernels);
+      REQUIRE(together.size() == gpus.size());
+      for (std::size_t g = 0; g < gpus.size(); ++g) {
+        CAPTURE(g);
+        const GpuTraffic alone = replay(gpus[g], p, pass.kernels);
+        CHECK(together[g].dram.read == alone.dram.read);
+        CHECK(together[g].dram.written == alone.dram.written);
+        CHECK(together[g].two_level.read == alone.two_level.read);
+        CHECK(together[g].compulsory.read == alone.compulsory.read);
+        CHECK(together[g].hit_bytes == alone.hit_bytes);
+        CHECK(together[g].dirty_at_end == alone.dirty_at_end);
+        REQUIRE(together[g].kernels.size() == alone.kernels.size());
+        for (std::size_t k = 0; k < alone.kernels.size(); ++k) {
+          CHECK(together[g].kernels[k].dram.read == alone.kernels[k].dram.read);
+          CHECK(together[g].kernels[k].rounds == alone.kernels[k].rounds);
+          CHECK(together[g].kernels[k].accesses == alone.kernels[k].accesses);
+        }
+      }
+      // The L2s matter here: cuda-fa1 re-reads Q and O, which an LRU and sets of 16 and 28 ways keep differently.
+      if (std::string_view(v) == "cuda-fa1")
+        CHECK(together[0].dram.total_read() != together[1].dram.total_read());
+    }
+  }
+  // The L2s of one walk must sit on the same GPU otherwise: another L2 size is refused in one sentence.
+  const Problem p = problem(256, 64);
+  std::vector<GpuSpec> mixed = {find_gpu("h100"), find_gpu("h100")};
+  mixed[1].l2_bytes /= 2;
+  CHECK_THROWS_AS(model_gpu_traffic(mixed, p.shape, gpu_forward_pass("cuda-fa2", p, mixed[0]).kernels), InputError);
+}
+
 TEST_CASE("cuda-fa2 on the H100: the model reproduces the DRAM reads Nsight Compute measured") {
   // Measured on an NVIDIA H100 80GB HBM3 with `ncu --metrics dram__bytes_read.sum` over a bench that ran
   // cuda-fa2's forward twice (bf16, B = 1, H = 16, non-causal), each launch from a flushed L2. Compulsory

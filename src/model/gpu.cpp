@@ -129,13 +129,13 @@ struct TileKeys {
 // Blocks side by side often access the same tile one after another: the last tile's keys are kept.
 class ShareKeys {
  public:
-  ShareKeys(const SetAssociativeL2& cache, int partitions) : cache_(&cache), partitions_(partitions) {}
+  ShareKeys(const Shape& shape, int partitions) : shape_(&shape), partitions_(partitions) {}
   const TileKeys& of(const Access& a) {
     if (!valid_ || a.bh != last_.bh || a.tile_row != last_.tile_row || a.tile_col != last_.tile_col ||
         a.tensor != last_.tensor) {
       TileEvent tile;
       set_event(tile, a);
-      keys_.whole = cache_->key_of(tile);
+      keys_.whole = cache_key(tile, shape_->heads_q, shape_->heads_kv);
       for (std::size_t h = 0; h < std::size_t(partitions_); ++h)
         keys_.share[h] = cache_key_at_col(keys_.whole, partition_share_col(a.tile_col, h));
       last_ = a;
@@ -145,25 +145,98 @@ class ShareKeys {
   }
 
  private:
-  const SetAssociativeL2* cache_;
+  const Shape* shape_;
   int partitions_;
   bool valid_ = false;
   Access last_;
   TileKeys keys_;
 };
 
-KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const KernelGrid& grid) {
-  KernelTraffic out;
-  out.name = grid.name;
-  out.units = grid.units;
-  out.resident = resident_units(gpu, grid);
-  // One cache per L2 partition, each holding what the SMs on its side access; resident slot s runs on
-  // partition s % partitions (the block scheduler spreads consecutive blocks over the GPCs).
+// How many partitions the GPU's L2 has, at least one (the keys tell at most kMaxPartitions apart).
+int partitions_of(const GpuSpec& gpu) {
   const int partitions = std::max(1, gpu.l2_partitions);
   if (partitions > kMaxPartitions)
     throw InputError("the GPU model keys at most " + std::to_string(kMaxPartitions) + " L2 partitions");
-  std::vector<SetAssociativeL2> l2;
-  for (int n = 0; n < partitions; ++n) l2.emplace_back(gpu.partition_bytes(), gpu.l2_ways, shape, gpu.l2_store_age);
+  return partitions;
+}
+
+// The GPU's L2: one cache per partition, each holding what the SMs on its side access.
+class L2Partitions {
+ public:
+  L2Partitions(const GpuSpec& gpu, const Shape& shape) : partitions_(partitions_of(gpu)) {
+    for (int n = 0; n < partitions_; ++n)
+      l2_.emplace_back(gpu.partition_bytes(), gpu.l2_ways, shape, gpu.l2_store_age);
+  }
+
+  // A hint that an access of these keys comes soon: the places the partitions index them at are fetched into the
+  // CPU's cache meanwhile (it is those lookups that miss the CPU's caches).
+  void prefetch(const TileKeys& keys) const {
+    for (std::size_t h = 0; h < std::size_t(partitions_); ++h)
+      for (const SetAssociativeL2& part : l2_) part.prefetch(keys.share[h]);
+  }
+
+  // Access `a` by an SM on side `side`.
+  // The tile's lines are interleaved over both partitions' slices: each partition is the home (the point of
+  // coherence) of an equal share of its bytes, keyed apart. A load looks in the near partition, then the far
+  // one, then DRAM, and is kept near. A store goes to each share's home: the near partition's own share is
+  // dirtied there; the far share is written to the far partition (dirty there) and a near copy, if any, is
+  // refreshed clean. So a block's private output is held once, half on the other side, and written back from
+  // there; what every SM reads (FA2's K/V) is still held in both.
+  void access(const Access& a, std::size_t side, const TileKeys& keys) {
+    SetAssociativeL2& near = l2_[side];
+    // (a tile is at most 128 MiB: 32-bit division)
+    const auto share_bytes = std::int64_t(std::uint32_t(a.bytes) / std::uint32_t(partitions_));
+    const auto first_extra = std::int64_t(std::uint32_t(a.bytes) % std::uint32_t(partitions_));
+    set_event(share_, a);  // which share it is, its Found key tells
+    for (std::size_t h = 0; h < std::size_t(partitions_); ++h) {
+      share_.bytes = share_bytes + (h == 0 ? first_extra : 0);  // the first takes the bytes that do not divide
+      const std::uint64_t key = keys.share[h];
+      if (a.store && h != side) {
+        l2_[h].access(l2_[h].find(key), share_);
+        near.refresh(near.find(key));
+      } else if (a.store) {
+        near.access(near.find(key), share_);
+      } else {
+        // What the near partition may miss, the far one serves when it holds it (and its copy is touched).
+        const SetAssociativeL2::Found here = near.find(key);
+        double from_peer = 0;
+        if (near.presence(here) < 1)
+          for (std::size_t f = 0; f < l2_.size() && from_peer == 0; ++f) {
+            if (f == side) continue;
+            const SetAssociativeL2::Found there = l2_[f].find(key);
+            if ((from_peer = l2_[f].presence(there)) > 0) l2_[f].refresh(there);
+          }
+        near.access(here, share_, from_peer);
+      }
+    }
+  }
+
+  // The kernel ended: each partition's DRAM bytes, hits and dirty bytes, into `out`.
+  void settle(KernelTraffic& out) {
+    for (SetAssociativeL2& part : l2_) {
+      part.settle();
+      add(out.dram, part.dram());
+      out.hit_bytes += part.hit_bytes();  // a fill from the far partition counts as a hit
+      out.dirty_at_end += part.dirty_bytes();
+    }
+  }
+
+ private:
+  int partitions_;
+  std::vector<SetAssociativeL2> l2_;
+  TileEvent share_;  // the access's share homed in one partition
+};
+
+// The lock-step walk of a kernel's units (gpu.hpp), the L2 left out: the accesses in the order the GPU makes
+// them go to `caches` (its prefetch(keys) a few accesses ahead, then access(a, side, keys)), and what does not
+// depend on the L2 (the two-level and compulsory counts, rounds and accesses) into `out`.
+template <typename Caches>
+void walk_kernel(const GpuSpec& gpu, const Shape& shape, const KernelGrid& grid, KernelTraffic& out, Caches& caches) {
+  out.name = grid.name;
+  out.units = grid.units;
+  out.resident = resident_units(gpu, grid);
+  // Resident slot s runs on partition s % partitions (the block scheduler spreads consecutive blocks over the GPCs).
+  const int partitions = partitions_of(gpu);
   CompulsoryTraffic unbounded(&shape);
 
   std::vector<UnitCursor> slots(static_cast<std::size_t>(out.resident));
@@ -180,12 +253,12 @@ KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const Kernel
   };
   for (std::size_t s = 0; s < slots.size(); ++s) start_next(s);
 
-  ShareKeys keys_ahead(l2[0], partitions), keys_now(l2[0], partitions);
-  // The buffers are many and far apart: the replay fetches a few slots ahead, and where the partitions index
-  // their accesses' tiles a few less ahead (it is those lookups that miss the CPU's caches).
+  ShareKeys keys_ahead(shape, partitions), keys_now(shape, partitions);
+  // The buffers are many and far apart: the walk fetches a few slots ahead, and where the partitions index
+  // their accesses' tiles a few less ahead.
   constexpr std::size_t kAhead = 8, kIndexAhead = 4;
   std::array<TileKeys, 2 * kIndexAhead> queued;  // the keys of accesses ahead, by n % size
-  TileEvent e, share;  // the access, and its share homed in one partition
+  TileEvent e;
   while (!busy.empty()) {
     ++out.rounds;
     freed.clear();
@@ -196,8 +269,7 @@ KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const Kernel
       if (n + kIndexAhead < busy.size()) {
         const TileKeys& ahead = queued[(n + kIndexAhead) % queued.size()] =
             keys_ahead.of(slots[busy[n + kIndexAhead]].peek());
-        for (std::size_t h = 0; h < std::size_t(partitions); ++h)
-          for (const SetAssociativeL2& part : l2) part.prefetch(ahead.share[h]);
+        caches.prefetch(ahead);
         unbounded.prefetch(ahead.whole);
       }
       UnitCursor& c = slots[busy[n]];
@@ -205,39 +277,7 @@ KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const Kernel
       const TileKeys& keys = n >= kIndexAhead ? queued[n % queued.size()] : keys_now.of(a);
       set_event(e, a);
       (a.store ? out.two_level.written : out.two_level.read)[a.tensor] += e.bytes;
-      // The tile's lines are interleaved over both partitions' slices: each partition is the home (the point of
-      // coherence) of an equal share of its bytes, keyed apart. A load looks in the near partition, then the far
-      // one, then DRAM, and is kept near. A store goes to each share's home: the near partition's own share is
-      // dirtied there; the far share is written to the far partition (dirty there) and a near copy, if any, is
-      // refreshed clean. So a block's private output is held once, half on the other side, and written back from
-      // there; what every SM reads (FA2's K/V) is still held in both.
-      const std::size_t side = side_of[busy[n]];
-      SetAssociativeL2& near = l2[side];
-      // (a tile is at most 128 MiB: 32-bit division)
-      const auto share_bytes = std::int64_t(std::uint32_t(a.bytes) / std::uint32_t(partitions));
-      const auto first_extra = std::int64_t(std::uint32_t(a.bytes) % std::uint32_t(partitions));
-      set_event(share, a);  // which share it is, its Found key tells
-      for (std::size_t h = 0; h < std::size_t(partitions); ++h) {
-        share.bytes = share_bytes + (h == 0 ? first_extra : 0);  // the first takes the bytes that do not divide
-        const std::uint64_t key = keys.share[h];
-        if (a.store && h != side) {
-          l2[h].access(l2[h].find(key), share);
-          near.refresh(near.find(key));
-        } else if (a.store) {
-          near.access(near.find(key), share);
-        } else {
-          // What the near partition may miss, the far one serves when it holds it (and its copy is touched).
-          const SetAssociativeL2::Found here = near.find(key);
-          double from_peer = 0;
-          if (near.presence(here) < 1)
-            for (std::size_t f = 0; f < l2.size() && from_peer == 0; ++f) {
-              if (f == side) continue;
-              const SetAssociativeL2::Found there = l2[f].find(key);
-              if ((from_peer = l2[f].presence(there)) > 0) l2[f].refresh(there);
-            }
-          near.access(here, share, from_peer);
-        }
-      }
+      caches.access(a, side_of[busy[n]], keys);
       unbounded.on_event(e, keys.whole);
       ++out.accesses;
       if (c.advance()) busy[kept++] = busy[n];
@@ -247,15 +287,57 @@ KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const Kernel
     for (std::size_t s : freed) start_next(s);  // they start in the next round
   }
   out.two_level.events = out.accesses;
-  for (SetAssociativeL2& part : l2) {
-    part.settle();
-    add(out.dram, part.dram());
-    out.hit_bytes += part.hit_bytes();  // a fill from the far partition counts as a hit
-    out.dirty_at_end += part.dirty_bytes();
-  }
   unbounded.flush();
   out.compulsory = unbounded.dram();
+}
+
+KernelTraffic replay_kernel(const GpuSpec& gpu, const Shape& shape, const KernelGrid& grid) {
+  KernelTraffic out;
+  L2Partitions l2(gpu, shape);
+  walk_kernel(gpu, shape, grid, out, l2);
+  l2.settle(out);
   return out;
+}
+
+// The accesses of one walk, kept to replay through the caches of several GPUs: each access, its side and its keys.
+class Recording {
+ public:
+  explicit Recording(int partitions) : partitions_(std::size_t(partitions)) {}
+  void prefetch(const TileKeys&) const {}
+  void access(const Access& a, std::size_t side, const TileKeys& keys) {
+    accesses_.push_back(a);
+    sides_.push_back(std::uint8_t(side));
+    keys_.insert(keys_.end(), keys.share.begin(), keys.share.begin() + std::ptrdiff_t(partitions_));
+  }
+  // Replays the accesses, in their order, through `l2`.
+  void replay(L2Partitions& l2) const {
+    constexpr std::size_t kIndexAhead = 4;  // as walk_kernel
+    TileKeys keys, ahead;
+    for (std::size_t n = 0; n < accesses_.size(); ++n) {
+      if (n + kIndexAhead < accesses_.size()) {
+        std::copy_n(&keys_[(n + kIndexAhead) * partitions_], partitions_, ahead.share.begin());
+        l2.prefetch(ahead);
+      }
+      std::copy_n(&keys_[n * partitions_], partitions_, keys.share.begin());
+      l2.access(accesses_[n], sides_[n], keys);
+    }
+  }
+
+ private:
+  std::size_t partitions_;
+  std::vector<Access> accesses_;
+  std::vector<std::uint8_t> sides_;
+  std::vector<std::uint64_t> keys_;  // partitions_ per access
+};
+
+void add_kernel(GpuTraffic& out, KernelTraffic t) {
+  out.kernels.push_back(std::move(t));
+  const KernelTraffic& k = out.kernels.back();
+  add(out.two_level, k.two_level);
+  add(out.dram, k.dram);
+  add(out.compulsory, k.compulsory);
+  out.hit_bytes += k.hit_bytes;
+  out.dirty_at_end += k.dirty_at_end;
 }
 
 }  // namespace
@@ -288,14 +370,29 @@ std::int64_t resident_units(const GpuSpec& gpu, const KernelGrid& grid) {
 
 GpuTraffic model_gpu_traffic(const GpuSpec& gpu, const Shape& shape, std::span<const KernelGrid> kernels) {
   GpuTraffic out;
+  for (const KernelGrid& k : kernels) add_kernel(out, replay_kernel(gpu, shape, k));
+  return out;
+}
+
+std::vector<GpuTraffic> model_gpu_traffic(std::span<const GpuSpec> gpus, const Shape& shape,
+                                          std::span<const KernelGrid> kernels) {
+  std::vector<GpuTraffic> out(gpus.size());
+  if (gpus.empty()) return out;
+  for (const GpuSpec& g : gpus)
+    if (g.sms != gpus[0].sms || g.l2_bytes != gpus[0].l2_bytes || g.l2_partitions != gpus[0].l2_partitions)
+      throw InputError("model_gpu_traffic: the GPUs replayed from one walk must differ in their L2's ways and "
+                       "write age only");
   for (const KernelGrid& k : kernels) {
-    out.kernels.push_back(replay_kernel(gpu, shape, k));
-    const KernelTraffic& t = out.kernels.back();
-    add(out.two_level, t.two_level);
-    add(out.dram, t.dram);
-    add(out.compulsory, t.compulsory);
-    out.hit_bytes += t.hit_bytes;
-    out.dirty_at_end += t.dirty_at_end;
+    KernelTraffic walked;
+    Recording recording(partitions_of(gpus[0]));
+    walk_kernel(gpus[0], shape, k, walked, recording);
+    for (std::size_t g = 0; g < gpus.size(); ++g) {
+      KernelTraffic t = walked;
+      L2Partitions l2(gpus[g], shape);
+      recording.replay(l2);
+      l2.settle(t);
+      add_kernel(out[g], std::move(t));
+    }
   }
   return out;
 }

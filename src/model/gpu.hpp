@@ -99,5 +99,11 @@ struct GpuTraffic {
 // Replays the kernels, one after another, each from a cold L2 of the GPU's size. `shape` tells which
 // query heads share a K/V head.
 GpuTraffic model_gpu_traffic(const GpuSpec&, const Shape& shape, std::span<const KernelGrid> kernels);
+// The same for several GPUs that differ in their L2's ways and write age only (the same SMs, L2 size and
+// partitions; InputError otherwise), one result per GPU. Each kernel is walked once and its accesses kept in
+// memory (about 33 bytes each with two partitions), then replayed through each GPU's caches in turn: the walk,
+// which costs about as much as the caches, is not repeated.
+std::vector<GpuTraffic> model_gpu_traffic(std::span<const GpuSpec> gpus, const Shape& shape,
+                                          std::span<const KernelGrid> kernels);
 
 }  // namespace flashlab

@@ -1,11 +1,12 @@
 // SetAssociativeL2 (l2_sets.hpp): tiles in the order of their last touch, the bytes between two touches of a
-// tile from a Fenwick tree over that order, and H(D) tabulated.
+// tile from a tree of sums over that order, and H(D) tabulated.
 #include "model/l2_sets.hpp"
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <stdexcept>
+#include <string>
 
 namespace flashlab {
 
@@ -15,9 +16,9 @@ SetAssociativeL2::SetAssociativeL2(std::int64_t capacity_bytes, int ways, const 
       store_age_bytes_(std::max(0.0, store_age) * capacity_),
       heads_q_(shape.heads_q),
       heads_kv_(shape.heads_kv),
-      fenwick_(std::size_t{1} << 16, 0),
-      slot_bytes_((std::size_t{1} << 16) - 1, 0),
-      slot_tile_((std::size_t{1} << 16) - 1, -1) {
+      slot_bytes_(std::size_t{1} << 16, 0),
+      slot_tile_(std::size_t{1} << 16, -1) {
+  size_tree(slot_tile_.size());
   if (ways_ == 0) return;
   h_table_.resize(kSteps + 2);
   for (int n = 0; n <= kSteps + 1; ++n) {  // P(Poisson(lambda) <= ways - 1), lambda = ways * D / C
@@ -54,32 +55,73 @@ inline double SetAssociativeL2::still_here(double distance, std::int64_t own_byt
   return h_table_[n] + (h_table_[n + 1] - h_table_[n]) * (x - double(n));
 }
 
-// Fenwick tree over slots 0 .. fenwick_.size() - 2 (index = slot + 1), holding the slots below flushed_.
-inline void SetAssociativeL2::add_bytes(std::int32_t slot, std::int64_t bytes) {
-  for (std::size_t i = std::size_t(slot) + 1; i < fenwick_.size(); i += i & (~i + 1)) fenwick_[i] += bytes;
-}
-inline std::int64_t SetAssociativeL2::bytes_up_to(std::int32_t slot) const {
+namespace {
+// The sum of g[0 .. n), 0 <= n <= 8, for g a group of eight siblings: masked, not looped, so that the count
+// costs no branch.
+constexpr std::array<std::array<std::int64_t, 8>, 9> kFirst = [] {
+  std::array<std::array<std::int64_t, 8>, 9> m{};
+  for (std::size_t n = 0; n <= 8; ++n)
+    for (std::size_t k = 0; k < n; ++k) m[n][k] = -1;
+  return m;
+}();
+inline std::int64_t sum_of_first(const std::int64_t* g, std::size_t n) {
   std::int64_t sum = 0;
-  for (std::size_t i = std::size_t(slot) + 1; i > 0; i -= i & (~i + 1)) sum += fenwick_[i];
+  for (std::size_t k = 0; k < 8; ++k) sum += g[k] & kFirst[n][k];
+  return sum;
+}
+}  // namespace
+
+// The levels above 0 for `slots` slots, all 0: each a whole number of groups of kFan, up to the one whose
+// nodes fit one group.
+void SetAssociativeL2::size_tree(std::size_t slots) {
+  static_assert(kFan == 8, "sum_of_first sums groups of 8");
+  std::size_t total = 0;
+  levels_ = 0;
+  for (std::size_t n = slots; n > std::size_t(kFan);) {
+    n = (n + kFan - 1) / kFan;
+    level_at_[std::size_t(levels_++)] = total;
+    total += (n + kFan - 1) / kFan * kFan;
+  }
+  sums_.assign(total, 0);
+}
+
+// A flushed slot's bytes change by `bytes`: each of its ancestors changes with it, and so does the kept answer.
+inline void SetAssociativeL2::add_bytes(std::int32_t slot, std::int64_t bytes) {
+  if (slot <= known_slot_) known_bytes_ += bytes;
+  std::size_t at = std::size_t(slot);
+  for (int l = 0; l < levels_; ++l) {
+    at >>= kFanBits;
+    sums_[level_at_[std::size_t(l)] + at] += bytes;
+  }
+}
+// The bytes of slots 0 .. slot, all below flushed_.
+inline std::int64_t SetAssociativeL2::bytes_up_to(std::int32_t slot) const {
+  if (slot >= known_slot_ && slot - known_slot_ <= kFollow) {
+    for (std::int32_t s = known_slot_ + 1; s <= slot; ++s) known_bytes_ += slot_bytes_[std::size_t(s)];
+    known_slot_ = slot;
+    return known_bytes_;
+  }
+  std::size_t at = std::size_t(slot);
+  std::int64_t sum = sum_of_first(&slot_bytes_[at & ~std::size_t(kFan - 1)], (at & (kFan - 1)) + 1);
+  for (int l = 0; l < levels_; ++l) {
+    at >>= kFanBits;
+    sum += sum_of_first(&sums_[level_at_[std::size_t(l)] + (at & ~std::size_t(kFan - 1))], at & (kFan - 1));
+  }
+  known_slot_ = slot;
+  known_bytes_ = sum;
   return sum;
 }
 
-// The slots flushed_ .. next_slot_ - 1 enter the tree together. Each node takes the sum of its children in the
-// range before passing it to its parent, so most of them cost one addition, not one per level; only the nodes
-// whose parent lies beyond the range (one per level at most) climb the tree.
+// The slots flushed_ .. next_slot_ - 1 enter the tree together: each group of kFan siblings among them adds its
+// sum to its parent and the parent's ancestors, so a batch costs about one addition per slot.
 void SetAssociativeL2::flush() {
-  const std::size_t first = std::size_t(flushed_) + 1, end = std::size_t(next_slot_) + 1;  // tree indices
-  std::array<std::int64_t, kBatch> carry{};
-  for (std::size_t i = first; i < end; ++i) {
-    const std::int64_t bytes = carry[i - first] + slot_bytes_[i - 1];
-    if (bytes == 0) continue;
-    fenwick_[i] += bytes;
-    std::size_t up = i + (i & (~i + 1));
-    if (up < end) {
-      carry[up - first] += bytes;
-      continue;
-    }
-    for (; up < fenwick_.size(); up += up & (~up + 1)) fenwick_[up] += bytes;
+  const std::size_t lo = std::size_t(flushed_), hi = std::size_t(next_slot_);  // hi excluded
+  for (std::size_t g = lo >> kFanBits; g << kFanBits < hi; ++g) {
+    const std::size_t from = std::max(lo, g << kFanBits), to = std::min(hi, (g + 1) << kFanBits);
+    std::int64_t bytes = 0;
+    for (std::size_t i = from; i < to; ++i) bytes += slot_bytes_[i];
+    std::size_t at = g;
+    for (int l = 0; l < levels_; ++l, at >>= kFanBits) sums_[level_at_[std::size_t(l)] + at] += bytes;
   }
   flushed_ = next_slot_;
 }
@@ -102,7 +144,7 @@ inline double SetAssociativeL2::distance(const Tile& t) const {
   } else {
     after = total_ - bytes_up_to(t.slot);
   }
-  return double(after) + t.age;
+  return double(after) + (t.stored ? store_age_bytes_ : 0);
 }
 
 SetAssociativeL2::Found SetAssociativeL2::find(std::uint64_t key) const {
@@ -118,7 +160,7 @@ void SetAssociativeL2::stale() {
   throw std::logic_error("SetAssociativeL2: a Found was used after the cache changed; find the tile again");
 }
 
-inline void SetAssociativeL2::write_back(const Tile& t, double bytes) { written_[std::size_t(t.tensor)] += bytes; }
+inline void SetAssociativeL2::write_back(const Tile& t, double bytes) { written_[t.tensor] += bytes; }
 
 inline double SetAssociativeL2::reuse(Tile& t, double kept) {
   write_back(t, double(t.bytes) * t.dirty * (1 - kept));  // dirty and evicted since the last touch
@@ -141,6 +183,8 @@ void SetAssociativeL2::access(const Found& f, const TileEvent& e, double from_pe
   ++dram_.events;
   if (e.direction != Direction::Load && e.direction != Direction::Store) return;
   const bool store = e.direction == Direction::Store;
+  if (e.bytes < 0 || e.bytes >= (std::int64_t{1} << kTileBytesBits))
+    throw InputError("a tile of " + std::to_string(e.bytes) + " bytes is beyond the L2 model's 128 MiB");
   const double bytes = double(e.bytes);
   auto& read = read_[std::size_t(e.tensor)];
   if (f.tile >= 0) {
@@ -154,8 +198,8 @@ void SetAssociativeL2::access(const Found& f, const TileEvent& e, double from_pe
       hit_ += bytes * here + missing * from_peer;
     }
     t->here = 1;
-    t->age = store ? store_age_bytes_ : 0;
-    t->bytes = e.bytes;
+    t->stored = store;
+    t->bytes = std::uint32_t(e.bytes);
     touch(f.tile);
   } else {
     std::int32_t at;
@@ -166,8 +210,9 @@ void SetAssociativeL2::access(const Found& f, const TileEvent& e, double from_pe
       at = std::int32_t(tiles_.size());
       tiles_.emplace_back();
     }
-    tiles_[std::size_t(at)] = Tile{.key = f.key, .bytes = e.bytes, .tensor = e.tensor, .here = 1,
-                                   .dirty = store ? 1.0 : 0.0, .age = store ? store_age_bytes_ : 0};
+    tiles_[std::size_t(at)] = Tile{.key = f.key, .here = 1, .dirty = store ? 1.0 : 0.0, .slot = -1,
+                                   .bytes = std::uint32_t(e.bytes), .tensor = std::uint32_t(e.tensor),
+                                   .stored = store};
     index_.insert(f.key, at);
     if (!store) {
       read += bytes * (1 - from_peer);
@@ -272,32 +317,38 @@ inline void SetAssociativeL2::drop_gone() {
   }
 }
 
-// The slots run out: the tiles held take slots 0, 1, ... in the same order, in a tree at least four times
-// their number, built in one pass (each node passes its sum to its parent).
+// The slots run out: the tiles held take slots 0, 1, ... in the same order (moved down in place), among at least
+// four times their number, and the tree is built again in one pass per level.
 void SetAssociativeL2::renumber() {
-  std::vector<std::int32_t> held;
-  std::vector<std::int64_t> bytes;
+  std::size_t held = 0;
   for (std::int32_t s = oldest_slot_; s < next_slot_; ++s)
-    if (slot_tile_[std::size_t(s)] >= 0) {
-      held.push_back(slot_tile_[std::size_t(s)]);
-      bytes.push_back(slot_bytes_[std::size_t(s)]);
+    if (const std::int32_t at = slot_tile_[std::size_t(s)]; at >= 0) {
+      tiles_[std::size_t(at)].slot = std::int32_t(held);
+      slot_tile_[held] = at;
+      slot_bytes_[held] = slot_bytes_[std::size_t(s)];
+      ++held;
     }
+  std::fill(slot_tile_.begin() + std::ptrdiff_t(held), slot_tile_.end(), -1);
+  std::fill(slot_bytes_.begin() + std::ptrdiff_t(held), slot_bytes_.end(), 0);
   std::size_t slots = slot_tile_.size();
-  while (slots < 4 * held.size()) slots = 2 * slots + 1;
-  fenwick_.assign(slots + 1, 0);
-  slot_bytes_.assign(slots, 0);
-  slot_tile_.assign(slots, -1);
-  next_slot_ = oldest_slot_ = 0;
+  while (slots < 4 * held) slots *= 2;
+  slot_tile_.resize(slots, -1);
+  slot_bytes_.resize(slots, 0);
+  size_tree(slots);
   total_ = 0;
-  for (std::size_t n = 0; n < held.size(); ++n) {
-    tiles_[std::size_t(held[n])].slot = next_slot_++;
-    slot_tile_[n] = held[n];
-    slot_bytes_[n] = fenwick_[n + 1] = bytes[n];
-    total_ += bytes[n];
+  for (std::size_t n = 0; n < held; ++n) total_ += slot_bytes_[n];
+  const std::int64_t* below = slot_bytes_.data();
+  std::size_t used = held;  // nodes of the level below that hold bytes
+  for (int l = 0; l < levels_; ++l) {
+    std::int64_t* level = &sums_[level_at_[std::size_t(l)]];
+    for (std::size_t i = 0; i < used; ++i) level[i >> kFanBits] += below[i];
+    below = level;
+    used = (used + kFan - 1) >> kFanBits;
   }
-  for (std::size_t i = 1; i < fenwick_.size(); ++i)
-    if (const std::size_t up = i + (i & (~i + 1)); up < fenwick_.size()) fenwick_[up] += fenwick_[i];
-  flushed_ = next_slot_;
+  next_slot_ = flushed_ = std::int32_t(held);
+  oldest_slot_ = 0;
+  known_slot_ = -1;
+  known_bytes_ = 0;
 }
 
 SetAssociativeL2::TileIndex::TileIndex() : entries_(1024), shift_(64 - 10) {}

@@ -28,10 +28,12 @@
 // The cache keeps whole tiles, as L2Model does, and for each the probability that it is here and the
 // probability that it is here and dirty, so the bytes it reports are expectations: DRAM reads are the
 // bytes a load finds missing, DRAM writes the dirty bytes that left before the next touch. D is counted
-// exactly, in bytes of distinct tiles, with a Fenwick tree over the order of last touches.
+// exactly, in bytes of distinct tiles, with a tree of sums over the order of last touches.
 #include <array>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <new>
 #include <vector>
 
 #include "core/problem.hpp"
@@ -66,7 +68,8 @@ class SetAssociativeL2 {
   }
   // A Load or Store `e` of the tile `f` found (other events only count). A load's missing part is served by
   // DRAM, except `from_peer`, the share of it another cache serves (an L2 partition on the other side); it
-  // counts as a hit. A store writes the whole tile (nothing fetched) and leaves it dirty.
+  // counts as a hit. A store writes the whole tile (nothing fetched) and leaves it dirty. A tile is at most
+  // 128 MiB (InputError otherwise).
   void access(const Found& f, const TileEvent& e, double from_peer = 0);
   // The tile, if here, becomes the most recently used, counting nothing (a near copy of bytes that a store
   // wrote in their home partition); it keeps the age a store gave it.
@@ -84,14 +87,18 @@ class SetAssociativeL2 {
   std::int64_t dirty_bytes() const { return std::llround(dirty_at_end_); }
 
  private:
-  struct Tile {
+  // 32 bytes on a 32-byte boundary: a lookup that reaches it reads one cache line.
+  static constexpr int kTileBytesBits = 27;  // a tile of at most 128 MiB, as the GPU level's accesses
+  struct alignas(32) Tile {
     std::uint64_t key = 0;
-    std::int64_t bytes = 0;
-    std::int32_t slot = -1;    // its place in the order of last touches; -1: gone
-    TensorId tensor{};
     double here = 1, dirty = 0;  // P(held) and P(held and dirty), as of its last touch
-    double age = 0;              // bytes it counts as older than its last touch: store_age x C after a store
+    std::int32_t slot = -1;      // its place in the order of last touches; -1: gone
+    std::uint32_t bytes : kTileBytesBits = 0;
+    std::uint32_t tensor : 4 = 0;
+    std::uint32_t stored : 1 = 0;  // its last touch was a store: it counts as store_age x C bytes older
   };
+  static_assert(sizeof(Tile) == 32);
+  static_assert(static_cast<int>(TensorId::Count) <= 16);
   // Tile keys to their index in tiles_: open addressing with linear probing, at most half full, and backward
   // shifts on erase (no tombstones). A replay looks up a tile for every access of every partition.
   class TileIndex {
@@ -131,6 +138,7 @@ class SetAssociativeL2 {
   void renumber();
   inline void set_slot(std::int32_t slot, std::int64_t bytes);
   void flush();
+  void size_tree(std::size_t slots);
   inline void add_bytes(std::int32_t slot, std::int64_t bytes);
   inline std::int64_t bytes_up_to(std::int32_t slot) const;
   inline void write_back(const Tile& t, double bytes);
@@ -150,8 +158,34 @@ class SetAssociativeL2 {
   std::vector<double> h_table_;
   double surely_held_ = 0;                   // H(D) > 0 for every D below it
   double surely_whole_ = 0;                  // H(D) = 1 for every D below it
-  std::vector<std::int64_t> fenwick_;        // bytes per slot, of the slots below flushed_
-  std::vector<std::int64_t> slot_bytes_;     // bytes per slot: each tile's as of its last touch, 0 for a free slot
+  // Vectors whose data starts on a cache line: a node's kFan siblings (eight 8-byte sums) then fill one line.
+  template <typename T>
+  struct LineAligned {
+    using value_type = T;
+    LineAligned() = default;
+    template <typename U>
+    LineAligned(const LineAligned<U>&) {}
+    T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
+    void deallocate(T* p, std::size_t) { ::operator delete(p, std::align_val_t{64}); }
+    template <typename U>
+    bool operator==(const LineAligned<U>&) const { return true; }
+  };
+  // The tree of sums over the slots: level 0 is slot_bytes_, and node p of level L + 1 holds the bytes of the
+  // nodes kFan p .. kFan p + kFan - 1 of level L, counting only the slots below flushed_. The bytes up to a slot
+  // are, at each level, those of the siblings before its ancestor: one cache line per level, and few levels.
+  static constexpr int kFanBits = 3, kFan = 1 << kFanBits;
+  static constexpr int kMaxLevels = 24;
+  std::vector<std::int64_t, LineAligned<std::int64_t>> slot_bytes_;  // bytes per slot: each tile's as of its
+                                                                      // last touch, 0 for a free slot
+  std::vector<std::int64_t, LineAligned<std::int64_t>> sums_;  // the levels above 0, one after another
+  std::array<std::size_t, kMaxLevels> level_at_{};              // where level L + 1 starts in sums_
+  int levels_ = 0;                                              // levels above 0
+  // The last answer of bytes_up_to, kept up to date as slots change: a replay asks about the slot after the last
+  // one it asked about most of the time (a block's tiles come back in the order they left, the two shares of a
+  // tile one after the other), and that answer is the kept one plus one slot's bytes.
+  static constexpr std::int32_t kFollow = 8;  // up to this many slots after the kept one are summed one by one
+  mutable std::int32_t known_slot_ = -1;
+  mutable std::int64_t known_bytes_ = 0;  // the bytes of slots 0 .. known_slot_ (none: 0)
   std::vector<std::int32_t> slot_tile_;      // tile index per slot, -1: free
   std::int32_t next_slot_ = 0, oldest_slot_ = 0, flushed_ = 0;
   std::int64_t total_ = 0;                   // bytes of the tiles held
