@@ -412,7 +412,7 @@ TEST_CASE("one walk replayed through several L2s gives each GPU's own replay, by
   for (const char* v : {"cuda-naive", "cuda-fa1", "cuda-fa2"}) {
     for (const CausalAlign causal : {CausalAlign::None, CausalAlign::TopLeft}) {
       CAPTURE(v);
-      const Problem p = problem(4096, 64, causal);  // cuda-fa1's Q and O (34 MB) pass a partition's 25 MB
+      const Problem p = problem(2048, 128, causal);  // cuda-fa1's Q and O (34 MB) pass a partition's 25 MB
       const GpuForwardPass pass = gpu_forward_pass(v, p, gpus[0]);
       const std::vector<GpuTraffic> together = model_gpu_traffic(gpus, p.shape, pass.kernels);
       REQUIRE(together.size() == gpus.size());
