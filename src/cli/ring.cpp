@@ -32,8 +32,8 @@ extern char** environ;
 namespace flashlab::cli {
 namespace {
 
-constexpr const char* kRankVariable = "FLASHLAB_RING_RANK";
-constexpr const char* kIdVariable = "FLASHLAB_RING_ID";
+constexpr const char* kRankEnv = "FLASHLAB_RING_RANK";
+constexpr const char* kIdEnv = "FLASHLAB_RING_ID";
 
 // Starts the ranks and waits for them; returns the exit code the command ends with.
 int launch(const std::vector<std::string>& args, int ranks, const std::string& id, std::ostream& err) {
@@ -44,7 +44,7 @@ int launch(const std::vector<std::string>& args, int ranks, const std::string& i
   std::vector<std::string> inherited;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string var = *e;
-    if (var.rfind(std::string(kRankVariable) + "=", 0) == 0 || var.rfind(std::string(kIdVariable) + "=", 0) == 0 ||
+    if (var.rfind(std::string(kRankEnv) + "=", 0) == 0 || var.rfind(std::string(kIdEnv) + "=", 0) == 0 ||
         var.rfind("NCCL_NVLS_ENABLE=", 0) == 0)
       continue;
     inherited.push_back(var);
@@ -52,8 +52,8 @@ int launch(const std::vector<std::string>& args, int ranks, const std::string& i
   std::vector<std::vector<std::string>> envs(ranks, inherited);
   std::vector<std::vector<char*>> envps(ranks);
   for (int r = 0; r < ranks; ++r) {
-    envs[r].push_back(std::string(kRankVariable) + "=" + std::to_string(r));
-    envs[r].push_back(std::string(kIdVariable) + "=" + id);
+    envs[r].push_back(std::string(kRankEnv) + "=" + std::to_string(r));
+    envs[r].push_back(std::string(kIdEnv) + "=" + id);
     envs[r].push_back("NCCL_NVLS_ENABLE=0");
     for (std::string& s : envs[r]) envps[r].push_back(s.data());
     envps[r].push_back(nullptr);
@@ -216,7 +216,7 @@ int RingCommand::run(std::ostream& out, std::ostream& err) const {
   if (check && !timeline_path.empty())
     throw InputError("--timeline records timed runs, and --check times nothing: give one of them");
 
-  const char* rank_text = std::getenv(kRankVariable);
+  const char* rank_text = std::getenv(kRankEnv);
   const RingPlacement placement = rank_text ? RingPlacement{} : ring_placement(process_environment(), gpus);
   if (rank_text == nullptr && placement.launcher == RingLauncher::None) {  // the launcher
     q.problem.options.seed = seed_option->count() > 0 ? seed : fresh_seed();
@@ -234,9 +234,9 @@ int RingCommand::run(std::ostream& out, std::ostream& err) const {
   std::optional<RingRendezvous> cluster;
   if (rank_text != nullptr) {
     q.rank = std::atoi(rank_text);
-    const char* id = std::getenv(kIdVariable);
+    const char* id = std::getenv(kIdEnv);
     if (id == nullptr)
-      throw InputError(std::string(kRankVariable) + " is set but " + kIdVariable +
+      throw InputError(std::string(kRankEnv) + " is set but " + kIdEnv +
                        " is not: start the ring with `flashlab ring`");
     q.nccl_id = id;
     q.problem.options.seed = seed;

@@ -9,7 +9,7 @@
 // is promoted by making it the shipped schedule (ShippedSchedule, forward_config.cuh), which puts it under
 // those checks.
 //  --bench  : TFLOP/s per ladder step, bf16, B N = 16384 tokens, H d = 2048.
-//  --hpg 1,2,.. : with --bench, step 5 by heads per L2 group (Params::heads_per_group; 0 = the launcher's).
+//  --hpg 1,2,.. : with --bench, step 5 by heads per L2 group (launch_forward_variant's; 0 = the launcher's).
 //             --hpg-var V: candidate V (launch_forward_variant, candidates.cu) instead of the shipped one.
 //  --repeat R : with --bench, the step table R times (run-to-run spread).
 //  --variants : with --bench, also the candidate schedules (candidates.cu: 0, 1 and 3), steps 2-5.
@@ -47,17 +47,15 @@
 #include "cuda/fa3_ws/fp8_layout.cuh"
 #include "cuda/fa3_ws/hopper.cuh"
 #include "model/timeline.hpp"
+#include "candidates.hpp"
 
-namespace flashlab::cuda::fa3_ws {
-// The candidate schedules (candidates.cu). The timeline build, launch_forward_timeline, is declared in
+// The candidate schedules: candidates.hpp. The timeline build, launch_forward_timeline, is declared in
 // fa3_ws_params.hpp (src/cuda/fa3_ws/forward_timeline.cu).
-bool launch_forward_variant(DType dtype, const Params& p, cudaStream_t stream, LadderStep step, int candidate);
-}  // namespace flashlab::cuda::fa3_ws
 
 using namespace flashlab;
 using namespace flashlab::cuda::fa3_ws;
 
-constexpr int kVariants[] = {0, 1, 3};  // the candidate schedules --variants runs (besides the shipped one)
+constexpr int kCandidates[] = {0, 1, 3};  // the candidate schedules --variants runs (besides the shipped one)
 
 namespace {
 
@@ -669,14 +667,12 @@ void run_bench(const std::vector<int>& steps, const std::vector<int>& dims, cons
     for (int D : dims)
       for (bool causal : {false, true})
         for (int N : ns) {
-          Params p = buf.params(D, N, causal);
+          const Params p = buf.params(D, N, causal);
           SAY("%4d %6d %6s", D, N, causal ? "yes" : "no");
           for (int g : heads_per_group) {
-            p.heads_per_group = g;
             SAY("  %6.0f", tflops(p, median_ms([&] {
-                  if (hpg_var >= 0) return launch_forward_variant(DType::BF16, p, nullptr, LadderStep::Persistent, hpg_var);
-                  launch_forward(DType::BF16, p, nullptr, LadderStep::Persistent);
-                  return true;
+                  return launch_forward_variant(DType::BF16, p, nullptr, LadderStep::Persistent,
+                                                hpg_var >= 0 ? hpg_var : kShipped, g);
                 })));
           }
           SAY("\n");
@@ -686,7 +682,7 @@ void run_bench(const std::vector<int>& steps, const std::vector<int>& dims, cons
   SAY("variants, TFLOP/s: ship = launch_forward (order m-fast + K ahead + 3 stages at d=128), v0 = previous pass,\n"
       "v1 = + m-fast tile order, v3 = + K ahead of V (built at d = 128 only; elsewhere ship = v3)\n");
   SAY("%4s %6s %6s %4s %6s", "d", "N", "causal", "step", "ship");
-  for (int v : kVariants) SAY("  %5s", ("v" + std::to_string(v)).c_str());
+  for (int v : kCandidates) SAY("  %5s", ("v" + std::to_string(v)).c_str());
   SAY("\n");
   for (int D : dims)
     for (bool causal : {false, true})
@@ -705,7 +701,7 @@ void run_bench(const std::vector<int>& steps, const std::vector<int>& dims, cons
           std::vector<std::uint16_t> o_ship(n_o), o_var(n_o);
           cuda_ok(cudaMemcpy(o_ship.data(), p.o, n_o * 2, cudaMemcpyDeviceToHost), "copy O");
           std::string diffs;
-          for (int v : kVariants) {
+          for (int v : kCandidates) {
             const double ms = median_ms([&] { return launch_forward_variant(DType::BF16, p, nullptr, static_cast<LadderStep>(step), v); });
             if (ms < 0) { SAY("  %5s", "-"); continue; }
             SAY("  %5.0f", tflops(p, ms));

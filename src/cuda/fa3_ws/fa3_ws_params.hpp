@@ -36,8 +36,8 @@ struct Params {
   // The persistent grid (step 5) hands out tiles from a counter: two ints of device memory, zero before
   // the first launch (the kernel leaves them zero). Launches that may run at the same time need their own.
   int* tile_counter = nullptr;
-  // Step 5's tile order: heads whose K/V share the L2. 0: the launcher picks (half the L2's worth of K/V);
-  // a positive value is taken as given (tools/fa3_harness sweeps it).
+  // Step 5's tile order: heads whose K/V share the L2 (half the L2's worth of K/V). The launcher sets it; a
+  // caller leaves it 0.
   int heads_per_group = 0;
   // Timeline (read only by the kernels built with the timeline hook): records and an atomic record counter.
   ::flashlab::TimelineRecord* timeline = nullptr;

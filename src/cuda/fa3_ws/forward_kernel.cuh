@@ -177,8 +177,10 @@ void dispatch_step(LadderStep step, F&& f) {
 }
 
 
+// `heads_per_group`: step 5's tile order, 0 for the launcher's choice (what ships: forward.cu passes none);
+// tools/fa3_harness's candidates pass others to race them.
 template <class T, int D, int kStep, bool kDropout, bool kTimeline, class Sched>
-void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
+void launch_config(DType dtype, const Params& p, cudaStream_t stream, int heads_per_group_given = 0) {
   using Cfg = KernelConfig<T, D, kStep, Sched>;
   TmaMaps maps;
   maps.q = make_bshd_tensor_map(p.q, dtype, p.batch, p.seq_q, p.heads_q, D, Cfg::kBr);
@@ -191,6 +193,7 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
   const long long total = static_cast<long long>((p.seq_q + Cfg::kBr - 1) / Cfg::kBr) * p.batch * p.heads_q;
   expect(total <= kMaxQueryTiles, "at most " + std::to_string(kMaxQueryTiles) + " tiles");
   int grid = static_cast<int>(total);
+  expect(p.heads_per_group == 0, "Params::heads_per_group is the launcher's to set");
   Params params = p;
   if constexpr (Cfg::kPersistent) {
     expect(p.tile_counter != nullptr, "step 5 needs Params::tile_counter (two zeroed ints on the device)");
@@ -204,11 +207,12 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
     // over 4096 keys or more, four times as many: measured on the H100 (fa3_harness --hpg,
     // bench/results/h100-fa3-ws-notes.md), larger groups ran 7-23% faster there at d = 128 and 256, but
     // 15-20% slower below 4096 keys, and even or slower without a mask. Why is not pinned down yet (no
-    // counters taken on it). A positive Params::heads_per_group is taken as given (tools/fa3_harness sweeps it).
+    // counters taken on it).
     const Shape shape{.batch = p.batch, .heads_q = p.heads_q, .heads_kv = p.heads_kv, .seq_q = p.seq_q,
                       .seq_k = p.seq_k, .head_dim = D};
-    if (p.heads_per_group <= 0)
-      params.heads_per_group = heads_per_group(l2_bytes, shape, ElementTraits<T>::kBytes, p.align != CausalAlign::None);
+    params.heads_per_group = heads_per_group_given > 0 ? heads_per_group_given
+                                                       : heads_per_group(l2_bytes, shape, ElementTraits<T>::kBytes,
+                                                                         p.align != CausalAlign::None);
   }
   kernel<<<grid, Cfg::kThreads, kSmem, stream>>>(params, maps, static_cast<int>(total));
   check_cuda(cudaGetLastError(), "the kernel launch");
