@@ -131,4 +131,10 @@ void launch_backward(DType dtype, const Params&, cudaStream_t stream);
 // launch_forward_timeline's do (the dQ writer warp is not recorded). Without dropout; otherwise as launch_backward.
 void launch_backward_timeline(DType dtype, const Params&, cudaStream_t stream);
 
+// The FP8 forward's V^T (fa3_ws/fp8_transpose_v.cu): e4m3 V (B, S_k, H_kv, d) into V^T (B, H_kv, d, fp8_vt_keys(S_k)),
+// column k of each row holding key fp8_v_key(k) (fa3_ws/fp8_layout.cuh), zero where that key is past S_k. The head
+// dim is a multiple of 64 and both pointers are 16-byte aligned (asserted). Checks the launch, does not synchronize.
+int fp8_vt_keys(int seq_k);  // S_k rounded up to 32
+void transpose_v_e4m3(const void* v, void* vt, int batch, int seq_k, int heads_kv, int head_dim, cudaStream_t stream);
+
 }  // namespace flashlab::cuda::fa3_ws
