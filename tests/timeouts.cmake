@@ -14,7 +14,7 @@ set(FLASHLAB_MEASURED_SECONDS
   ring_measured_tests                          1        1
   traffic_tests                                1        1
   traffic_gpu_level_tests                      29       5    # sanitized: 4.2 s beside another test, with the one-walk case of 0021877
-  gpu_counters_tests                           82       33   # sanitized: 32.5 s in the fresh-clone run of 0021877
+  gpu_counters_tests                           37       33   # 36.3 s and 29.5 s (sanitized) in the fresh-clone run of dadf898
   timeline_tests                               1        1
   ring_timeline_tests                          1        1
   cli_tests                                    15       14   # 2-4 s idle; up to 15.0 s (release) and 13.3 s (sanitized) in CI runs of 8caeb4a and ab2436d
