@@ -35,7 +35,8 @@ wait $pid_var || { cat "$OUT/ptxas_variants.txt"; exit 1; }
 wait $pid_tl || { cat "$OUT/ptxas_timeline.txt"; exit 1; }
 # The harness times what ships: it links the shipped object. (A launch that deadlocks is named by the harness's
 # host-side deadline: fa3_harness.cu, wait_for.)
-"$NVCC" "${FLAGS[@]}" "$OUT/fa3_harness.o" "$OUT/fa3_ws_forward.o" "$OUT/fa3_ws_variants.o" "$OUT/fa3_ws_timeline.o" "${HOST[@]}" -o "$OUT/fa3_harness"
+"$NVCC" "${FLAGS[@]}" -c src/cuda/fa3_ws/fp8_transpose_v.cu -o "$OUT/fa3_ws_fp8_transpose_v.o"
+"$NVCC" "${FLAGS[@]}" "$OUT/fa3_harness.o" "$OUT/fa3_ws_forward.o" "$OUT/fa3_ws_fp8_transpose_v.o" "$OUT/fa3_ws_variants.o" "$OUT/fa3_ws_timeline.o" "${HOST[@]}" -o "$OUT/fa3_harness"
 
 status=0
 # Compiler warnings (ptxas's C7513 "wgmma serialized" note is reported, not fatal).

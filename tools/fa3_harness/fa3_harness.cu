@@ -3,7 +3,8 @@
 //             through swizzle128_offset; (ii) one wgmma S = Q K^T (SS); (iii) one wgmma O = P V (RS,
 //             V transposed); (iv), (v) the same two GEMMs in float8 e4m3 (k32, both operands K-major, P's
 //             fragment as an FP8 forward packs it); (vi) P packed from an S accumulator with V^T's keys permuted
-//             to match (fp8_layout.cuh). Each prints PASS/FAIL and the first mismatch.
+//             to match (fp8_layout.cuh); (vii) the same with V^T written by the pre-pass and loaded by TMA. Each
+//             prints PASS/FAIL and the first mismatch.
 // Correctness of the shipped kernel is the project's business, with its one reference and tolerance rule:
 // gpu_fa3_ws_tests and `flashlab check --variants cuda-fa3-ws-step1,...,cuda-fa3-ws`. A candidate below
 // is promoted by making it the shipped schedule (ShippedSchedule, forward_config.cuh), which puts it under
@@ -335,6 +336,44 @@ __global__ void probe_pv_e4m3_permuted_kernel(const float* p_in, const std::uint
   store_acc<kProbeD>(o, o_out);
 }
 
+// (vii) The same O = P V, with V^T as the FP8 forward will get it: V (keys, d) through the pre-pass
+// (transpose_v_e4m3) and one TMA box of its V^T (make_vt_tensor_map) into swizzled shared memory.
+__global__ void probe_pv_e4m3_tma_kernel(const float* p_in, const __grid_constant__ CUtensorMap vtmap, float* o_out) {
+  using E = __nv_fp8_e4m3;
+  constexpr int kK = ElementTraits<E>::kWgmmaK;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* vs = smem_raw + ((kSwizzleAtomBytes - smem_u32(smem_raw) % kSwizzleAtomBytes) % kSwizzleAtomBytes);
+  __shared__ std::uint64_t bar;
+  if (threadIdx.x == 0) {
+    mbar_init(&bar, 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    mbar_arrive_expect_tx(&bar, kProbeD * kProbe8Keys);
+    tma_load_4d(vs, &vtmap, 0, 0, 0, 0, &bar);  // keys 0 .. 127, dims 0 .. d - 1 of (b, h) = (0, 0)
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  float acc[kProbe8Keys / 2];
+  for (int i = 0; i < kProbe8Keys / 8; ++i)
+    for (int q = 0; q < 4; ++q)
+      acc[4 * i + q] = p_in[(16 * warp + g + 8 * (q / 2)) * kProbe8Keys + 8 * i + 2 * t + q % 2];
+  std::uint32_t pf[kProbe8Keys / kK][4];
+  for (int ks = 0; ks < kProbe8Keys / kK; ++ks) pack_p_e4m3(acc, ks, 1.f, pf[ks]);
+  mbar_wait(&bar, 0);
+  float o[kProbeD / 2];
+  for (int i = 0; i < kProbeD / 2; ++i) o[i] = 0.f;
+  reg_fence(o);
+  reg_fence(pf);
+  wgmma_fence();
+  for (int ks = 0; ks < kProbe8Keys / kK; ++ks) wgmma_rs<E, kProbeD>(o, pf[ks], desc_k_major(smem_u32(vs), kProbeD, ks), 1);
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  reg_fence(o);
+  reg_fence(pf);
+  store_acc<kProbeD>(o, o_out);
+}
+
 template <class X>
 X* dev_alloc(std::size_t n) {
   X* p = nullptr;
@@ -536,6 +575,39 @@ int run_probes(std::uint64_t seed) {
     fails += !ok;
     cudaFree(dp);
     cudaFree(dv);
+    cudaFree(d_o);
+  }
+  {
+    // V with 100 keys (the pre-pass zero-fills V^T's keys 100 .. 127), P in [0, 1) over all 128.
+    constexpr int kKeys = 100;
+    std::uniform_real_distribution<float> ud(0.f, 1.f);
+    std::vector<float> pm(kProbeRows * kProbe8Keys);
+    for (auto& x : pm) x = round_to_e4m3(ud(rng));
+    auto v = e4m3_operand(kKeys * kProbeD);  // V: (keys, d), B = H = 1
+    const int vt_keys = fp8_vt_keys(kKeys);
+    auto* dp = dev_alloc<float>(pm.size());
+    auto* dv = dev_alloc<std::uint8_t>(v.size());
+    auto* dvt = dev_alloc<std::uint8_t>(std::size_t(kProbeD) * vt_keys);
+    auto* d_o = dev_alloc<float>(kProbeRows * kProbeD);
+    cuda_ok(cudaMemcpy(dp, pm.data(), pm.size() * 4, cudaMemcpyHostToDevice), "memcpy");
+    cuda_ok(cudaMemcpy(dv, v.data(), v.size(), cudaMemcpyHostToDevice), "memcpy");
+    transpose_v_e4m3(dv, dvt, 1, kKeys, 1, kProbeD, nullptr);
+    const CUtensorMap vtm = make_vt_tensor_map(dvt, 1, 1, kProbeD, vt_keys, kProbeD);
+    cuda_ok(cudaFuncSetAttribute(probe_pv_e4m3_tma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "attr");
+    probe_pv_e4m3_tma_kernel<<<1, 128, kSmem>>>(dp, vtm, d_o);
+    finish("probe (vii) e4m3 V^T by the pre-pass and TMA");
+    std::vector<float> o(kProbeRows * kProbeD);
+    cuda_ok(cudaMemcpy(o.data(), d_o, o.size() * 4, cudaMemcpyDeviceToHost), "memcpy");
+    const bool ok = check_e4m3("probe (vii) e4m3 O = P V, V^T from the pre-pass by TMA", o, kProbeRows, kProbeD,
+                               [&](int r, int c, int key) {
+                                 if (key >= kKeys) return 0.0;  // V^T is zero there
+                                 return double(pm[r * kProbe8Keys + key]) * e4m3_bits_to_float(v[key * kProbeD + c]);
+                               }, kProbe8Keys);
+    if (ok) SAY("probe (vii) e4m3 O = P V (100 keys; V^T from transpose_v_e4m3, one TMA box of make_vt_tensor_map): PASS\n");
+    fails += !ok;
+    cudaFree(dp);
+    cudaFree(dv);
+    cudaFree(dvt);
     cudaFree(d_o);
   }
   return fails;
