@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
@@ -29,11 +30,19 @@ void require_cuda(cudaError_t e) { REQUIRE_MESSAGE(e == cudaSuccess, cudaGetErro
 }  // namespace
 
 TEST_CASE("the FP8 V^T: every byte where fp8_v_key puts it, zero past the keys, any length") {
-  int dev = 0, major = 0;
+  int dev = 0, major = 0, minor = 0;
   require_cuda(cudaGetDevice(&dev));
   require_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  if (major != 9) {
-    MESSAGE("not a compute capability 9.x GPU: the sm_90a pre-pass does not run here");
+  require_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  if (major != 9 || minor != 0) {
+    // The pre-pass is built for sm_90a alone: elsewhere its launch must fail loudly, not leave V^T unwritten.
+    MESSAGE("not a compute capability 9.0 GPU: the sm_90a pre-pass must refuse to launch here");
+    void *dv = nullptr, *dvt = nullptr;
+    require_cuda(cudaMalloc(&dv, 64));
+    require_cuda(cudaMalloc(&dvt, 64 * 32));
+    CHECK_THROWS_AS(cuda::fa3_ws::transpose_v_e4m3(dv, dvt, 1, 1, 1, 64, nullptr), std::runtime_error);
+    require_cuda(cudaFree(dv));
+    require_cuda(cudaFree(dvt));
     return;
   }
   std::mt19937 rng(std::random_device{}());

@@ -305,17 +305,12 @@ __global__ void probe_rs_e4m3_kernel(const std::uint8_t* p_in, const std::uint8_
   store_acc<kProbeD>(o, o_out);
 }
 
-// (vi) O = P V as the FP8 forward will issue it: P taken from an S accumulator's registers (p_in row-major, read into
-// the accumulator layout), packed without moving values between threads (pack_p_e4m3), against V^T whose keys are
-// stored in the matching order (fp8_v_key). fp8_layout.cuh explains the order.
-__global__ void probe_pv_e4m3_permuted_kernel(const float* p_in, const std::uint8_t* vt_permuted, float* o_out) {
+// O (64 x d) = P V as the FP8 forward will issue it, for probes (vi) and (vii): P (64 x 128 keys, p_in row-major)
+// read into the registers an S accumulator holds it in, packed without moving values between threads
+// (pack_p_e4m3), against V^T at `vs`, whose keys are stored in the matching order (fp8_v_key; fp8_layout.cuh).
+__device__ void pv_from_accumulator_e4m3(const float* p_in, const unsigned char* vs, float* o_out) {
   using E = __nv_fp8_e4m3;
   constexpr int kK = ElementTraits<E>::kWgmmaK;
-  extern __shared__ unsigned char smem_raw[];
-  unsigned char* vs = smem_raw + ((kSwizzleAtomBytes - smem_u32(smem_raw) % kSwizzleAtomBytes) % kSwizzleAtomBytes);
-  stage_e4m3(vs, vt_permuted, kProbeD);
-  fence_proxy_async_smem();
-  __syncthreads();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   float acc[kProbe8Keys / 2];  // as S's accumulator holds P: n-tile i, rows g and g + 8, columns 8i + 2t, + 1
   for (int i = 0; i < kProbe8Keys / 8; ++i)
@@ -336,11 +331,19 @@ __global__ void probe_pv_e4m3_permuted_kernel(const float* p_in, const std::uint
   store_acc<kProbeD>(o, o_out);
 }
 
-// (vii) The same O = P V, with V^T as the FP8 forward will get it: V (keys, d) through the pre-pass
-// (transpose_v_e4m3) and one TMA box of its V^T (make_vt_tensor_map) into swizzled shared memory.
+// (vi) V^T, keys already in fp8_v_key's order, written into shared memory by the threads.
+__global__ void probe_pv_e4m3_permuted_kernel(const float* p_in, const std::uint8_t* vt_permuted, float* o_out) {
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* vs = smem_raw + ((kSwizzleAtomBytes - smem_u32(smem_raw) % kSwizzleAtomBytes) % kSwizzleAtomBytes);
+  stage_e4m3(vs, vt_permuted, kProbeD);
+  fence_proxy_async_smem();
+  __syncthreads();
+  pv_from_accumulator_e4m3(p_in, vs, o_out);
+}
+
+// (vii) V^T as the FP8 forward will get it: V (keys, d) through the pre-pass (transpose_v_e4m3), then one TMA box
+// of its V^T (make_vt_tensor_map) into swizzled shared memory.
 __global__ void probe_pv_e4m3_tma_kernel(const float* p_in, const __grid_constant__ CUtensorMap vtmap, float* o_out) {
-  using E = __nv_fp8_e4m3;
-  constexpr int kK = ElementTraits<E>::kWgmmaK;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* vs = smem_raw + ((kSwizzleAtomBytes - smem_u32(smem_raw) % kSwizzleAtomBytes) % kSwizzleAtomBytes);
   __shared__ std::uint64_t bar;
@@ -353,25 +356,8 @@ __global__ void probe_pv_e4m3_tma_kernel(const float* p_in, const __grid_constan
     mbar_arrive_expect_tx(&bar, kProbeD * kProbe8Keys);
     tma_load_4d(vs, &vtmap, 0, 0, 0, 0, &bar);  // keys 0 .. 127, dims 0 .. d - 1 of (b, h) = (0, 0)
   }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  float acc[kProbe8Keys / 2];
-  for (int i = 0; i < kProbe8Keys / 8; ++i)
-    for (int q = 0; q < 4; ++q)
-      acc[4 * i + q] = p_in[(16 * warp + g + 8 * (q / 2)) * kProbe8Keys + 8 * i + 2 * t + q % 2];
-  std::uint32_t pf[kProbe8Keys / kK][4];
-  for (int ks = 0; ks < kProbe8Keys / kK; ++ks) pack_p_e4m3(acc, ks, 1.f, pf[ks]);
   mbar_wait(&bar, 0);
-  float o[kProbeD / 2];
-  for (int i = 0; i < kProbeD / 2; ++i) o[i] = 0.f;
-  reg_fence(o);
-  reg_fence(pf);
-  wgmma_fence();
-  for (int ks = 0; ks < kProbe8Keys / kK; ++ks) wgmma_rs<E, kProbeD>(o, pf[ks], desc_k_major(smem_u32(vs), kProbeD, ks), 1);
-  wgmma_commit_group();
-  wgmma_wait_group<0>();
-  reg_fence(o);
-  reg_fence(pf);
-  store_acc<kProbeD>(o, o_out);
+  pv_from_accumulator_e4m3(p_in, vs, o_out);
 }
 
 template <class X>
@@ -386,6 +372,31 @@ std::vector<std::uint16_t> random_bits(std::size_t n, DType dt, std::mt19937_64&
   std::vector<std::uint16_t> v(n);
   for (auto& x : v) x = to_bits(nd(rng), dt);
   return v;
+}
+
+// A device copy of a host vector, for a kernel argument; a tensor map goes by value as it is.
+template <class X>
+const X* to_device(const std::vector<X>& v, std::vector<void*>& owned) {
+  X* d = dev_alloc<X>(v.size());
+  cuda_ok(cudaMemcpy(d, v.data(), v.size() * sizeof(X), cudaMemcpyHostToDevice), "memcpy");
+  owned.push_back(d);
+  return d;
+}
+inline const CUtensorMap& to_device(const CUtensorMap& map, std::vector<void*>&) { return map; }
+
+// kernel<<<1, 128, smem>>>(inputs..., out) with the inputs on the device, and its `outputs` floats back.
+template <class Kernel, class... In>
+std::vector<float> on_device(const char* what, Kernel kernel, int outputs, int smem, const In&... inputs) {
+  cuda_ok(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "attr");
+  std::vector<void*> owned;
+  float* out = dev_alloc<float>(outputs);
+  kernel<<<1, 128, smem>>>(to_device(inputs, owned)..., out);
+  finish(what);
+  std::vector<float> got(outputs);
+  cuda_ok(cudaMemcpy(got.data(), out, got.size() * 4, cudaMemcpyDeviceToHost), "memcpy");
+  cudaFree(out);
+  for (void* p : owned) cudaFree(p);
+  return got;
 }
 
 int run_probes(std::uint64_t seed) {
@@ -483,8 +494,8 @@ int run_probes(std::uint64_t seed) {
     cudaFree(dv);
     cudaFree(d_o);
   }
-  // (iv), (v): e4m3. The FP8 tensor cores keep fewer bits than fp32 while they accumulate (about 14), so a sum is held
-  // to 2^-7 of the sum of its terms' magnitudes; an operand laid out wrong moves it by whole terms.
+  // (iv)-(vii): e4m3. The FP8 tensor cores keep fewer bits than fp32 while they accumulate (about 14), so a sum is
+  // held to 2^-7 of the sum of its terms' magnitudes; an operand laid out wrong moves it by whole terms.
   auto e4m3_operand = [&](int n) {
     std::normal_distribution<float> nd(0.f, 1.f);
     std::vector<std::uint8_t> v(n);
@@ -506,109 +517,68 @@ int run_probes(std::uint64_t seed) {
       }
     return true;
   };
-  {
-    auto q = e4m3_operand(kProbeRows * kProbe8D), k = e4m3_operand(kProbeBc * kProbe8D);
-    auto* dq = dev_alloc<std::uint8_t>(q.size());
-    auto* dk = dev_alloc<std::uint8_t>(k.size());
-    auto* ds = dev_alloc<float>(kProbeRows * kProbeBc);
-    cuda_ok(cudaMemcpy(dq, q.data(), q.size(), cudaMemcpyHostToDevice), "memcpy");
-    cuda_ok(cudaMemcpy(dk, k.data(), k.size(), cudaMemcpyHostToDevice), "memcpy");
-    cuda_ok(cudaFuncSetAttribute(probe_ss_e4m3_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "attr");
-    probe_ss_e4m3_kernel<<<1, 128, kSmem>>>(dq, dk, ds);
-    finish("probe (iv) wgmma SS e4m3");
-    std::vector<float> s(kProbeRows * kProbeBc);
-    cuda_ok(cudaMemcpy(s.data(), ds, s.size() * 4, cudaMemcpyDeviceToHost), "memcpy");
-    const bool ok = check_e4m3("probe (iv) wgmma SS e4m3 S = Q K^T", s, kProbeRows, kProbeBc, [&](int r, int c, int x) {
-      return double(e4m3_bits_to_float(q[r * kProbe8D + x])) * e4m3_bits_to_float(k[c * kProbe8D + x]);
-    }, kProbe8D);
-    if (ok) SAY("probe (iv) wgmma SS e4m3 S = Q K^T (64 x 128, d=128, k32): PASS\n");
+  auto report = [&](bool ok, const char* passed) {
+    if (ok) SAY("%s: PASS\n", passed);
     fails += !ok;
-    cudaFree(dq);
-    cudaFree(dk);
-    cudaFree(ds);
+  };
+  {
+    const auto q = e4m3_operand(kProbeRows * kProbe8D), k = e4m3_operand(kProbeBc * kProbe8D);
+    const auto s = on_device("probe (iv) wgmma SS e4m3", probe_ss_e4m3_kernel, kProbeRows * kProbeBc, kSmem, q, k);
+    report(check_e4m3("probe (iv) wgmma SS e4m3 S = Q K^T", s, kProbeRows, kProbeBc, [&](int r, int c, int x) {
+             return double(e4m3_bits_to_float(q[r * kProbe8D + x])) * e4m3_bits_to_float(k[c * kProbe8D + x]);
+           }, kProbe8D),
+           "probe (iv) wgmma SS e4m3 S = Q K^T (64 x 128, d=128, k32)");
   }
   {
-    auto pm = e4m3_operand(kProbeRows * kProbe8Keys), vt = e4m3_operand(kProbeD * kProbe8Keys);  // V^T: (d, keys)
-    auto* dp = dev_alloc<std::uint8_t>(pm.size());
-    auto* dv = dev_alloc<std::uint8_t>(vt.size());
-    auto* d_o = dev_alloc<float>(kProbeRows * kProbeD);
-    cuda_ok(cudaMemcpy(dp, pm.data(), pm.size(), cudaMemcpyHostToDevice), "memcpy");
-    cuda_ok(cudaMemcpy(dv, vt.data(), vt.size(), cudaMemcpyHostToDevice), "memcpy");
-    cuda_ok(cudaFuncSetAttribute(probe_rs_e4m3_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "attr");
-    probe_rs_e4m3_kernel<<<1, 128, kSmem>>>(dp, dv, d_o);
-    finish("probe (v) wgmma RS e4m3");
-    std::vector<float> o(kProbeRows * kProbeD);
-    cuda_ok(cudaMemcpy(o.data(), d_o, o.size() * 4, cudaMemcpyDeviceToHost), "memcpy");
-    const bool ok = check_e4m3("probe (v) wgmma RS e4m3 O = P V (V^T K-major)", o, kProbeRows, kProbeD, [&](int r, int c, int x) {
-      return double(e4m3_bits_to_float(pm[r * kProbe8Keys + x])) * e4m3_bits_to_float(vt[c * kProbe8Keys + x]);
-    }, kProbe8Keys);
-    if (ok) SAY("probe (v) wgmma RS e4m3 O = P V (64 x 128, 128 keys, P in registers, V^T K-major, k32): PASS\n");
-    fails += !ok;
-    cudaFree(dp);
-    cudaFree(dv);
-    cudaFree(d_o);
+    const auto pm = e4m3_operand(kProbeRows * kProbe8Keys), vt = e4m3_operand(kProbeD * kProbe8Keys);  // V^T: (d, keys)
+    const auto o = on_device("probe (v) wgmma RS e4m3", probe_rs_e4m3_kernel, kProbeRows * kProbeD, kSmem, pm, vt);
+    report(check_e4m3("probe (v) wgmma RS e4m3 O = P V (V^T K-major)", o, kProbeRows, kProbeD, [&](int r, int c, int x) {
+             return double(e4m3_bits_to_float(pm[r * kProbe8Keys + x])) * e4m3_bits_to_float(vt[c * kProbe8Keys + x]);
+           }, kProbe8Keys),
+           "probe (v) wgmma RS e4m3 O = P V (64 x 128, 128 keys, P in registers, V^T K-major, k32)");
   }
-  {
-    // P in [0, 1) as e4m3 values (the packing then rounds nothing), V standard normal in e4m3.
+  // (vi), (vii): P in [0, 1) as e4m3 values (the packing then rounds nothing), V standard normal in e4m3, (keys, d).
+  auto probability_block = [&] {
     std::uniform_real_distribution<float> ud(0.f, 1.f);
     std::vector<float> pm(kProbeRows * kProbe8Keys);
     for (auto& x : pm) x = round_to_e4m3(ud(rng));
-    auto v = e4m3_operand(kProbe8Keys * kProbeD);  // V: (keys, d)
+    return pm;
+  };
+  auto p_times_v = [](const std::vector<float>& pm, const std::vector<std::uint8_t>& v, int keys) {
+    return [&pm, &v, keys](int r, int c, int key) {
+      if (key >= keys) return 0.0;  // V^T is zero there
+      return double(pm[r * kProbe8Keys + key]) * e4m3_bits_to_float(v[key * kProbeD + c]);
+    };
+  };
+  {
+    const auto pm = probability_block();
+    const auto v = e4m3_operand(kProbe8Keys * kProbeD);
     std::vector<std::uint8_t> vt(kProbeD * kProbe8Keys);  // V^T: (d, keys), keys in fp8_v_key's order
     for (int c = 0; c < kProbeD; ++c)
       for (int k = 0; k < kProbe8Keys; ++k) vt[c * kProbe8Keys + k] = v[fp8_v_key(k) * kProbeD + c];
-    auto* dp = dev_alloc<float>(pm.size());
-    auto* dv = dev_alloc<std::uint8_t>(vt.size());
-    auto* d_o = dev_alloc<float>(kProbeRows * kProbeD);
-    cuda_ok(cudaMemcpy(dp, pm.data(), pm.size() * 4, cudaMemcpyHostToDevice), "memcpy");
-    cuda_ok(cudaMemcpy(dv, vt.data(), vt.size(), cudaMemcpyHostToDevice), "memcpy");
-    cuda_ok(cudaFuncSetAttribute(probe_pv_e4m3_permuted_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "attr");
-    probe_pv_e4m3_permuted_kernel<<<1, 128, kSmem>>>(dp, dv, d_o);
-    finish("probe (vi) e4m3 P from the accumulator");
-    std::vector<float> o(kProbeRows * kProbeD);
-    cuda_ok(cudaMemcpy(o.data(), d_o, o.size() * 4, cudaMemcpyDeviceToHost), "memcpy");
-    const bool ok = check_e4m3("probe (vi) e4m3 O = P V, P packed from S's accumulator, V^T keys permuted", o, kProbeRows,
-                               kProbeD, [&](int r, int c, int key) {
-                                 return double(pm[r * kProbe8Keys + key]) * e4m3_bits_to_float(v[key * kProbeD + c]);
-                               }, kProbe8Keys);
-    if (ok) SAY("probe (vi) e4m3 O = P V (P packed from S's accumulator in place, V^T's keys in fp8_v_key's order): PASS\n");
-    fails += !ok;
-    cudaFree(dp);
-    cudaFree(dv);
-    cudaFree(d_o);
+    const auto o = on_device("probe (vi) e4m3 P from the accumulator", probe_pv_e4m3_permuted_kernel,
+                             kProbeRows * kProbeD, kSmem, pm, vt);
+    report(check_e4m3("probe (vi) e4m3 O = P V, P packed from S's accumulator, V^T keys permuted", o, kProbeRows,
+                      kProbeD, p_times_v(pm, v, kProbe8Keys), kProbe8Keys),
+           "probe (vi) e4m3 O = P V (P packed from S's accumulator in place, V^T's keys in fp8_v_key's order)");
   }
   {
-    // V with 100 keys (the pre-pass zero-fills V^T's keys 100 .. 127), P in [0, 1) over all 128.
-    constexpr int kKeys = 100;
-    std::uniform_real_distribution<float> ud(0.f, 1.f);
-    std::vector<float> pm(kProbeRows * kProbe8Keys);
-    for (auto& x : pm) x = round_to_e4m3(ud(rng));
-    auto v = e4m3_operand(kKeys * kProbeD);  // V: (keys, d), B = H = 1
+    constexpr int kKeys = 100;  // the pre-pass zero-fills V^T's keys 100 .. 127
+    const auto pm = probability_block();
+    const auto v = e4m3_operand(kKeys * kProbeD);  // B = H = 1
     const int vt_keys = fp8_vt_keys(kKeys);
-    auto* dp = dev_alloc<float>(pm.size());
     auto* dv = dev_alloc<std::uint8_t>(v.size());
     auto* dvt = dev_alloc<std::uint8_t>(std::size_t(kProbeD) * vt_keys);
-    auto* d_o = dev_alloc<float>(kProbeRows * kProbeD);
-    cuda_ok(cudaMemcpy(dp, pm.data(), pm.size() * 4, cudaMemcpyHostToDevice), "memcpy");
     cuda_ok(cudaMemcpy(dv, v.data(), v.size(), cudaMemcpyHostToDevice), "memcpy");
     transpose_v_e4m3(dv, dvt, 1, kKeys, 1, kProbeD, nullptr);
     const CUtensorMap vtm = make_vt_tensor_map(dvt, 1, 1, kProbeD, vt_keys, kProbeD);
-    cuda_ok(cudaFuncSetAttribute(probe_pv_e4m3_tma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem), "attr");
-    probe_pv_e4m3_tma_kernel<<<1, 128, kSmem>>>(dp, vtm, d_o);
-    finish("probe (vii) e4m3 V^T by the pre-pass and TMA");
-    std::vector<float> o(kProbeRows * kProbeD);
-    cuda_ok(cudaMemcpy(o.data(), d_o, o.size() * 4, cudaMemcpyDeviceToHost), "memcpy");
-    const bool ok = check_e4m3("probe (vii) e4m3 O = P V, V^T from the pre-pass by TMA", o, kProbeRows, kProbeD,
-                               [&](int r, int c, int key) {
-                                 if (key >= kKeys) return 0.0;  // V^T is zero there
-                                 return double(pm[r * kProbe8Keys + key]) * e4m3_bits_to_float(v[key * kProbeD + c]);
-                               }, kProbe8Keys);
-    if (ok) SAY("probe (vii) e4m3 O = P V (100 keys; V^T from transpose_v_e4m3, one TMA box of make_vt_tensor_map): PASS\n");
-    fails += !ok;
-    cudaFree(dp);
+    const auto o = on_device("probe (vii) e4m3 V^T by the pre-pass and TMA", probe_pv_e4m3_tma_kernel,
+                             kProbeRows * kProbeD, kSmem, pm, vtm);
+    report(check_e4m3("probe (vii) e4m3 O = P V, V^T from the pre-pass by TMA", o, kProbeRows, kProbeD,
+                      p_times_v(pm, v, kKeys), kProbe8Keys),
+           "probe (vii) e4m3 O = P V (100 keys; V^T from transpose_v_e4m3, one TMA box of make_vt_tensor_map)");
     cudaFree(dv);
     cudaFree(dvt);
-    cudaFree(d_o);
   }
   return fails;
 }

@@ -1,9 +1,10 @@
 #pragma once
-// The element types of cuda-fa3-ws, both passes: fp16 (__half) and bf16 (__nv_bfloat16). Everything that depends on
-// the type is read from ElementTraits<T>: its width (and so the tiles' bytes and the columns of a 128-byte panel),
-// the depth of one wgmma (32 bytes of a row: wgmma_ops.cuh has each type's forms), the tensor-map data type and
-// the rounding pack. with_element turns a runtime DType into T. A new type is one more specialization here, its
-// forms in tools/fa3_harness/gen_wgmma.py, and the layouts its wgmma demands.
+// The element types of cuda-fa3-ws: fp16 (__half) and bf16 (__nv_bfloat16), both passes, and float8 e4m3 for the
+// FP8 forward's parts (below). Everything that depends on the type is read from ElementTraits<T>: its width (and so
+// the tiles' bytes and the columns of a 128-byte panel), the depth of one wgmma (32 bytes of a row: wgmma_ops.cuh
+// has each type's forms), the tensor-map data type and the rounding pack. with_element turns a runtime DType into
+// T. A new type is one more specialization here, its forms in tools/fa3_harness/gen_wgmma.py, and the layouts its
+// wgmma demands.
 #include <cuda.h>  // CUtensorMapDataType
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
