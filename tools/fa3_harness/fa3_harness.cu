@@ -157,6 +157,22 @@ __device__ void store_acc(const float (&d)[N / 2], float* outp) {
   }
 }
 
+// S (64 x Bc) = Q K^T by the SS form for element type T: Q (64 rows) at qs and K (Bc rows) at ks, both K-major and
+// swizzled, `depth` elements deep; S stored row-major into s_out.
+template <class T>
+__device__ void ss_out(const unsigned char* qs, const unsigned char* ks, int depth, float* s_out) {
+  float s[kProbeBc / 2];
+  for (int i = 0; i < kProbeBc / 2; ++i) s[i] = 0.f;
+  reg_fence(s);
+  wgmma_fence();
+  for (int kk = 0; kk < depth / ElementTraits<T>::kWgmmaK; ++kk)
+    wgmma_ss<T, kProbeBc>(s, desc_k_major(smem_u32(qs), kProbeRows, kk), desc_k_major(smem_u32(ks), kProbeBc, kk), kk > 0);
+  wgmma_commit_group();
+  wgmma_wait_group<0>();
+  reg_fence(s);
+  store_acc<kProbeBc>(s, s_out);
+}
+
 // (ii) S = Q K^T: Q (64, D) and K (Bc, D) by TMA, the same descriptors as the main kernel's issue_s.
 template <class T>
 __global__ void probe_ss_kernel(const __grid_constant__ CUtensorMap qmap, const __grid_constant__ CUtensorMap kmap, float* s_out) {
@@ -178,16 +194,7 @@ __global__ void probe_ss_kernel(const __grid_constant__ CUtensorMap qmap, const 
     }
   }
   mbar_wait(&bar, 0);
-  float s[kProbeBc / 2];
-  for (int i = 0; i < kProbeBc / 2; ++i) s[i] = 0.f;
-  reg_fence(s);
-  wgmma_fence();
-  for (int kk = 0; kk < kProbeD / ElementTraits<T>::kWgmmaK; ++kk)
-    wgmma_ss<T, kProbeBc>(s, desc_k_major(smem_u32(qs), kProbeRows, kk), desc_k_major(smem_u32(ks), kProbeBc, kk), kk > 0);
-  wgmma_commit_group();
-  wgmma_wait_group<0>();
-  reg_fence(s);
-  store_acc<kProbeBc>(s, s_out);
+  ss_out<T>(qs, ks, kProbeD, s_out);
 }
 
 // (iii) O = P V: P (64, keys) read from global into the A-fragment layout, V (keys, D) by TMA as the
@@ -255,16 +262,25 @@ __global__ void probe_ss_e4m3_kernel(const std::uint8_t* q, const std::uint8_t* 
   stage_e4m3(ks, k, kProbeBc);
   fence_proxy_async_smem();
   __syncthreads();
-  float s[kProbeBc / 2];
-  for (int i = 0; i < kProbeBc / 2; ++i) s[i] = 0.f;
-  reg_fence(s);
+  ss_out<E>(qs, ks, kProbe8D, s_out);
+}
+
+// O (64 x d) = P V by the e4m3 RS form, one k32 step per set of A fragments pf, against V^T at `vs` (d rows of
+// 128 keys, K-major, swizzled), stored row-major into o_out.
+constexpr int kProbe8Steps = kProbe8Keys / ElementTraits<__nv_fp8_e4m3>::kWgmmaK;
+__device__ void rs_e4m3_out(std::uint32_t (&pf)[kProbe8Steps][4], const unsigned char* vs, float* o_out) {
+  float o[kProbeD / 2];
+  for (int i = 0; i < kProbeD / 2; ++i) o[i] = 0.f;
+  reg_fence(o);
+  reg_fence(pf);
   wgmma_fence();
-  for (int kk = 0; kk < kProbe8D / ElementTraits<E>::kWgmmaK; ++kk)
-    wgmma_ss<E, kProbeBc>(s, desc_k_major(smem_u32(qs), kProbeRows, kk), desc_k_major(smem_u32(ks), kProbeBc, kk), kk > 0);
+  for (int ks = 0; ks < kProbe8Steps; ++ks)
+    wgmma_rs<__nv_fp8_e4m3, kProbeD>(o, pf[ks], desc_k_major(smem_u32(vs), kProbeD, ks), 1);
   wgmma_commit_group();
   wgmma_wait_group<0>();
-  reg_fence(s);
-  store_acc<kProbeBc>(s, s_out);
+  reg_fence(o);
+  reg_fence(pf);
+  store_acc<kProbeD>(o, o_out);
 }
 
 // (v) O = P V with P (64, keys) in registers and V^T (d, keys) K-major in shared memory, e4m3: the RS form an
@@ -292,17 +308,7 @@ __global__ void probe_rs_e4m3_kernel(const std::uint8_t* p_in, const std::uint8_
     pf[ks][2] = word(r, c + 16);
     pf[ks][3] = word(r + 8, c + 16);
   }
-  float o[kProbeD / 2];
-  for (int i = 0; i < kProbeD / 2; ++i) o[i] = 0.f;
-  reg_fence(o);
-  reg_fence(pf);
-  wgmma_fence();
-  for (int ks = 0; ks < kProbe8Keys / kK; ++ks) wgmma_rs<E, kProbeD>(o, pf[ks], desc_k_major(smem_u32(vs), kProbeD, ks), 1);
-  wgmma_commit_group();
-  wgmma_wait_group<0>();
-  reg_fence(o);
-  reg_fence(pf);
-  store_acc<kProbeD>(o, o_out);
+  rs_e4m3_out(pf, vs, o_out);
 }
 
 // O (64 x d) = P V as the FP8 forward will issue it, for probes (vi) and (vii): P (64 x 128 keys, p_in row-major)
@@ -318,17 +324,7 @@ __device__ void pv_from_accumulator_e4m3(const float* p_in, const unsigned char*
       acc[4 * i + q] = p_in[(16 * warp + g + 8 * (q / 2)) * kProbe8Keys + 8 * i + 2 * t + q % 2];
   std::uint32_t pf[kProbe8Keys / kK][4];
   for (int ks = 0; ks < kProbe8Keys / kK; ++ks) pack_p_e4m3(acc, ks, 1.f, pf[ks]);
-  float o[kProbeD / 2];
-  for (int i = 0; i < kProbeD / 2; ++i) o[i] = 0.f;
-  reg_fence(o);
-  reg_fence(pf);
-  wgmma_fence();
-  for (int ks = 0; ks < kProbe8Keys / kK; ++ks) wgmma_rs<E, kProbeD>(o, pf[ks], desc_k_major(smem_u32(vs), kProbeD, ks), 1);
-  wgmma_commit_group();
-  wgmma_wait_group<0>();
-  reg_fence(o);
-  reg_fence(pf);
-  store_acc<kProbeD>(o, o_out);
+  rs_e4m3_out(pf, vs, o_out);
 }
 
 // (vi) V^T, keys already in fp8_v_key's order, written into shared memory by the threads.
