@@ -27,7 +27,7 @@ bool launch_forward_variant(DType dtype, const Params& p, cudaStream_t stream, L
         if (p.dropout) return;
         auto go = [&]<class S>() {
           with_element(dtype, [&]<class T>() {
-            launch_config<T, D, kStep, false, false, S>(dtype, p, stream, heads_per_group);
+            launch_config<T, D, kStep, false, false, S>(p, stream, heads_per_group);
           });
           built = true;
         };

@@ -29,6 +29,7 @@ struct ElementTraits<__half> {
   static constexpr int kBytes = sizeof(__half);
   static constexpr int kWgmmaK = kWgmmaRowBytes / kBytes;  // 16
   static constexpr CUtensorMapDataType kTensorMapType = CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  using Output = __half;  // the type O is written in
   // Two fp32 values rounded to one packed pair (the low half is `lo`).
   __device__ static __forceinline__ std::uint32_t pack2(float lo, float hi) {
     const __half2 h = __floats2half2_rn(lo, hi);
@@ -42,6 +43,7 @@ struct ElementTraits<__nv_bfloat16> {
   static constexpr int kBytes = sizeof(__nv_bfloat16);
   static constexpr int kWgmmaK = kWgmmaRowBytes / kBytes;  // 16
   static constexpr CUtensorMapDataType kTensorMapType = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  using Output = __nv_bfloat16;
   __device__ static __forceinline__ std::uint32_t pack2(float lo, float hi) {
     const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<const std::uint32_t*>(&h);
@@ -50,17 +52,26 @@ struct ElementTraits<__nv_bfloat16> {
 
 // float8 e4m3: half the bytes, so twice the elements per panel row and a wgmma twice as deep (k32), with both
 // operands K-major. Its forms are in wgmma_ops.cuh, and tools/fa3_harness's probes check them and this layout on
-// the GPU. No DType names it yet, so with_element does not reach it: the forward's FP8 path adds that.
+// the GPU. O is written in bf16. Only the FP8 forward (forward_e4m3.cu) takes it; with_element, which the 16-bit
+// launchers dispatch through, does not reach it.
 template <>
 struct ElementTraits<__nv_fp8_e4m3> {
   static constexpr int kBytes = sizeof(__nv_fp8_e4m3);
   static constexpr int kWgmmaK = kWgmmaRowBytes / kBytes;  // 32
   static constexpr CUtensorMapDataType kTensorMapType = CU_TENSOR_MAP_DATA_TYPE_UINT8;
-  // Four fp32 values rounded (to nearest even, saturating at +-448) into one word, the first in the low byte.
+  using Output = __nv_bfloat16;
+  // Four fp32 values rounded (to nearest even, saturating at +-448) into one word, the first in the low byte: two
+  // cvt.e4m3x2 (each puts its second source in the low byte) and one move of the two halves into the word. (The
+  // toolkit's __nv_cvt_float2_to_fp8x2 with a shift and an OR cost the FP8 forward 8 bytes of spills at d = 256.)
   __device__ static __forceinline__ std::uint32_t pack4(float x0, float x1, float x2, float x3) {
-    const std::uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(x0, x1), __NV_SATFINITE, __NV_E4M3);
-    const std::uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(x2, x3), __NV_SATFINITE, __NV_E4M3);
-    return lo | (hi << 16);
+    std::uint32_t word;
+    asm("{\n.reg .b16 lo, hi;\n"
+        "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
+        "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+        "mov.b32 %0, {lo, hi};\n}\n"
+        : "=r"(word)
+        : "f"(x0), "f"(x1), "f"(x2), "f"(x3));
+    return word;
   }
 };
 

@@ -64,6 +64,16 @@ struct Params {
   // Add the dQ partials of the K/V blocks in a fixed order (block 0 first), so that two runs give
   // bit-identical dQ; otherwise in whatever order they arrive.
   bool deterministic = false;
+
+  // ---- the FP8 forward only (launch_forward_e4m3): q, k, v hold e4m3 bytes, o bf16 ----
+  // Descale factors, one float per (batch, head), row-major: the real value of an input element is its e4m3 value
+  // times its head's descale (cpu_reference/fp8.hpp, quantize_e4m3_per_head).
+  const float* q_descale = nullptr;  // (B, H_q)
+  const float* k_descale = nullptr;  // (B, H_kv)
+  const float* v_descale = nullptr;  // (B, H_kv)
+  // Scratch of fp8_vt_bytes(...) bytes, 16-byte aligned: the launcher writes V^T there (transpose_v_e4m3) before
+  // the forward reads it.
+  void* vt = nullptr;
 };
 
 // Element counts of the backward's scratch for a problem: lse_log2 and D_i (row_stats each), dq_accum,
@@ -100,6 +110,10 @@ inline constexpr int kLadderSteps = 5;
 // (64, 1, box_rows, 1) and 128B swizzle; throws std::runtime_error naming the failing driver call.
 CUtensorMap make_bshd_tensor_map(const void* base, DType dtype, int batch, int seq, int heads, int head_dim,
                                  int box_rows);
+// The same for any element type by its TMA data type and width (2 bytes, or 1 for e4m3): boxes one 128-byte panel
+// row wide (64 or 128 columns), so the head dim is a multiple of that.
+CUtensorMap make_bshd_tensor_map(const void* base, CUtensorMapDataType type, int element_bytes, int batch, int seq,
+                                 int heads, int head_dim, int box_rows);
 // Query rows per block (Br) at a ladder step.
 int block_rows(LadderStep step);
 
@@ -139,5 +153,16 @@ int fp8_vt_keys(int seq_k);  // S_k rounded up to 32
 // the K-major B operand of O += P V (desc_k_major with box_rows rows).
 CUtensorMap make_vt_tensor_map(const void* vt, int batch, int heads_kv, int head_dim, int vt_keys, int box_rows);
 void transpose_v_e4m3(const void* v, void* vt, int batch, int seq_k, int heads_kv, int head_dim, cudaStream_t stream);
+// Bytes of V^T for a problem: B H_kv d fp8_vt_keys(S_k).
+std::int64_t fp8_vt_bytes(int batch, int heads_kv, int head_dim, int seq_k);
+
+// The FP8 forward (fa3_ws/forward_e4m3.cu), the shipped step's kernel on e4m3 operands: q, k, v e4m3 in the layouts
+// above with their descales, O bf16 (B, S_q, H_q, d), LSE fp32 (natural log, of the real scores). S = Q K^T and
+// O = P V run on the FP8 tensor cores with fp32 accumulation; P is rounded to e4m3 as 448 P (P <= 1: the running
+// max is never allowed to lag). First the pre-pass writes V^T into p.vt, then the forward runs; both on `stream`.
+// Causal in either alignment, any lengths, seq_q != seq_k, GQA. Asserted (std::logic_error): a head dim of
+// kE4m3HeadDims, compute capability 9.0, no dropout, the descales and p.vt set. Checks the launches, does not
+// synchronize.
+void launch_forward_e4m3(const Params&, cudaStream_t stream);
 
 }  // namespace flashlab::cuda::fa3_ws

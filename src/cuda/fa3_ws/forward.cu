@@ -33,24 +33,32 @@ EncodeTiledFn encode_tiled() {
 
 }  // namespace
 
-// TMA needs a 16-byte aligned base and 16-byte multiple strides: a row of one head is d * 2 bytes (128,
-// 256 or 512 for d in {64, 128, 256}), so the S and B strides (H d 2, S H d 2) are multiples of 16 too.
 CUtensorMap make_bshd_tensor_map(const void* base, DType dtype, int batch, int seq, int heads, int head_dim,
                                  int box_rows) {
   expect(dtype == DType::F16 || dtype == DType::BF16, "a tensor map's dtype is f16 or bf16");
   CUtensorMap map{};
+  with_element(dtype, [&]<class T>() {
+    map = make_bshd_tensor_map(base, ElementTraits<T>::kTensorMapType, ElementTraits<T>::kBytes, batch, seq, heads,
+                               head_dim, box_rows);
+  });
+  return map;
+}
+
+// TMA needs a 16-byte aligned base and 16-byte multiple strides: a row of one head is d * bytes (64 to 512 for
+// d in {64, 128, 256}), so the S and B strides (H d bytes, S H d bytes) are multiples of 16 too.
+CUtensorMap make_bshd_tensor_map(const void* base, CUtensorMapDataType type, int element_bytes, int batch, int seq,
+                                 int heads, int head_dim, int box_rows) {
+  expect(element_bytes == 1 || element_bytes == 2, "a tensor map's elements are 1 or 2 bytes");
+  const int panel_cols = kPanelRowBytes / element_bytes;
+  expect(head_dim % panel_cols == 0, "the head dim is a whole number of 128-byte panels");
+  CUtensorMap map{};
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(heads),
                               static_cast<cuuint64_t>(seq), static_cast<cuuint64_t>(batch)};
-  int element_bytes = 0, panel_cols = 0;
-  with_element(dtype, [&]<class T>() {
-    element_bytes = ElementTraits<T>::kBytes;
-    panel_cols = kPanelCols<T>;
-  });
   const cuuint64_t row_bytes = static_cast<cuuint64_t>(head_dim) * element_bytes;
   const cuuint64_t strides[3] = {row_bytes, row_bytes * heads, row_bytes * heads * seq};  // bytes, dims 1..3
   const cuuint32_t box[4] = {static_cast<cuuint32_t>(panel_cols), 1, static_cast<cuuint32_t>(box_rows), 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  const CUresult r = encode_tiled()(&map, tensor_map_type(dtype), 4, const_cast<void*>(base), dims, strides, box, element_strides,
+  const CUresult r = encode_tiled()(&map, type, 4, const_cast<void*>(base), dims, strides, box, element_strides,
                                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
@@ -94,8 +102,8 @@ void launch_forward(DType dtype, const Params& p, cudaStream_t stream, LadderSte
       with_element(dtype, [&]<class T>() {
         // Dropout keeps the narrow blocks: its keep bits beside a wider S_ij spill (100-160 bytes at steps
         // 4 and 5, ptxas -v), and dropout is checked for correctness, not raced.
-        if (p.dropout) launch_config<T, D, kStep, true, false, ShippedSchedule<false>>(dtype, p, stream);
-        else with_shipped_schedule<D, kStep>(p, [&]<class S>() { launch_config<T, D, kStep, false, false, S>(dtype, p, stream); });
+        if (p.dropout) launch_config<T, D, kStep, true, false, ShippedSchedule<false>>(p, stream);
+        else with_shipped_schedule<D, kStep>(p, [&]<class S>() { launch_config<T, D, kStep, false, false, S>(p, stream); });
       });
     });
   });

@@ -2,6 +2,8 @@
 // cuda-fa3-ws forward, its configuration: what a kernel is built with (the ladder step's ideas, the head
 // dim's block shape and stages, the schedule) and the shared-memory layout that follows. Everything here is
 // a compile-time constant; the other parts (forward_kernel.cuh lists them) read it through KernelConfig.
+#include <type_traits>
+
 #include "cuda/fa3_ws/element.cuh"
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
 #include "cuda/fa3_ws/hopper.cuh"
@@ -58,7 +60,28 @@ struct HeadConfig {
   static constexpr int kORows = !kPersistent ? 0 : D <= 128 ? 2 * kRowsPerConsumer : kRowsPerConsumer;
   static constexpr bool kOBufferShared = kORows == kRowsPerConsumer;
   static constexpr int kStages = D == 64 || (D == 128 && kBc == 128 && Sched::kThreeStages && kORows == 0) ? 3 : 2;
+  static constexpr bool kOverlapFits = true;  // step 4's intra-warpgroup overlap fits the registers
 };
+
+// The FP8 forward (e4m3 Q, K, V; the persistent step only). K_j is (Bc, d) and V_j is stored as V^T (d, Bc), both
+// K-major in 128-byte panel rows (128 keys of V^T per panel), so Bc is a whole number of panels: 128. An e4m3 tile
+// is half a bf16 one, and O_i (bf16) has a buffer of its own: at d = 128 Q 16 + 3 x (16 + 16) + O 32 = 144 KiB; at
+// d = 256 (O_i 128 fp32 registers per thread, as in bf16) Q 32 + 2 x (32 + 32) + one consumer's O 32 = 192 KiB.
+// At d = 256 the intra-warpgroup overlap does not fit the registers: O_i (128), S_ij (64, twice bf16's with its
+// Bc = 64) and P_ij (16) live at once spilled 8 bytes (ptxas -v); without it the consumers' ping-pong still hides
+// each one's softmax behind the other's GEMMs, which at d = 256 are the longest of any head dim.
+template <int D>
+struct E4m3HeadConfig {
+  static constexpr int kBc = 128;
+  static constexpr int kORows = D <= 128 ? 2 * kRowsPerConsumer : kRowsPerConsumer;
+  static constexpr bool kOBufferShared = kORows == kRowsPerConsumer;
+  static constexpr int kStages = D <= 128 ? 3 : 2;
+  static constexpr bool kOverlapFits = D <= 128;
+};
+// The head configuration of element type T: HeadConfig for 16-bit types, E4m3HeadConfig for e4m3.
+template <class T, int D, class Sched, bool kPersistent>
+using HeadConfigOf =
+    std::conditional_t<ElementTraits<T>::kBytes == 1, E4m3HeadConfig<D>, HeadConfig<D, Sched, kPersistent>>;
 
 // Per ladder step: which scheduling ideas are on, and the block shape that follows.
 template <int kStep>
@@ -72,12 +95,13 @@ struct StepConfig {
   static constexpr int kThreads = (kConsumers + (kWarpSpecialized ? 1 : 0)) * kWarpgroupThreads;
 };
 
-// Shared memory: Q_i (Br, d), kStages x K_j (Bc, d), kStages x V_j (Bc, d), O_i's buffer (kORows, d) if any,
-// each as 128B-swizzled 64-column panels; then the mbarriers and the tile slot (the persistent producer's
-// word to the consumers: which tile Q_i belongs to).
+// Shared memory: Q_i (Br, d), kStages x K_j (Bc, d), kStages x V_j (Bc, d; e4m3: V_j^T (d, Bc)), O_i's buffer
+// (kORows, d, in T's output type) if any, each as 128B-swizzled panels 128 bytes wide; then the mbarriers and the
+// tile slot (the persistent producer's word to the consumers: which tile Q_i belongs to).
 template <class T, int D, int kBr, int kBcIn, int kStagesIn, int kORowsIn>
 struct SmemLayout {
   static constexpr int kElemBytes = ElementTraits<T>::kBytes;
+  static constexpr int kOutBytes = sizeof(typename ElementTraits<T>::Output);
   static constexpr int kBc = kBcIn, kStages = kStagesIn;
   static constexpr int kQBytes = kBr * D * kElemBytes;
   static constexpr int kKVBytes = kBc * D * kElemBytes;  // one K or V stage
@@ -86,7 +110,7 @@ struct SmemLayout {
   static constexpr int kVOffset = kKOffset + kStages * kKVBytes;
   static constexpr int kOOffset = kORowsIn > 0 ? kVOffset + kStages * kKVBytes : kQOffset;
   static constexpr int kOPanelRows = kORowsIn > 0 ? kORowsIn : kBr;  // rows of a panel where O_i is staged
-  static constexpr int kBarOffset = kVOffset + kStages * kKVBytes + kORowsIn * D * kElemBytes;
+  static constexpr int kBarOffset = kVOffset + kStages * kKVBytes + kORowsIn * D * kOutBytes;
   // Barriers: Q full / empty, then K full, K empty, V full, V empty per stage.
   static constexpr int kQFull = 0, kQEmpty = 1, kKFull = 2, kKEmpty = kKFull + kStages, kVFull = kKEmpty + kStages,
                        kVEmpty = kVFull + kStages, kNumBarriers = kVEmpty + kStages;
@@ -98,10 +122,14 @@ struct SmemLayout {
 };
 
 template <class T, int D, int kStep, class Sched>
-struct KernelConfig : StepConfig<kStep>, HeadConfig<D, Sched, StepConfig<kStep>::kPersistent> {
+struct KernelConfig : StepConfig<kStep>, HeadConfigOf<T, D, Sched, StepConfig<kStep>::kPersistent> {
   using Step = StepConfig<kStep>;
-  using Head = HeadConfig<D, Sched, Step::kPersistent>;
+  using Head = HeadConfigOf<T, D, Sched, Step::kPersistent>;
   using Element = T;
+  using Output = typename ElementTraits<T>::Output;  // O's type
+  static constexpr bool kE4m3 = ElementTraits<T>::kBytes == 1;
+  // e4m3's O_i (bf16) is wider than Q_i and cannot leave through Q_i's space: only the persistent step has it.
+  static_assert(!kE4m3 || Step::kPersistent, "the FP8 forward is built at the persistent step only");
   using Smem = SmemLayout<T, D, Step::kBr, Head::kBc, Head::kStages, Head::kORows>;
   // The shipped step is what cuda/tilings.hpp describes to the traffic model (fa3_ws::forward_tiling).
   static_assert(kStep != static_cast<int>(kShippedStep) ||

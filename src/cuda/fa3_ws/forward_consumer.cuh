@@ -12,6 +12,7 @@
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
 #include "cuda/fa3_ws/forward_config.cuh"
 #include "cuda/fa3_ws/forward_epilogue.cuh"
+#include "cuda/fa3_ws/fp8_layout.cuh"
 #include "cuda/fa3_ws/hopper.cuh"
 #include "cuda/fa3_ws/online_softmax.cuh"
 #include "cuda/fa3_ws/producer.cuh"
@@ -31,8 +32,12 @@ struct Consumer {
   static constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kStages = Cfg::kStages;
   static constexpr int kNS = kBc / 2;   // S_ij accumulator floats per thread: (64, Bc)
   static constexpr int kNO = D / 2;     // O_i accumulator floats per thread: (64, d)
-  static constexpr int kWgmmaK = ElementTraits<T>::kWgmmaK;  // the depth of one wgmma: 16 for 16-bit T
+  static constexpr int kWgmmaK = ElementTraits<T>::kWgmmaK;  // the depth of one wgmma: 16 for 16-bit T, 32 for e4m3
   static constexpr int kKSteps = kBc / kWgmmaK;  // k-steps of P_ij V_j
+  static constexpr bool kE4m3 = Cfg::kE4m3;  // the FP8 forward: e4m3 Q, K, V^T and P, per-head descales
+  using Softmax = OnlineSoftmax<kBc, kE4m3>;
+  // Step 4's intra-warpgroup overlap, where the head's registers allow it (E4m3HeadConfig: not e4m3 at d = 256).
+  static constexpr bool kIntraOverlap = Cfg::kIntraOverlap && Cfg::kOverlapFits;
 
   const Params& p;
   const Loader<Cfg>* loader;  // used by ladder step 1 only (no producer warpgroup)
@@ -84,11 +89,23 @@ struct Consumer {
     for (int kk = 0; kk < D / kWgmmaK; ++kk)
       wgmma_ss<T, kBc>(s, desc_k_major(qa, kBr, kk), desc_k_major(ka, kBc, kk), kk > 0 ? 1 : 0);
   }
-  // O_i += P_ij V_j  // (64, d) += (64, Bc) (Bc, d); P_ij from registers, V_j MN-major in shared memory.
+  // O_i += P_ij V_j  // (64, d) += (64, Bc) (Bc, d); P_ij from registers, V_j MN-major in shared memory (e4m3:
+  // V_j^T (d, Bc) K-major, its keys in fp8_v_key's order, which pack_p's e4m3 fragments follow).
   __device__ void issue_pv(float (&o)[kNO], const std::uint32_t (&pf)[kKSteps][4], int stage) const {
     const std::uint32_t va = opaque(v_addr(stage));
 #pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks) wgmma_rs<T, D>(o, pf[ks], desc_mn_major<T>(va, kBc, ks), 1);
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      if constexpr (kE4m3) wgmma_rs<T, D>(o, pf[ks], desc_k_major(va, D, ks), 1);
+      else wgmma_rs<T, D>(o, pf[ks], desc_mn_major<T>(va, kBc, ks), 1);
+    }
+  }
+
+  // The softmax scale of this tile's scores, log2 units: for e4m3 times Q's and K's descales, since S_ij is computed
+  // on the quantized operands (read per K/V block: two cached loads beside the GEMM, no register held across it).
+  __device__ float score_scale_log2(const Tile& tile) const {
+    if constexpr (kE4m3)
+      return p.scale_log2 * p.q_descale[tile.b * p.heads_q + tile.h] * p.k_descale[tile.b * p.heads_kv + tile.h_kv];
+    else return p.scale_log2;
   }
 
   // Rows of this thread (half hf): tile row0 + 64 c + 16 warp + g + 8 hf.
@@ -98,7 +115,7 @@ struct Consumer {
   // packed as the A fragments of the next GEMM: k-step ks is S columns 16 ks .. 16 ks + 15, i.e.
   // accumulator n-tiles 2 ks and 2 ks + 1, which is exactly m16n8k16's A layout per warp.
   // Returns whether O_i needs rescaling (OnlineSoftmax::online_softmax).
-  __device__ bool softmax_block(float (&s)[kNS], const Tile& tile, int j, OnlineSoftmax<kBc>& sm, float (&corr)[2]) const {
+  __device__ bool softmax_block(float (&s)[kNS], const Tile& tile, int j, Softmax& sm, float (&corr)[2]) const {
     const std::uint64_t t0 = TL::now();
     const int col0 = j * kBc;
     const float mask_val = p.scale_log2 >= 0.f ? -INFINITY : INFINITY;
@@ -115,7 +132,7 @@ struct Consumer {
         }
       }
     }
-    const bool needs_rescale = sm.online_softmax(s, p.scale_log2, corr);
+    const bool needs_rescale = sm.online_softmax(s, score_scale_log2(tile), corr);
     // Dropout acts on P_ij after its row sum (l_i normalizes the undropped softmax): keep / (1 - p).
     // The keep bits are drawn first, one Philox call at a time in a rolled loop (bit 2 i + e of
     // keep[hf] is column col0 + 8 i + 2 t + e), then applied with constant shifts: unrolled, the
@@ -152,18 +169,23 @@ struct Consumer {
   // running wgmma's A registers and ptxas serialized every wgmma of the kernel (C7513). An empty asm
   // "use" after the wait does not prevent that: it emits no PTX, so ptxas never sees it.
   __device__ static void pack_p(const float (&s)[kNS], std::uint32_t (&pf)[kKSteps][4]) {
+    if constexpr (kE4m3) {  // 448 P_ij, already scaled by the softmax, to e4m3 (fp8_layout.cuh: no shuffles)
 #pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks) {
-      pf[ks][0] = pack2<T>(s[8 * ks + 0], s[8 * ks + 1]);
-      pf[ks][1] = pack2<T>(s[8 * ks + 2], s[8 * ks + 3]);
-      pf[ks][2] = pack2<T>(s[8 * ks + 4], s[8 * ks + 5]);
-      pf[ks][3] = pack2<T>(s[8 * ks + 6], s[8 * ks + 7]);
+      for (int ks = 0; ks < kKSteps; ++ks) pack_p_e4m3(s, ks, 1.f, pf[ks]);
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < kKSteps; ++ks) {
+        pf[ks][0] = pack2<T>(s[8 * ks + 0], s[8 * ks + 1]);
+        pf[ks][1] = pack2<T>(s[8 * ks + 2], s[8 * ks + 3]);
+        pf[ks][2] = pack2<T>(s[8 * ks + 4], s[8 * ks + 5]);
+        pf[ks][3] = pack2<T>(s[8 * ks + 6], s[8 * ks + 7]);
+      }
     }
   }
 
   // The K/V loop of one tile: block 0's S first, then per block j >= 1 S_ij and P_{i,j-1} V_{j-1}
   // issued together, then the last P V. `kv_iter` numbers the tile's first K/V block in the pipeline.
-  __device__ void mainloop(const Tile& tile, std::uint32_t kv_iter, float (&o)[kNO], OnlineSoftmax<kBc>& sm) const {
+  __device__ void mainloop(const Tile& tile, std::uint32_t kv_iter, float (&o)[kNO], Softmax& sm) const {
     const int n = tile.n_blocks;
     auto stage_of = [&](int j) { return static_cast<int>((kv_iter + j) % kStages); };
     auto phase_of = [&](int j) { return ((kv_iter + j) / kStages) & 1u; };
@@ -208,7 +230,7 @@ struct Consumer {
       wgmma_commit_group();
       tl.instant(p, PipelineEvent::WgmmaIssue, t0);
       turn_pass();
-      if constexpr (Cfg::kIntraOverlap) {
+      if constexpr (kIntraOverlap) {
         // S_ij has landed; P_{i,j-1} V_{j-1} may still run while the softmax of block j does (in place,
         // fp32); P_ij is packed only once that GEMM is done (pack_p says why).
         t0 = TL::now();
@@ -227,7 +249,7 @@ struct Consumer {
         pack_p(s, pf);
         // The dropout kernels rescale every block: the predicate kept live beside the keep bits spilled
         // 4 bytes at d = 128 (ptxas -v), and dropout is checked for correctness, not raced.
-        if (kDropout || needs_rescale) OnlineSoftmax<kBc>::rescale(o, corr);
+        if (kDropout || needs_rescale) Softmax::rescale(o, corr);
       } else {
         t0 = TL::now();
         wgmma_wait_group<0>();
@@ -241,7 +263,7 @@ struct Consumer {
         if (issues_loads() && j + kStages - 1 < n) loader->template load_kv<false>(tile, j + kStages - 1, kv_iter + j + kStages - 1, tl, p);
         const bool needs_rescale = softmax_block(s, tile, j, sm, corr);
         pack_p(s, pf);
-        if (needs_rescale) OnlineSoftmax<kBc>::rescale(o, corr);
+        if (needs_rescale) Softmax::rescale(o, corr);
       }
     }
 
@@ -263,8 +285,8 @@ struct Consumer {
   }
 
   // The epilogue: O_i and L_i out (forward_epilogue.cuh).
-  __device__ void epilogue(const Tile& tile, float (&o)[kNO], const OnlineSoftmax<kBc>& sm) const {
-    forward_epilogue(*this, tile, o, sm);
+  __device__ void epilogue(const Tile& tile, float (&o)[kNO], const Softmax& sm, float v_descale) const {
+    forward_epilogue(*this, tile, o, sm, v_descale);
   }
 
   // One tile: its K/V loop, then the epilogue. Q_i has landed; `kv_iter` numbers its first K/V block.
@@ -272,11 +294,15 @@ struct Consumer {
     float o[kNO];  // O_i  // (64, d) per consumer, unnormalized
 #pragma unroll
     for (int i = 0; i < kNO; ++i) o[i] = 0.f;
-    OnlineSoftmax<kBc> sm;
+    Softmax sm;
     sm.init();
+    // V's descale (e4m3) is read before the K/V loop: read in the epilogue, beside O_i and the staging addresses,
+    // it spilled up to 116 bytes at d = 256 (ptxas -v).
+    float v_descale = 1.f;
+    if constexpr (kE4m3) v_descale = p.v_descale[tile.b * p.heads_kv + tile.h_kv];
     if (tile.n_blocks > 0) mainloop(tile, kv_iter, o, sm);
     else release_q_after_last_s();  // no S GEMM reads Q_i
-    epilogue(tile, o, sm);
+    epilogue(tile, o, sm, v_descale);
   }
 
   // Every tile of this block: one (blockIdx.x) below step 5; at step 5, each tile the producer announces

@@ -1,7 +1,8 @@
 #pragma once
-// cuda-fa3-ws forward, the epilogue: one consumer's 64 rows of a tile out. O_i = diag(l_i)^-1 O_i, rounded to T,
-// goes through this consumer's rows of O_i's (swizzled) staging space (its own buffer, the buffer the consumers
-// share in turn at d = 256, or Q_i's space below step 5), then out in 16-byte coalesced stores with a row guard;
+// cuda-fa3-ws forward, the epilogue: one consumer's 64 rows of a tile out. O_i = diag(l_i)^-1 O_i (for e4m3 also
+// times V's descale), rounded to the output type (T; bf16 for e4m3), goes through this consumer's rows of O_i's
+// (swizzled) staging space (its own buffer, the buffer the consumers share in turn at d = 256, or Q_i's space
+// below step 5), then out in 16-byte coalesced stores with a row guard;
 // L_i goes straight from the registers. Q_i's space is released last when O_i went out through it.
 // `C` is the forward's Consumer (forward_consumer.cuh), whose thread coordinates, shared memory and timeline lane
 // this reads.
@@ -17,10 +18,11 @@
 
 namespace flashlab::cuda::fa3_ws {
 
+// `v_descale`: V's descale of the tile for e4m3 (unused otherwise).
 template <class C>
-__device__ void forward_epilogue(const C& self, const Tile& tile, float (&o)[C::kNO],
-                                 const OnlineSoftmax<C::kBc>& sm) {
-  using T = typename C::Element;
+__device__ void forward_epilogue(const C& self, const Tile& tile, float (&o)[C::kNO], const typename C::Softmax& sm,
+                                 float v_descale) {
+  using T = typename C::Cfg::Output;
   using Cfg = typename C::Cfg;
   using Smem = typename C::Smem;
   using TL = typename C::TL;
@@ -30,6 +32,10 @@ __device__ void forward_epilogue(const C& self, const Tile& tile, float (&o)[C::
   const std::uint64_t t0 = TL::now();
   float inv_l[2], lse[2];
   sm.finalize(inv_l, lse);
+  if constexpr (C::kE4m3) {  // O_i was summed on V's quantized values
+    inv_l[0] *= v_descale;
+    inv_l[1] *= v_descale;
+  }
   unsigned char* os = self.smem + Smem::kOOffset;
   // Staging row of this consumer's first row: its own 64 rows of a (Br, d) space, or the shared (64, d) one.
   const int stage_row0 = Cfg::kOBufferShared ? 0 : c * kRowsPerConsumer;

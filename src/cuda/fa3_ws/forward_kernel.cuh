@@ -180,12 +180,15 @@ void dispatch_step(LadderStep step, F&& f) {
 // `heads_per_group`: step 5's tile order, 0 for the launcher's choice (what ships: forward.cu passes none);
 // tools/fa3_harness's candidates pass others to race them.
 template <class T, int D, int kStep, bool kDropout, bool kTimeline, class Sched>
-void launch_config(DType dtype, const Params& p, cudaStream_t stream, int heads_per_group_given = 0) {
+void launch_config(const Params& p, cudaStream_t stream, int heads_per_group_given = 0) {
   using Cfg = KernelConfig<T, D, kStep, Sched>;
+  using E = ElementTraits<T>;
   TmaMaps maps;
-  maps.q = make_bshd_tensor_map(p.q, dtype, p.batch, p.seq_q, p.heads_q, D, Cfg::kBr);
-  maps.k = make_bshd_tensor_map(p.k, dtype, p.batch, p.seq_k, p.heads_kv, D, Cfg::kBc);
-  maps.v = make_bshd_tensor_map(p.v, dtype, p.batch, p.seq_k, p.heads_kv, D, Cfg::kBc);
+  maps.q = make_bshd_tensor_map(p.q, E::kTensorMapType, E::kBytes, p.batch, p.seq_q, p.heads_q, D, Cfg::kBr);
+  maps.k = make_bshd_tensor_map(p.k, E::kTensorMapType, E::kBytes, p.batch, p.seq_k, p.heads_kv, D, Cfg::kBc);
+  if constexpr (Cfg::kE4m3)  // V^T, written by the pre-pass (launch_forward_e4m3): boxes of 128 keys by d
+    maps.v = make_vt_tensor_map(p.vt, p.batch, p.heads_kv, D, fp8_vt_keys(p.seq_k), D);
+  else maps.v = make_bshd_tensor_map(p.v, E::kTensorMapType, E::kBytes, p.batch, p.seq_k, p.heads_kv, D, Cfg::kBc);
   auto kernel = fa3_ws_kernel<T, D, kStep, kDropout, kTimeline, Sched>;
   constexpr int kSmem = Cfg::Smem::kBytes;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),

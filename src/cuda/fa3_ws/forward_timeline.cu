@@ -17,7 +17,7 @@ void launch_forward_timeline(DType dtype, const Params& p, cudaStream_t stream, 
   dispatch_head_dim<kHeadDims>(p.head_dim, "cuda-fa3-ws forward (timeline)", [&]<int D>() {
     dispatch_step(step, [&]<int kStep>() {
       with_shipped_schedule<D, kStep>(p, [&]<class S>() {
-        with_element(dtype, [&]<class T>() { launch_config<T, D, kStep, false, true, S>(dtype, p, stream); });
+        with_element(dtype, [&]<class T>() { launch_config<T, D, kStep, false, true, S>(p, stream); });
       });
     });
   });

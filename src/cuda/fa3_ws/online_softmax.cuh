@@ -12,7 +12,10 @@ namespace flashlab::cuda::fa3_ws {
 // The online softmax of one consumer thread's two rows (r = 16 warp + lane / 4 and r + 8 of its
 // warpgroup's 64). A wgmma accumulator of 64 x N holds, per thread, d[4i + {0,1}] at row r, columns
 // 8i + 2 (lane % 4) + {0,1}, and d[4i + {2,3}] at row r + 8: the four lanes of a quad share a row.
-template <int kCols>
+// kE4m3P: P_ij is rounded to e4m3 (the FP8 forward), which needs P_ij <= 1 for its fixed scale: the max never lags
+// (kMaxLag 0), and P_ij comes out already times kE4m3PScale, folded into the exponent. l_i sums the scaled P_ij, so
+// the scale cancels in O_i = (sum 448 P V) / (sum 448 P); only L_i takes log2(448) back out.
+template <int kCols, bool kE4m3P = false>
 struct OnlineSoftmax {
   static constexpr int kN = kCols / 2;  // accumulator floats per thread
   float m[2];  // m_i: running max of scale * S_ij, in log2 units
@@ -26,7 +29,10 @@ struct OnlineSoftmax {
   // The max a row exponentiates against may lag its true running max by up to this much (log2 units: P
   // entries up to 2^8 = 256, far inside fp32 sums and fp16 / bf16 P): O_i and l_i need rescaling only when
   // some row's max rises by more, which on most rows happens only in the first block or two.
-  static constexpr float kMaxLag = 8.f;
+  static constexpr float kMaxLag = kE4m3P ? 0.f : 8.f;
+  // The FP8 forward's P scale, 448 = e4m3's largest finite value, and its log2.
+  static constexpr float kE4m3PScale = 448.f;
+  static constexpr float kLog2E4m3PScale = 8.807354922057604f;
 
   // S_ij (raw, masked entries = mask_val) -> unnormalized P_ij = exp2(scale_log2 S - m_i) in place; m_i,
   // l_i updated; corr = exp2(m_old - m_new), the factor O_i must be rescaled by (1 for a row whose m_i did
@@ -59,10 +65,11 @@ struct OnlineSoftmax {
       corr[hf] = moves ? fast_exp2(m[hf] - m_use) : 1.f;
       m[hf] = m_new;
       float sum = 0.f;
+      const float offset = kE4m3P ? kLog2E4m3PScale - m_use : -m_use;  // exp2(x - m) times the P scale
 #pragma unroll
       for (int i = 0; i < kN / 4; ++i) {
-        s[4 * i + 2 * hf] = fast_exp2(fmaf(s[4 * i + 2 * hf], scale_log2, -m_use));
-        s[4 * i + 2 * hf + 1] = fast_exp2(fmaf(s[4 * i + 2 * hf + 1], scale_log2, -m_use));
+        s[4 * i + 2 * hf] = fast_exp2(fmaf(s[4 * i + 2 * hf], scale_log2, offset));
+        s[4 * i + 2 * hf + 1] = fast_exp2(fmaf(s[4 * i + 2 * hf + 1], scale_log2, offset));
         sum += s[4 * i + 2 * hf] + s[4 * i + 2 * hf + 1];
       }
       l[hf] = l[hf] * corr[hf] + sum;
@@ -92,7 +99,8 @@ struct OnlineSoftmax {
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       inv_l[hf] = sum > 0.f ? 1.f / sum : 0.f;
-      lse[hf] = sum > 0.f ? (m[hf] + log2f(sum)) * kLn2 : -INFINITY;
+      if constexpr (kE4m3P) lse[hf] = sum > 0.f ? (m[hf] + (log2f(sum) - kLog2E4m3PScale)) * kLn2 : -INFINITY;
+      else lse[hf] = sum > 0.f ? (m[hf] + log2f(sum)) * kLn2 : -INFINITY;
     }
   }
 };

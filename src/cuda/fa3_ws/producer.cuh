@@ -15,7 +15,8 @@ struct Loader {
   using Smem = typename Cfg::Smem;
   using Element = typename Cfg::Element;
   static constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kStages = Cfg::kStages;
-  static constexpr int kPanels = Smem::kQBytes / (kBr * kPanelRowBytes);  // d / 64
+  static constexpr int kPanels = Smem::kQBytes / (kBr * kPanelRowBytes);  // panels of a (rows, d) tile: d / 64 (e4m3: d / 128)
+  static constexpr int kD = Smem::kQBytes / (kBr * Smem::kElemBytes);
   const TmaMaps* maps;
   unsigned char* smem;
   std::uint64_t* bars;
@@ -56,9 +57,17 @@ struct Loader {
     tl.waited(p, t0, t1);
     tl.instant(p, PipelineEvent::TmaIssue, t1);
     mbar_arrive_expect_tx(&bars[full], Smem::kKVBytes);
+    if constexpr (Cfg::kE4m3 && !kIsK) {
+      // V_j^T (d, Bc) from the pre-pass's V^T (B, H_kv, d, keys): panels of 128 keys, each all d rows (one box).
 #pragma unroll
-    for (int pnl = 0; pnl < kPanels; ++pnl)
-      tma_load_4d(dst + pnl * kBc * kPanelRowBytes, map, pnl * kPanelCols<Element>, tile.h_kv, j * kBc, tile.b, &bars[full]);
+      for (int pnl = 0; pnl < kBc / kPanelCols<Element>; ++pnl)
+        tma_load_4d(dst + pnl * kD * kPanelRowBytes, map, j * kBc + pnl * kPanelCols<Element>, 0, tile.h_kv, tile.b,
+                    &bars[full]);
+    } else {
+#pragma unroll
+      for (int pnl = 0; pnl < kPanels; ++pnl)
+        tma_load_4d(dst + pnl * kBc * kPanelRowBytes, map, pnl * kPanelCols<Element>, tile.h_kv, j * kBc, tile.b, &bars[full]);
+    }
   }
 };
 

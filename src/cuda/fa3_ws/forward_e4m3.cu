@@ -1,0 +1,41 @@
+// cuda-fa3-ws's FP8 forward: the shipped (persistent) kernel built for float8 e4m3 operands. Two tensor-core rates
+// separate FP8 from bf16 on Hopper: an 8-bit wgmma is twice as deep (k32) for the same issue slot, so each GEMM
+// takes half the instructions, and each tile is half the bytes to move. What had to change for it, each in the part
+// that owns it:
+//  * both operands of an 8-bit wgmma are K-major, so V is read as V^T (d, keys): fp8_transpose_v.cu writes it once
+//    per call, before the forward, and the producer loads V_j^T boxes of 128 keys (producer.cuh);
+//  * P is rounded to e4m3 straight from S's accumulator registers, with V^T's keys permuted to match, so no value
+//    moves between threads (fp8_layout.cuh);
+//  * P needs no dynamic scale: the running max never lags (P <= 1), so 448 P fills e4m3's range, and the 448,
+//    folded into the exponent, cancels in O = (sum 448 P V) / (sum 448 P) (online_softmax.cuh);
+//  * Q, K and V carry one descale per (batch, head): Q's and K's multiply the softmax scale (forward_consumer.cuh),
+//    V's the epilogue's 1 / l (forward_epilogue.cuh), and O is written in bf16;
+//  * the tiles: Bc = 128 keys, one panel of V^T, O_i with a buffer of its own (forward_config.cuh, E4m3HeadConfig).
+#include <cstdint>
+#include <string>
+
+#include "cuda/fa3_ws/forward_kernel.cuh"
+
+namespace flashlab::cuda::fa3_ws {
+
+std::int64_t fp8_vt_bytes(int batch, int heads_kv, int head_dim, int seq_k) {
+  return static_cast<std::int64_t>(batch) * heads_kv * head_dim * fp8_vt_keys(seq_k);
+}
+
+void launch_forward_e4m3(const Params& p, cudaStream_t stream) {
+  expect(lists_head_dim<kE4m3HeadDims>(p.head_dim), "the FP8 forward's head dim is one of " +
+                                                        listed_head_dims<kE4m3HeadDims>() + ", not " +
+                                                        std::to_string(p.head_dim));
+  expect(on_hopper(), "the GPU has compute capability 9.0");
+  expect(!p.dropout, "the FP8 forward has no dropout");
+  expect(p.q_descale != nullptr && p.k_descale != nullptr && p.v_descale != nullptr,
+         "the FP8 forward needs Q's, K's and V's descales");
+  expect(p.vt != nullptr, "the FP8 forward needs V^T's scratch (fp8_vt_bytes)");
+  if (p.seq_q == 0 || p.batch == 0 || p.heads_q == 0) return;
+  transpose_v_e4m3(p.v, p.vt, p.batch, p.seq_k, p.heads_kv, p.head_dim, stream);
+  dispatch_head_dim<kE4m3HeadDims>(p.head_dim, "cuda-fa3-ws FP8 forward", [&]<int D>() {
+    launch_config<__nv_fp8_e4m3, D, static_cast<int>(kShippedStep), false, false, ShippedSchedule<false>>(p, stream);
+  });
+}
+
+}  // namespace flashlab::cuda::fa3_ws
