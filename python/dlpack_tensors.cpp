@@ -44,8 +44,10 @@ DLDataType dlpack_dtype(DType t) {
     case DType::F32: return {kDLFloat, 32, 1};
     case DType::F16: return {kDLFloat, 16, 1};
     case DType::BF16: return {kDLBfloat, 16, 1};
+    case DType::E4M3: break;
   }
-  return {kDLFloat, 32, 1};
+  throw InputError(std::string("the Python module makes no ") + to_string(t) +
+                   " GPU arrays: the FP8 forward runs from `flashlab run --dtype e4m3`");
 }
 
 std::string describe_memory(int device_type) {

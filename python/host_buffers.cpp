@@ -17,6 +17,9 @@ const char* format_of(DType t) {
     case DType::F32: return "f";
     case DType::F16: return "e";
     case DType::BF16: break;
+    case DType::E4M3:
+      throw InputError("the Python module does not take or return e4m3 arrays (NumPy has no float8): run the FP8 "
+                       "forward with `flashlab run --dtype e4m3`");
   }
   throw InputError("NumPy has no bfloat16 dtype, so bf16 results cannot be returned in host memory");
 }
@@ -72,7 +75,8 @@ double load(const std::byte* p, DType dtype) {
       std::memcpy(&bits, p, sizeof bits);
       return f16_bits_to_float(bits);
     }
-    case DType::BF16: break;
+    case DType::BF16:
+    case DType::E4M3: break;  // never an input's dtype (HostInput::dtype)
   }
   return 0;
 }
@@ -90,7 +94,8 @@ void store(std::byte* p, double x, DType dtype) {
       std::memcpy(p, &bits, sizeof bits);
       return;
     }
-    case DType::BF16: return;
+    case DType::BF16:
+    case DType::E4M3: return;  // refused by format_of first
   }
 }
 

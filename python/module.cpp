@@ -358,7 +358,8 @@ py::dict verify_python(const py::function& forward, const py::object& backward, 
   request.dtypes.clear();
   for (const std::string& d : dtypes) {
     const DType t = parse_dtype(d);
-    if (t == DType::F64) throw InputError("verify tries f32, f16 and bf16, not f64");
+    if (t == DType::F64 || t == DType::E4M3)
+      throw InputError(std::string("verify tries f32, f16 and bf16, not ") + to_string(t));
     request.dtypes.push_back(t);
   }
   request.head_dims = head_dims;

@@ -17,7 +17,12 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "core/fp8.hpp"
+#include "core/half.hpp"
 #include "core/npy.hpp"
+#include "cpu_reference/fp8.hpp"
+#include "cpu_reference/naive.hpp"
+#include "registry/check.hpp"
 #include "registry/variants.hpp"
 #include "cpu_reference/tiled.hpp"
 #include "model/gpu.hpp"
@@ -72,6 +77,49 @@ int count_lines_with(const std::string& text, const std::string& needle) {
   return n;
 }
 
+// ---- e4m3 on the CPU: the real FP8 kernel needs a Hopper GPU, so its row's logic is checked on a stand-in ----
+
+// A stand-in FP8 kernel: attention in double on the operands it is given (e4m3 value x descale), O rounded to
+// bf16 and the LSE to float as the kernel stores them, O scaled by g_planted_o_scale to plant a wrong result.
+// It keeps what it was given in g_e4m3_given.
+double g_planted_o_scale = 1.0;
+E4m3Qkv g_e4m3_given;
+
+HostTensor dequantized(const std::vector<std::uint8_t>& bytes, const std::vector<float>& descale,
+                       std::vector<std::int64_t> dims) {
+  HostTensor t(std::move(dims));
+  const std::int64_t S = t.dims[1], H = t.dims[2], D = t.dims[3];
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    const std::int64_t b = std::int64_t(n) / (S * H * D), h = std::int64_t(n) / D % H;
+    t.data[n] = double(e4m3_bits_to_float(bytes[n])) * descale[std::size_t(b * H + h)];
+  }
+  return t;
+}
+
+ForwardOut stand_in_e4m3_forward(const Problem& p, const E4m3Qkv& in) {
+  g_e4m3_given = in;
+  const Qkv deq{dequantized(in.q, in.q_descale, q_dims(p.shape)), dequantized(in.k, in.k_descale, kv_dims(p.shape)),
+                dequantized(in.v, in.v_descale, kv_dims(p.shape))};
+  ForwardOut f = naive_forward<double>(p, deq);
+  for (double& x : f.o.data) x = round_to_bf16(x * g_planted_o_scale);
+  for (double& x : f.lse.data) x = static_cast<float>(x);
+  return f;
+}
+
+// cuda-fa3-ws's row as the table has it, for the e4m3 checks, on the CPU (so that check_supported asks for no GPU)
+// and in every build: f16, bf16 and e4m3; head dims 64, 128, 256, and 128, 256 in e4m3.
+Variant fp8_row_on_cpu(const std::string& name = "cuda-fa3-ws") {
+  static const int kHeadDims[] = {64, 128, 256}, kE4m3Dims[] = {128, 256};
+  Variant v = find_variant("cpu-naive");
+  v.name = name;
+  v.dtypes = {DType::F16, DType::BF16, DType::E4M3};
+  v.head_dims = HeadDims::listed(kHeadDims);
+  v.e4m3_head_dims = HeadDims::listed(kE4m3Dims);
+  v.e4m3_forward_fn = stand_in_e4m3_forward;
+  v.records_timeline = true;
+  return v;
+}
+
 }  // namespace
 
 TEST_CASE("check passes on a small problem and its table has every CPU variant") {
@@ -92,6 +140,7 @@ TEST_CASE("check passes on a small problem and its table has every CPU variant")
       for (const Variant& v : variants()) {
         CHECK(r.out.find(v.name) != std::string::npos);  // run or SKIP, every row of the table shows
         for (DType t : v.dtypes) {
+          if (t == DType::E4M3) continue;  // check runs e4m3 only when asked for
           try {
             check_supported(v, p, t, true);
             expected_pass += 5;  // O, LSE, dQ, dK, dV
@@ -102,6 +151,7 @@ TEST_CASE("check passes on a small problem and its table has every CPU variant")
       }
       CHECK(count_lines_with(r.out, " PASS") == expected_pass);
       CHECK(count_lines_with(r.out, "FAIL") == 0);
+      CHECK(count_lines_with(r.out, "e4m3") == 0);  // not unless asked for, even where a row takes it
     }
   }
 }
@@ -634,7 +684,7 @@ TEST_CASE("bench --timeline: one variant that records one (with --backward, one 
     p.shape = Shape{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 64, .seq_k = 64, .head_dim = 64};
     for (const Variant& v : variants())
       if (v.records_timeline && !v.has_backward())
-        CHECK_THROWS_WITH_AS(check_records_timeline(v, p, true),
+        CHECK_THROWS_WITH_AS(check_records_timeline(v, p, v.dtypes.front(), true),
                              doctest::Contains(("variant " + v.name + " has no backward, so --timeline with --backward "
                                                 "has nothing to record").c_str()),
                              InputError);
@@ -666,17 +716,17 @@ TEST_CASE("bench --timeline: one variant that records one (with --backward, one 
     Variant recorder = variants().front();
     recorder.records_timeline = true;
     REQUIRE(recorder.has_backward());
-    CHECK_NOTHROW(check_records_timeline(recorder, p, false));
-    CHECK_NOTHROW(check_records_timeline(recorder, p, true));
+    CHECK_NOTHROW(check_records_timeline(recorder, p, DType::F32, false));
+    CHECK_NOTHROW(check_records_timeline(recorder, p, DType::F32, true));
     Variant forward_only = recorder;
     forward_only.backward_fn = nullptr;
     forward_only.device_backward_fn = nullptr;
     REQUIRE_FALSE(forward_only.has_backward());
-    CHECK_THROWS_WITH_AS(check_records_timeline(forward_only, p, true),
+    CHECK_THROWS_WITH_AS(check_records_timeline(forward_only, p, DType::F32, true),
                          doctest::Contains("has no backward, so --timeline with --backward has nothing to record"),
                          InputError);
     p.options.dropout_p = 0.1;
-    CHECK_THROWS_WITH_AS(check_records_timeline(recorder, p, false),
+    CHECK_THROWS_WITH_AS(check_records_timeline(recorder, p, DType::F32, false),
                          doctest::Contains("records a timeline only without dropout"), InputError);
     CHECK_FALSE(std::filesystem::exists(file));
   }
@@ -698,6 +748,7 @@ TEST_CASE("bench --ring: one sentence for what it does not take") {
   expect_bad_input({"bench", "--ring", "4", "--csv", "x.csv"}, "not CSV");
   expect_bad_input({"bench", "--ring", "4", "--layouts", "spiral"}, "spiral");
   expect_bad_input({"bench", "--ring", "4", "--layouts", ","}, "--layouts names no layout");
+  expect_bad_input({"bench", "--ring", "4", "--dtype", "e4m3"}, "the ring has no FP8 (e4m3) path yet");
   if (!cuda_device_present()) expect_bad_input({"bench", "--ring", "4"}, "--ring needs a CUDA GPU");
 }
 
@@ -746,4 +797,238 @@ TEST_CASE("run --dtype chooses the precision: f16 files computed and written in 
   CHECK(o.dtype == DType::F32);
   REQUIRE(o.tensor.dims == want.o.dims);
   for (std::size_t n = 0; n < want.o.data.size(); ++n) CHECK(o.tensor.data[n] == static_cast<float>(want.o.data[n]));
+}
+
+TEST_CASE("e4m3: the rows that take it, and one sentence for every row, pass or option that does not") {
+  // Exactly the rows with an FP8 forward list e4m3: cuda-fa3-ws where the build has CUDA, none otherwise.
+  std::vector<std::string> fp8_rows;
+  for (const Variant& v : variants()) {
+    INFO("variant " << v.name);
+    CHECK(v.supports_dtype(DType::E4M3) == (v.e4m3_head_dims.has_value() && v.e4m3_forward_fn != nullptr));
+    if (v.supports_dtype(DType::E4M3)) fp8_rows.push_back(v.name);
+  }
+#ifdef FLASHLAB_HAVE_CUDA
+  REQUIRE(fp8_rows == std::vector<std::string>{"cuda-fa3-ws"});
+  CHECK(find_variant("cuda-fa3-ws").e4m3_head_dims->only == std::vector<int>{128, 256});  // as fp8_row_on_cpu
+#else
+  CHECK(fp8_rows.empty());
+#endif
+  const std::string only = fp8_rows.empty()
+                               ? "only cuda-fa3-ws has an FP8 (e4m3) kernel, and this build has no CUDA"
+                               : "only cuda-fa3-ws has an FP8 (e4m3) kernel";
+  Problem p;
+  p.shape = Shape{.batch = 1, .heads_q = 4, .heads_kv = 2, .seq_q = 64, .seq_k = 80, .head_dim = 128};
+  p.options.causal = CausalAlign::BottomRight;
+
+  SUBCASE("every other row: what it takes, and who has an FP8 kernel") {
+    CHECK_THROWS_WITH_AS(check_supported(find_variant("cpu-fa2"), p, DType::E4M3, false),
+                         doctest::Contains(("variant cpu-fa2 takes f64 or f32, not e4m3: " + only).c_str()), InputError);
+    int refused = 0;
+    for (const Variant& v : variants()) {
+      if (v.supports_dtype(DType::E4M3)) continue;
+      std::string own;
+      for (DType t : v.dtypes) own += (own.empty() ? "" : " or ") + std::string(to_string(t));
+      const std::string sentence = "variant " + v.name + " takes " + own + ", not e4m3: " + only;
+      CHECK_THROWS_WITH_AS(check_supported(v, p, DType::E4M3, false), doctest::Contains(sentence.c_str()), InputError);
+      ++refused;
+    }
+    CHECK(refused >= 3);  // the CPU rows at least (and cuda-fa2, the ladder steps 1-4 where built)
+  }
+  SUBCASE("the FP8 row: forward only, no dropout, head dims 128 and 256") {
+    const Variant fp8 = fp8_row_on_cpu();
+    CHECK_NOTHROW(check_supported(fp8, p, DType::E4M3, false));  // causal and GQA are fine
+    p.shape.head_dim = 256;
+    CHECK_NOTHROW(check_supported(fp8, p, DType::E4M3, false));
+    p.shape.head_dim = 128;
+    CHECK_THROWS_WITH_AS(check_supported(fp8, p, DType::E4M3, true),
+                         doctest::Contains("variant cuda-fa3-ws has no FP8 (e4m3) backward pass (FlashAttention-3 ships "
+                                           "no FP8 backward either): FP8 is forward only, so run the backward in bf16"),
+                         InputError);
+    CHECK_NOTHROW(check_supported(fp8, p, DType::BF16, true));  // which it has
+    Problem dropout = p;
+    dropout.options.dropout_p = 0.1;
+    CHECK_THROWS_WITH_AS(check_supported(fp8, dropout, DType::E4M3, false),
+                         doctest::Contains("variant cuda-fa3-ws has no dropout in its FP8 (e4m3) kernel"), InputError);
+    CHECK_NOTHROW(check_supported(fp8, dropout, DType::BF16, false));
+    for (int d : {64, 32, 96}) {
+      p.shape.head_dim = d;
+      const std::string sentence = "variant cuda-fa3-ws does not support head_dim " + std::to_string(d) +
+                                   " in e4m3: the FP8 kernel takes head dims 128 and 256 (f16 and bf16 take 64, 128, "
+                                   "256)";
+      CHECK_THROWS_WITH_AS(check_supported(fp8, p, DType::E4M3, false), doctest::Contains(sentence.c_str()), InputError);
+    }
+    p.shape.head_dim = 64;
+    CHECK_NOTHROW(check_supported(fp8, p, DType::F16, false));
+    // The timeline build has no e4m3 kernel yet; the row records its f16 and bf16 ones.
+    p.shape.head_dim = 128;
+    CHECK_THROWS_WITH_AS(check_records_timeline(fp8, p, DType::E4M3, false),
+                         doctest::Contains("variant cuda-fa3-ws records timelines of its f16 and bf16 kernels: "
+                                           "--timeline is not yet for e4m3"),
+                         InputError);
+    CHECK_NOTHROW(check_records_timeline(fp8, p, DType::BF16, false));
+    const BenchSettings timeline{.warmup = 0, .iters = 1, .backward = false, .record_timeline = true};
+    CHECK_THROWS_WITH_AS((void)fp8.bench(p, DType::E4M3, timeline), doctest::Contains("not yet for e4m3"), InputError);
+  }
+#ifdef FLASHLAB_HAVE_CUDA
+  SUBCASE("the table's cuda-fa3-ws row says the same, before it asks for a GPU") {
+    const Variant& fa3 = find_variant("cuda-fa3-ws");
+    CHECK_THROWS_WITH_AS(check_supported(fa3, p, DType::E4M3, true), doctest::Contains("no FP8 (e4m3) backward pass"),
+                         InputError);
+    p.shape.head_dim = 64;
+    CHECK_THROWS_WITH_AS(check_supported(fa3, p, DType::E4M3, false),
+                         doctest::Contains("the FP8 kernel takes head dims 128 and 256"), InputError);
+    p.shape.head_dim = 128;
+    // Its device entry points have no place for descales: e4m3 runs from host memory.
+    if (fa3.available())
+      CHECK_THROWS_WITH_AS(fa3.check_device_call(p, DType::E4M3, 0, false),
+                           doctest::Contains("takes e4m3 tensors from host memory only"), InputError);
+  }
+#endif
+}
+
+TEST_CASE("e4m3: Variant::forward quantizes per head and hands the kernel what quantize_e4m3_qkv makes") {
+  const Variant fp8 = fp8_row_on_cpu();
+  Problem p;
+  p.shape = Shape{.batch = 2, .heads_q = 4, .heads_kv = 2, .seq_q = 20, .seq_k = 24, .head_dim = 128};
+  const Qkv in = random_qkv(p.shape, DType::F64, 12);
+  g_planted_o_scale = 1.0;
+  const ForwardOut out = fp8.forward(p, DType::E4M3, in);
+  const E4m3Qkv want = quantize_e4m3_qkv(in);
+  CHECK(g_e4m3_given.q == want.q);
+  CHECK(g_e4m3_given.k == want.k);
+  CHECK(g_e4m3_given.v == want.v);
+  CHECK(g_e4m3_given.q_descale == want.q_descale);
+  CHECK(g_e4m3_given.k_descale == want.k_descale);
+  CHECK(g_e4m3_given.v_descale == want.v_descale);
+  CHECK(out.o.dims == q_dims(p.shape));
+  // forward_e4m3 checks the sizes of what it is given against the problem, in one sentence each.
+  E4m3Qkv short_q = want;
+  short_q.q.pop_back();
+  CHECK_THROWS_WITH_AS(fp8.forward_e4m3(p, short_q),
+                       doctest::Contains("the e4m3 q holds 20479 values but the problem's (B, S_q, H_q, d) needs 20480"),
+                       InputError);
+  E4m3Qkv few_descales = want;
+  few_descales.k_descale.resize(2);
+  CHECK_THROWS_WITH_AS(fp8.forward_e4m3(p, few_descales),
+                       doctest::Contains("the e4m3 k's descale holds 2 values but the problem's (B, H_kv) needs 4"),
+                       InputError);
+  // A row without an FP8 kernel refuses before looking at them.
+  CHECK_THROWS_WITH_AS(find_variant("cpu-fa1").forward(p, DType::E4M3, in), doctest::Contains("not e4m3"), InputError);
+}
+
+TEST_CASE("e4m3 check: the emulation's rows, then the kernel held to 2x the emulation's error") {
+  const Variant fp8 = fp8_row_on_cpu("fp8-stand-in");
+  CheckRequest request;
+  request.problem.shape = Shape{.batch = 1, .heads_q = 2, .heads_kv = 1, .seq_q = 48, .seq_k = 64, .head_dim = 128};
+  request.problem.options.causal = CausalAlign::TopLeft;
+  request.problem.options.seed = 31;
+  request.dtype = DType::E4M3;
+  request.variants = {&fp8};
+  const auto rows_of = [](const CheckReport& r, const std::string& variant) {
+    std::vector<const CheckRow*> rows;
+    for (const CheckRow& row : r.rows)
+      if (row.variant == variant) rows.push_back(&row);
+    return rows;
+  };
+  SUBCASE("a kernel as exact as bf16's O allows passes") {
+    g_planted_o_scale = 1.0;
+    const CheckReport r = Check(request).run();
+    const auto emulation = rows_of(r, "fp8-emulation"), kernel = rows_of(r, "fp8-stand-in");
+    REQUIRE(emulation.size() == 2);
+    REQUIRE(kernel.size() == 2);
+    CHECK(r.rows.front().variant == "fp8-emulation");  // its rows come first
+    for (const CheckRow* row : emulation) {
+      CHECK(row->device == "cpu");
+      CHECK(row->dtype == "e4m3");
+      CHECK(row->bound.find("(worst case)") != std::string::npos);
+      CHECK(row->result == "PASS");
+    }
+    CHECK(kernel[0]->output == "O");
+    CHECK(kernel[0]->bound.rfind("abs <= 2 x ", 0) == 0);
+    CHECK(kernel[0]->bound.find("(emulation's)") != std::string::npos);
+    CHECK(kernel[1]->output == "LSE");
+    CHECK(kernel[0]->result == "PASS");
+    CHECK(kernel[1]->result == "PASS");
+    CHECK(*kernel[0]->max_abs_error < *emulation[0]->max_abs_error);  // bf16's rounding alone, smaller than P's
+    CHECK(r.passed == 4);
+    CHECK(r.failed == 0);
+  }
+  SUBCASE("an O 5% too large fails, and the LSE still passes") {
+    g_planted_o_scale = 1.05;
+    const CheckReport r = Check(request).run();
+    g_planted_o_scale = 1.0;
+    const auto kernel = rows_of(r, "fp8-stand-in");
+    REQUIRE(kernel.size() == 2);
+    CHECK(kernel[0]->result == "FAIL");
+    CHECK(kernel[1]->result == "PASS");
+    CHECK(r.failed == 1);
+  }
+  SUBCASE("with --backward, its grads are a SKIP with the sentence; named, it is refused") {
+    request.backward = true;
+    CHECK_THROWS_WITH_AS(Check{request}, doctest::Contains("no FP8 (e4m3) backward pass"), InputError);
+  }
+}
+
+TEST_CASE("e4m3 through the command: refused in one sentence where no FP8 kernel can run it") {
+  TempDir dir;
+  const Shape s{.batch = 1, .heads_q = 2, .heads_kv = 1, .seq_q = 8, .seq_k = 8, .head_dim = 16};
+  const Qkv in = random_qkv(s, DType::F32, 3);
+  write_npy(dir.file("q.npy"), in.q, DType::F32);
+  write_npy(dir.file("k.npy"), in.k, DType::F32);
+  write_npy(dir.file("v.npy"), in.v, DType::F32);
+  auto run_args = [&](const std::string& variant, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"run", "--variant", variant, "--q", dir.file("q.npy"), "--k", dir.file("k.npy"),
+                                     "--v", dir.file("v.npy"), "--out", dir.file("o.npy")};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  const std::string cpu_row = "variant cpu-fa2 takes f64 or f32, not e4m3: only cuda-fa3-ws has an FP8 (e4m3) kernel";
+  expect_bad_input(run_args("cpu-fa2", {"--dtype", "e4m3"}), cpu_row);
+  expect_bad_input(run_args("cpu-fa2", {"--dtype", "fp8"}), cpu_row);
+  expect_bad_input({"check", "--variants", "cpu-fa2", "--dtype", "float8_e4m3fn", "--head-dim", "128"}, cpu_row);
+  expect_bad_input({"bench", "--variants", "cpu-fa2", "--dtype", "e4m3", "--seq", "64", "--head-dim", "128"}, cpu_row);
+  expect_bad_input({"check", "--dtype", "e5m2"}, "unknown dtype 'e5m2'");
+  CHECK_FALSE(std::filesystem::exists(dir.file("o.npy")));
+  // --save-quantized belongs to an e4m3 run, and nothing is written without one.
+  expect_bad_input(run_args("cpu-fa2", {"--save-quantized", dir.file("saved")}),
+                   "--save-quantized writes the e4m3 inputs of an FP8 run: give --dtype e4m3 too");
+  expect_bad_input(run_args("cpu-fa2", {"--dtype", "f32", "--save-quantized", dir.file("saved")}), "give --dtype e4m3");
+  CHECK_FALSE(std::filesystem::exists(dir.file("saved")));
+  if (!cuda_device_present()) {
+    // Every row a SKIP, each saying why: no pass, so no success either.
+    const CliResult r = cli({"check", "--dtype", "e4m3", "--head-dim", "128", "--seq-q", "16"});
+    CHECK(r.code == 2);
+    CHECK(r.err.find("no variant available here can run this problem") != std::string::npos);
+    CHECK(count_lines_with(r.out, "SKIP: " + cpu_row) == 1);
+    CHECK(r.out.find("\nfp8-emulation ") == std::string::npos);  // no row of it: nothing ran to be held to it
+  }
+#ifdef FLASHLAB_HAVE_CUDA
+  // The FP8 row's own refusals come before it asks for a GPU, so they read the same on any machine.
+  expect_bad_input(run_args("cuda-fa3-ws", {"--dtype", "e4m3"}),
+                   "variant cuda-fa3-ws does not support head_dim 16 in e4m3: the FP8 kernel takes head dims 128 and 256");
+  expect_bad_input(run_args("cuda-fa3-ws", {"--dtype", "e4m3", "--dout", dir.file("q.npy"), "--dq", dir.file("a"),
+                                            "--dk", dir.file("b"), "--dv", dir.file("c")}),
+                   "has no FP8 (e4m3) backward pass (FlashAttention-3 ships no FP8 backward either)");
+  // check asks about the forward first, so without a Hopper GPU here it stops at that.
+  expect_bad_input({"check", "--variants", "cuda-fa3-ws", "--dtype", "e4m3", "--head-dim", "128", "--backward"},
+                   find_variant("cuda-fa3-ws").available() ? "run the backward in bf16" : "needs a ");
+  expect_bad_input({"check", "--variants", "cuda-fa3-ws", "--dtype", "e4m3", "--head-dim", "128", "--dropout", "0.1"},
+                   "has no dropout in its FP8 (e4m3) kernel");
+  expect_bad_input({"bench", "--variants", "cuda-fa3-ws-step3", "--device", "cuda", "--dtype", "e4m3", "--seq", "64"},
+                   cuda_device_present() ? "variant cuda-fa3-ws-step3 takes f16 or bf16, not e4m3" : "needs a CUDA GPU");
+  CHECK_FALSE(std::filesystem::exists(dir.file("o.npy")));
+#endif
+}
+
+TEST_CASE("the help of run, check and bench documents e4m3") {
+  const CliResult run = cli({"run", "--help"});
+  CHECK(run.code == 0);
+  CHECK(run.out.find("--save-quantized DIR") != std::string::npos);
+  CHECK(run.out.find("uint8") != std::string::npos);
+  CHECK(run.out.find("e4m3") != std::string::npos);
+  for (const char* command : {"check", "bench"}) {
+    const CliResult r = cli({command, "--help"});
+    CHECK(r.code == 0);
+    CHECK(r.out.find("bf16 or e4m3") != std::string::npos);
+  }
 }

@@ -1,15 +1,19 @@
-// src/core: .npy I/O, fp16/bf16 rounding, Philox dropout draws, the causal mask, the tolerance rule
-// and problem validation. Everything here is exact: known answers, not "close enough".
+// src/core: .npy I/O (uint8 too, for e4m3 bytes), fp16/bf16 rounding (e4m3 refused), Philox dropout draws, the
+// causal mask, the tolerance rule and problem validation. Everything here is exact: known answers, not "close
+// enough".
 #include <doctest/doctest.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <random>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "core/half.hpp"
 #include "core/layout.hpp"
@@ -489,12 +493,106 @@ TEST_CASE("validate() rejects bad problems with one sentence saying what is supp
   CHECK(p.softmax_scale() == 0.5);
 }
 
+TEST_CASE("e4m3 is a dtype of its own: named, one byte, never rounded to or written as a float") {
+  for (const char* name : {"e4m3", "E4M3", "fp8", "f8", "fp8_e4m3", "float8_e4m3", "float8_e4m3fn", "f8e4m3fn"}) {
+    CAPTURE(name);
+    CHECK(parse_dtype(name) == DType::E4M3);
+  }
+  CHECK(std::string(to_string(DType::E4M3)) == "e4m3");
+  CHECK(parse_dtype(to_string(DType::E4M3)) == DType::E4M3);
+  // e5m2 is FP8 too, but no kernel here takes it: refused, naming e4m3 among what is supported.
+  CHECK_THROWS_WITH_AS(parse_dtype("e5m2"), doctest::Contains("and e4m3 (fp8)"), InputError);
+  CHECK(dtype_bytes(DType::F64) == 8);
+  CHECK(dtype_bytes(DType::F32) == 4);
+  CHECK(dtype_bytes(DType::F16) == 2);
+  CHECK(dtype_bytes(DType::BF16) == 2);
+  CHECK(dtype_bytes(DType::E4M3) == 1);
+
+  // Rounding to e4m3 without a scale per head is refused (quantize_e4m3_per_head does it with one), and so are
+  // inputs drawn "in e4m3", which would be rounded that way.
+  HostTensor t({2, 2});
+  t.data = {0.1, -3, 500, 1e-4};
+  const HostTensor before = t;
+  CHECK_THROWS_WITH_AS(round_to(t, DType::E4M3), doctest::Contains("quantize_e4m3_per_head"), InputError);
+  CHECK(t.data == before.data);  // untouched
+  CHECK_THROWS_AS(random_qkv(Shape{}, DType::E4M3, 1), InputError);
+
+  // No .npy float type for it (the bytes go out as uint8, below), and no f16/bf16 tolerance for it.
+  TempFile f("e4m3.npy");
+  CHECK_THROWS_WITH_AS(write_npy(f.path, t, DType::E4M3), doctest::Contains("NumPy has no float8 dtype"), InputError);
+  CHECK_THROWS_WITH_AS(tolerance(DType::E4M3, Quantity::Forward, ErrorStats{}, nullptr),
+                       doctest::Contains("check_fp8_kernel"), InputError);
+}
+
+TEST_CASE("npy writes bytes as uint8, the way NumPy saves a uint8 array") {
+  TempFile f("bytes.npy");
+  const std::vector<std::uint8_t> bytes = {0x00, 0x7e, 0xfe, 0x38, 0x80, 0x01};  // e4m3: 0, 448, -448, 1, -0, 2^-9
+  write_npy_u8(f.path, {1, 2, 3}, bytes);
+  const std::string dict = "{'descr': '|u1', 'fortran_order': False, 'shape': (1, 2, 3), }";
+  CHECK(f.read() == npy_bytes(1, dict, std::string(bytes.begin(), bytes.end())));
+  // A 1-d array gets Python's 1-tuple, as write_npy's do.
+  write_npy_u8(f.path, {6}, bytes);
+  CHECK(f.read().find("'shape': (6,), }") != std::string::npos);
+  // FlashLab reads floats only: its own uint8 file is refused in one sentence, not misread.
+  CHECK_THROWS_WITH_AS(read_npy(f.path), doctest::Contains("has dtype '|u1'"), InputError);
+  // A shape that does not hold the bytes is the caller's bug.
+  CHECK_THROWS_AS(write_npy_u8(f.path, {2, 2}, bytes), std::logic_error);
+}
+
+TEST_CASE("write_e4m3_npy: the FP8 inputs as uint8 bytes and float32 descales, per (batch, head)") {
+  const std::filesystem::path folder =
+      std::filesystem::temp_directory_path() / ("flashlab_core_" + std::to_string(::getpid()) + "_e4m3");
+  struct RemoveAtEnd {
+    std::filesystem::path path;
+    ~RemoveAtEnd() { std::filesystem::remove_all(path); }
+  } remove{folder};
+  const Shape s{.batch = 2, .heads_q = 4, .heads_kv = 2, .seq_q = 3, .seq_k = 5, .head_dim = 8};
+  std::mt19937 rng(5);
+  E4m3Qkv x;
+  for (auto [bytes, n] : {std::pair{&x.q, 2 * 3 * 4 * 8}, {&x.k, 2 * 5 * 2 * 8}, {&x.v, 2 * 5 * 2 * 8}})
+    for (int i = 0; i < n; ++i) bytes->push_back(std::uint8_t(rng()));
+  for (auto [descale, n] : {std::pair{&x.q_descale, 8}, {&x.k_descale, 4}, {&x.v_descale, 4}})
+    for (int i = 0; i < n; ++i) descale->push_back(std::ldexp(1.0f + float(i) / 16, -8 - i));
+
+  const std::string dir = (folder / "nested" / "quantized").string();  // made with its parents
+  const std::vector<std::string> files = write_e4m3_npy(dir, s, x);
+  const std::vector<std::string> names = {"q.npy", "k.npy", "v.npy", "q_descale.npy", "k_descale.npy", "v_descale.npy"};
+  REQUIRE(files.size() == names.size());
+  for (std::size_t n = 0; n < names.size(); ++n) CHECK(files[n] == (std::filesystem::path(dir) / names[n]).string());
+  // The bytes in C order behind NumPy's uint8 header of the tensor's shape, byte for byte.
+  const std::pair<const std::vector<std::uint8_t>*, std::string> bytes[] = {
+      {&x.q, "(2, 3, 4, 8)"}, {&x.k, "(2, 5, 2, 8)"}, {&x.v, "(2, 5, 2, 8)"}};
+  for (std::size_t n = 0; n < 3; ++n) {
+    std::ifstream in(files[n], std::ios::binary);
+    const std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string dict = "{'descr': '|u1', 'fortran_order': False, 'shape': " + bytes[n].second + ", }";
+    CHECK(file == npy_bytes(1, dict, std::string(bytes[n].first->begin(), bytes[n].first->end())));
+  }
+  // The descales, float32 (B, H), exactly.
+  const std::pair<const std::vector<float>*, std::vector<std::int64_t>> descales[] = {
+      {&x.q_descale, {2, 4}}, {&x.k_descale, {2, 2}}, {&x.v_descale, {2, 2}}};
+  for (std::size_t n = 0; n < 3; ++n) {
+    const NpyArray a = read_npy(files[3 + n]);
+    CHECK(a.dtype == DType::F32);
+    CHECK(a.tensor.dims == descales[n].second);
+    REQUIRE(a.tensor.data.size() == descales[n].first->size());
+    for (std::size_t i = 0; i < a.tensor.data.size(); ++i) CHECK(a.tensor.data[i] == (*descales[n].first)[i]);
+  }
+  // A folder where a file is: one sentence. Sizes that are not the shape's: the caller's bug.
+  std::ofstream((folder / "a_file").string()) << "x";
+  CHECK_THROWS_WITH_AS(write_e4m3_npy((folder / "a_file").string(), s, x),
+                       doctest::Contains("cannot make the folder"), InputError);
+  E4m3Qkv short_descales = x;
+  short_descales.v_descale.pop_back();
+  CHECK_THROWS_AS(write_e4m3_npy(dir, s, short_descales), std::logic_error);
+}
+
 TEST_CASE("names parse, and unknown ones list what is supported") {
   CHECK(parse_dtype("bf16") == DType::BF16);
   CHECK(parse_dtype("float16") == DType::F16);
   CHECK(parse_causal("bottom-right") == CausalAlign::BottomRight);
   CHECK(parse_algorithm("fa1") == Algorithm::FA1);
-  CHECK_THROWS_WITH_AS(parse_dtype("int8"), doctest::Contains("f64, f32, f16 and bf16"), InputError);
+  CHECK_THROWS_WITH_AS(parse_dtype("int8"), doctest::Contains("f64, f32, f16, bf16 and e4m3"), InputError);
   CHECK_THROWS_WITH_AS(parse_causal("diagonal"), doctest::Contains("none, top-left and bottom-right"), InputError);
   CHECK_THROWS_WITH_AS(parse_algorithm("fa9"), doctest::Contains("standard, fa1 and fa2"), InputError);
 }

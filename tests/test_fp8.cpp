@@ -2,7 +2,8 @@
 // subnormals, zeros, saturation and NaN, and against a brute-force nearest search; the per-head quantizer, the
 // Walsh-Hadamard rotation (against the Sylvester matrix; orthogonal; Q K^T unchanged) and the emulated FP8
 // forward of cpu_reference/fp8.hpp (known answers, the causal alignments, GQA, and the rule: within its stated
-// bound of attention in double on the dequantized inputs); bad input is an InputError.
+// bound of attention in double on the dequantized inputs); the kernel's operands (quantize_e4m3_qkv) and the
+// rule a kernel is held to (check_fp8_kernel: within 2x the emulation); bad input is an InputError.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -465,4 +466,113 @@ TEST_CASE("the emulated forwards refuse bad input with an InputError") {
   in.k.data[3] = NAN;
   CHECK_THROWS_AS(fp8_attention_emulated(p, in), InputError);
   CHECK_THROWS_AS(bf16_attention_emulated(p, in), InputError);
+}
+
+// ---- The kernel's operands and its rule ------------------------------------------------------------------
+
+TEST_CASE("quantize_e4m3_qkv: the kernel's bytes and descales are the emulation's operands, per head") {
+  // GQA: Q is scaled per (b, query head), K and V per (b, kv head).
+  const Shape s{.batch = 2, .heads_q = 4, .heads_kv = 2, .seq_q = 10, .seq_k = 12, .head_dim = 16};
+  Qkv in = random_qkv(s, DType::F64, 21);
+  for (std::int64_t i = 0; i < 10; ++i) in.q.at(1, i, 3, 5) *= 30.0;  // one head with a larger amax than the rest
+  const E4m3Qkv x = quantize_e4m3_qkv(in);
+  REQUIRE(x.q.size() == std::size_t(2 * 10 * 4 * 16));
+  REQUIRE(x.k.size() == std::size_t(2 * 12 * 2 * 16));
+  REQUIRE(x.v.size() == x.k.size());
+  REQUIRE(x.q_descale.size() == 8u);
+  REQUIRE(x.k_descale.size() == 4u);
+  REQUIRE(x.v_descale.size() == 4u);
+  const Fp8Tensor q = quantize_e4m3_per_head(in.q, "Q"), v = quantize_e4m3_per_head(in.v, "V");
+  CHECK(x.q == e4m3_bytes(q));
+  CHECK(x.q_descale == q.descale);
+  CHECK(x.v == e4m3_bytes(v));
+  CHECK(x.v_descale == v.descale);
+  CHECK(x.q_descale[1 * 4 + 3] > 10 * x.q_descale[1 * 4 + 2]);  // the loud head has its own scale
+  // Byte times descale is exactly what the emulation computes on: the kernel and the emulation share operands.
+  const Problem p = make_problem(s);
+  const EmulatedForward e = fp8_attention_emulated(p, in);
+  const auto check_operand = [](const std::vector<std::uint8_t>& bytes, const std::vector<float>& descale,
+                                const HostTensor& dequantized) {
+    const auto H = dequantized.dims[2], D = dequantized.dims[3], S = dequantized.dims[1];
+    int wrong = 0;
+    for (std::size_t n = 0; n < bytes.size(); ++n) {
+      const auto b = std::int64_t(n) / (S * H * D), h = std::int64_t(n) / D % H;
+      wrong += double(e4m3_bits_to_float(bytes[n])) * descale[std::size_t(b * H + h)] != dequantized.data[n];
+    }
+    return wrong;
+  };
+  CHECK(check_operand(x.q, x.q_descale, e.dequantized.q) == 0);
+  CHECK(check_operand(x.k, x.k_descale, e.dequantized.k) == 0);
+  CHECK(check_operand(x.v, x.v_descale, e.dequantized.v) == 0);
+  // Non-finite input: one sentence naming the tensor.
+  in.v.at(0, 3, 1, 2) = INFINITY;
+  CHECK_THROWS_WITH_AS(quantize_e4m3_qkv(in), doctest::Contains("V at (b, s, h, d) = (0, 3, 1, 2)"), InputError);
+}
+
+TEST_CASE("check_fp8_kernel: the emulation itself passes, a planted wrong O or LSE fails, NaN fails") {
+  struct Case {
+    Shape shape;
+    CausalAlign causal;
+  };
+  const Case cases[] = {
+      {{.batch = 1, .heads_q = 2, .heads_kv = 1, .seq_q = 48, .seq_k = 64, .head_dim = 128}, CausalAlign::None},
+      // seq_q > seq_k bottom-right: the first rows see no key (O = 0, LSE = -inf on both sides, no error).
+      {{.batch = 2, .heads_q = 2, .heads_kv = 2, .seq_q = 40, .seq_k = 24, .head_dim = 256}, CausalAlign::BottomRight},
+  };
+  for (const Case& k : cases) {
+    const Problem p = make_problem(k.shape, k.causal);
+    const Qkv in = random_qkv(p.shape, DType::F64, 77);
+    const EmulatedForward e = fp8_attention_emulated(p, in);
+    CAPTURE(k.shape.head_dim);
+
+    // The emulation as the kernel: its errors are the emulation's, within the rule (2x), and it passes.
+    const Fp8KernelCheck same = check_fp8_kernel(p, e, e.out);
+    INFO("emulation: O max_abs ", same.emulation.o.max_abs, ", LSE max_abs ", same.emulation.lse.max_abs);
+    CHECK(same.emulation.passes());  // the emulation within its own worst-case bound
+    CHECK(same.o.max_abs == same.emulation.o.max_abs);
+    CHECK(same.lse.max_abs == same.emulation.lse.max_abs);
+    CHECK(same.o_limit == kFp8KernelFactor * same.emulation.o.max_abs);
+    CHECK(same.o.max_abs > 0);  // P's rounding shows, so the rule is not a demand for exactness
+    CHECK(same.passes());
+
+    // O 5% too large: fails on O, not on the LSE.
+    ForwardOut loud = e.out;
+    for (double& x : loud.o.data) x *= 1.05;
+    const Fp8KernelCheck c_loud = check_fp8_kernel(p, e, loud);
+    INFO("O x 1.05: max_abs ", c_loud.o.max_abs, " > limit ", c_loud.o_limit);
+    CHECK_FALSE(c_loud.o_passes());
+    CHECK(c_loud.lse_passes());
+    CHECK_FALSE(c_loud.passes());
+
+    // The LSE: a shift inside the slack passes, one past the whole limit fails (-inf rows stay -inf).
+    double max_lse = 0;
+    for (double x : same.emulation.reference.lse.data)
+      if (std::isfinite(x)) max_lse = std::max(max_lse, std::abs(x));
+    const double slack = kFp8LseSlack * (1 + max_lse);
+    CHECK(same.lse_limit == doctest::Approx(kFp8KernelFactor * same.emulation.lse.max_abs + slack));
+    const auto shifted = [&](double by) {
+      ForwardOut f = e.out;
+      for (double& x : f.lse.data) x += by;
+      return check_fp8_kernel(p, e, f);
+    };
+    CHECK(shifted(0.5 * slack).lse_passes());
+    const Fp8KernelCheck c_far = shifted(3 * same.emulation.lse.max_abs + 1.01 * slack);
+    CHECK_FALSE(c_far.lse_passes());
+    CHECK(c_far.o_passes());
+    CHECK_FALSE(c_far.passes());
+
+    // One NaN anywhere fails.
+    ForwardOut nan_o = e.out;
+    nan_o.o.data[nan_o.o.data.size() / 2] = NAN;
+    CHECK_FALSE(check_fp8_kernel(p, e, nan_o).o_passes());
+    ForwardOut nan_lse = e.out;
+    nan_lse.lse.data.back() = NAN;
+    CHECK_FALSE(check_fp8_kernel(p, e, nan_lse).lse_passes());
+  }
+  // An output of the wrong dims is one sentence, not a comparison.
+  const Problem p = make_problem(Shape{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 8, .seq_k = 8, .head_dim = 128});
+  const EmulatedForward e = fp8_attention_emulated(p, random_qkv(p.shape, DType::F64, 3));
+  ForwardOut wrong = e.out;
+  wrong.o = HostTensor({1, 8, 1, 64});
+  CHECK_THROWS_WITH_AS(check_fp8_kernel(p, e, wrong), doctest::Contains("the FP8 kernel's outputs have dims"), InputError);
 }

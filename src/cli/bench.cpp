@@ -262,7 +262,10 @@ void BenchCommand::add_to(CLI::App& app) {
   app.add_option("--causal", causal, "none, top-left or bottom-right")->capture_default_str();
   app.add_option("--batch", batch, "batch size B")->capture_default_str();
   app.add_option("--heads", heads, "heads H (default: 1 on cpu, 16 on cuda)");
-  app.add_option("--dtype", dtype, "f64, f32, f16 or bf16 (default: f32 where supported, else the variant's first)");
+  app.add_option("--dtype", dtype,
+                 "f64, f32, f16, bf16 or e4m3 (default: f32 where supported, else the variant's first). e4m3 (fp8) "
+                 "times cuda-fa3-ws's FP8 forward on random e4m3 inputs made on the GPU, its V^T pre-pass included "
+                 "(head dims 128 and 256; no --backward, no --timeline yet)");
   app.add_flag("--backward", backward, "also time the backward pass");
   app.add_flag("--deterministic", deterministic,
                "with --backward: time the backward that sums dQ in a fixed order (bit-identical run to run)");
@@ -359,7 +362,7 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
     if (seqs.size() > 1)
       throw InputError("--timeline records one run, but --seq lists " + std::to_string(seqs.size()) +
                        " lengths: give one");
-    check_records_timeline(*chosen.front(), base, backward);
+    check_records_timeline(*chosen.front(), base, dtype_for(*chosen.front()), backward);
   }
   // A variant the user named must be able to run the sweep's problem (sizes aside).
   if (named)

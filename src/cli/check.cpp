@@ -1,10 +1,12 @@
 // flashlab check: every variant of the table, on the same fresh random inputs, against naive attention
 // in double (registry/check.hpp runs it; this file prints it). The inputs are always drawn there, never
 // read from files: NaN or Inf in user data is `flashlab run`'s concern (cli/common.hpp, warn_non_finite).
+// --dtype e4m3 checks the FP8 forward against its emulation on the CPU (registry/check.hpp says how).
 #include <optional>
 #include <utility>
 
 #include "cli/commands.hpp"
+#include "cpu_reference/fp8.hpp"  // kFp8KernelFactor
 #include "registry/check.hpp"
 
 namespace flashlab::cli {
@@ -44,7 +46,12 @@ void print_variant_list(std::ostream& out) {
 void CheckCommand::add_to(CLI::App& app) {
   shape.add_to(app);
   options.add_to(app, "seed of the random inputs and the dropout mask (default: a fresh one, printed)");
-  app.add_option("--dtype", dtype, "f64, f32, f16 or bf16 (default: every dtype each variant supports)");
+  app.add_option("--dtype", dtype,
+                 "f64, f32, f16, bf16 or e4m3 (default: every dtype each variant supports but e4m3). e4m3 (fp8) checks "
+                 "the FP8 forward (cuda-fa3-ws, head dims 128 and 256, no backward, no dropout): the inputs are "
+                 "quantized per head, and the kernel's O and LSE must stay within 2x the error of the FP8 forward "
+                 "emulated on the CPU (the fp8-emulation rows), both against naive attention in double on the "
+                 "dequantized inputs");
   app.add_option("--variants", variants, "comma-separated variant names (default: every variant)");
   app.add_flag("--backward", backward, "also check the gradients dQ, dK, dV");
   app.add_flag("--list", list, "print the variant table and exit");
@@ -60,6 +67,7 @@ int CheckCommand::run(std::ostream& out, std::ostream& /*err*/) const {
   request.problem.options = options.options(fresh_seed());
   validate(request.problem);
   if (!dtype.empty()) request.dtype = parse_dtype(dtype);
+  const std::optional<DType> asked_dtype = request.dtype;
   if (!variants.empty()) request.variants = named_variants(variants);
   request.backward = backward;
   const Problem p = request.problem;
@@ -69,7 +77,12 @@ int CheckCommand::run(std::ostream& out, std::ostream& /*err*/) const {
       << p.softmax_scale() << ", dropout " << p.options.dropout_p << (backward ? ", forward and backward" : ", forward")
       << "\n";
   out << "seed " << p.options.seed << " (repeat with --seed " << p.options.seed << ")\n";
-  out << "reference: naive attention in double on the inputs rounded to each dtype\n\n";
+  if (asked_dtype == DType::E4M3)
+    out << "reference: naive attention in double on the inputs quantized to e4m3 per head and dequantized; the "
+           "kernel within "
+        << kFp8KernelFactor << "x the error of the FP8 forward emulated on the CPU (fp8-emulation)\n\n";
+  else
+    out << "reference: naive attention in double on the inputs rounded to each dtype\n\n";
   const CheckReport report = check.run();
   print_check_table(out, report);
   report.require_some_ran();

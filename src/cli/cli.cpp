@@ -24,7 +24,8 @@ int run_cli(int argc, char** argv, std::ostream& out, std::ostream& err) {
       *app.add_subcommand("check", "run every variant on the same random inputs against naive attention in double"));
   run.add_to(*app.add_subcommand(
       "run",
-      "run one variant on .npy inputs (B, S, H, D) and write .npy outputs (bf16 results are written as float32)"));
+      "run one variant on .npy inputs (B, S, H, D) and write .npy outputs (bf16 results are written as float32; "
+      "--dtype e4m3 runs the FP8 forward on inputs quantized per head)"));
   trace.add_to(*app.add_subcommand("trace", "count an algorithm's HBM <-> SRAM traffic per tensor"));
   bench.add_to(*app.add_subcommand("bench", "time variants against sequence length: time, TFLOP/s, memory, HBM bytes"));
   ring.add_to(*app.add_subcommand(

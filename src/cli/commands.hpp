@@ -38,6 +38,7 @@ struct RunCommand {
   std::string variant, q, k, v, out, lse, dout, dq, dk, dv;
   OptionFlags options;
   std::string dtype;  // empty: the files' dtype
+  std::string save_quantized;  // --dtype e4m3: a folder for the quantized inputs (core/npy.hpp, write_e4m3_npy)
   void add_to(CLI::App& app);
   int run(std::ostream& out, std::ostream& err) const;
 };

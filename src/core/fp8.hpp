@@ -12,6 +12,7 @@
 // tests/fp8_toolkit_crosscheck.cpp compares it with the toolkit's own host conversion.
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "core/half.hpp"  // bits_to_float, float_to_bits
 
@@ -57,5 +58,14 @@ inline float e4m3_bits_to_float(std::uint8_t b) {
 
 // The value x becomes once stored as e4m3 (float holds every e4m3 value exactly).
 inline float round_to_e4m3(float x) { return e4m3_bits_to_float(float_to_e4m3_bits(x)); }
+
+// The inputs of an FP8 forward (DType::E4M3) as its kernel reads them: Q, K, V as e4m3 bytes in the layouts of
+// core/tensor.hpp (q_dims: (B, S_q, H_q, d); kv_dims: (B, S_k, H_kv, d)), each with one descale per (batch, head),
+// row-major: (B, H_q) for Q, (B, H_kv) for K and V. An element's real value is its e4m3 value times its head's
+// descale. cpu_reference/fp8.hpp makes them from values (quantize_e4m3_qkv).
+struct E4m3Qkv {
+  std::vector<std::uint8_t> q, k, v;
+  std::vector<float> q_descale, k_descale, v_descale;
+};
 
 }  // namespace flashlab

@@ -2,14 +2,19 @@
 // outputs. The format (numpy.lib.format): the magic "\x93NUMPY", a version byte pair, the header
 // length (2 bytes little-endian in 1.0, 4 bytes in 2.0/3.0), then an ASCII (3.0: UTF-8) Python dict
 // literal {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), } padded with spaces and a final
-// newline, then the raw C-order data. We read and write the three little-endian float dtypes only.
+// newline, then the raw C-order data. We read and write the three little-endian float dtypes, and write
+// uint8 ('|u1') for e4m3 bytes, which have no NumPy dtype of their own.
 #include "core/npy.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <limits>
 #include <sstream>
+#include <stdexcept>
+#include <system_error>
 
 #include "core/half.hpp"
 
@@ -155,7 +160,8 @@ const char* descr_of(DType t) {
     case DType::F64: return "<f8";
     case DType::F32: return "<f4";
     case DType::F16: return "<f2";
-    case DType::BF16: break;
+    case DType::BF16: break;  // NumPy has no bfloat16
+    case DType::E4M3: break;  // nor a float8: write_npy_u8 writes e4m3 bytes as uint8
   }
   return nullptr;
 }
@@ -173,7 +179,8 @@ double decode(const unsigned char* p, DType t) {
     }
     case DType::F32: return bits_to_float(read_le(p, 4));
     case DType::F16: return f16_bits_to_float(static_cast<std::uint16_t>(read_le(p, 2)));
-    case DType::BF16: break;
+    case DType::BF16:
+    case DType::E4M3: break;  // never read: dtype_from_descr returns neither
   }
   return 0;
 }
@@ -185,7 +192,8 @@ void encode(double x, DType t, unsigned char* p) {
     case DType::F64: std::memcpy(&u, &x, 8), bytes = 8; break;
     case DType::F32: u = float_to_bits(static_cast<float>(x)), bytes = 4; break;
     case DType::F16: u = float_to_f16_bits(static_cast<float>(x)), bytes = 2; break;
-    case DType::BF16: break;
+    case DType::BF16:
+    case DType::E4M3: break;  // never written: write_npy refuses both first
   }
   for (int n = 0; n < bytes; ++n) p[n] = static_cast<unsigned char>(u >> (8 * n));
 }
@@ -239,16 +247,15 @@ NpyArray read_npy(const std::string& path) {
   return out;
 }
 
-void write_npy(const std::string& path, const HostTensor& t, DType dtype) {
-  const char* descr = descr_of(dtype);
-  if (!descr)
-    throw InputError("cannot write '" + path + "' as " + to_string(dtype) +
-                     ": NumPy has no bfloat16 dtype, so .npy files are written as f64, f32 or f16");
+namespace {
 
+// The magic, version, header length and header of a C-order .npy file of `descr` and `dims`, padded so that the
+// data starts on a 64-byte boundary; the data follows.
+std::string npy_prelude(const char* descr, const std::vector<std::int64_t>& dims) {
   std::ostringstream dict;
   dict << "{'descr': '" << descr << "', 'fortran_order': False, 'shape': (";
-  for (std::size_t n = 0; n < t.dims.size(); ++n) dict << (n ? ", " : "") << t.dims[n];
-  dict << (t.dims.size() == 1 ? ",), }" : "), }");  // Python writes a 1-tuple as (3,)
+  for (std::size_t n = 0; n < dims.size(); ++n) dict << (n ? ", " : "") << dims[n];
+  dict << (dims.size() == 1 ? ",), }" : "), }");  // Python writes a 1-tuple as (3,)
   std::string header = dict.str();
 
   // Version 1.0 unless the header needs more than 65535 bytes (only for thousands of dimensions).
@@ -264,17 +271,73 @@ void write_npy(const std::string& path, const HostTensor& t, DType dtype) {
   const std::uint32_t len = static_cast<std::uint32_t>(header.size());
   for (std::size_t n = 0; n < prelude - kMagicBytes - 2; ++n) file.push_back(static_cast<char>(len >> (8 * n)));
   file += header;
+  return file;
+}
 
+void write_file(const std::string& path, const std::string& file) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw InputError("cannot open '" + path + "' for writing");
+  out.write(file.data(), static_cast<std::streamsize>(file.size()));
+  if (!out) throw InputError("could not write all of '" + path + "' (disk full?)");
+}
+
+}  // namespace
+
+void write_npy(const std::string& path, const HostTensor& t, DType dtype) {
+  const char* descr = descr_of(dtype);
+  if (!descr)
+    throw InputError("cannot write '" + path + "' as " + to_string(dtype) + ": NumPy has no " +
+                     (dtype == DType::E4M3 ? "float8 dtype (write e4m3 bytes as uint8)" : "bfloat16 dtype") +
+                     ", so .npy files are written as f64, f32 or f16");
+  std::string file = npy_prelude(descr, t.dims);
   const int item = dtype_bytes(dtype);
   const std::size_t start = file.size();
   file.resize(start + t.data.size() * item);
   auto* data = reinterpret_cast<unsigned char*>(file.data() + start);
   for (std::size_t n = 0; n < t.data.size(); ++n) encode(t.data[n], dtype, data + n * item);
+  write_file(path, file);
+}
 
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw InputError("cannot open '" + path + "' for writing");
-  out.write(file.data(), static_cast<std::streamsize>(file.size()));
-  if (!out) throw InputError("could not write all of '" + path + "' (disk full?)");
+void write_npy_u8(const std::string& path, const std::vector<std::int64_t>& dims,
+                  const std::vector<std::uint8_t>& bytes) {
+  std::size_t count = 1;
+  for (std::int64_t d : dims) count *= static_cast<std::size_t>(d);
+  if (count != bytes.size())
+    throw std::logic_error("write_npy_u8: the shape holds " + std::to_string(count) + " elements, but " +
+                           std::to_string(bytes.size()) + " bytes were given");
+  std::string file = npy_prelude("|u1", dims);
+  file.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  write_file(path, file);
+}
+
+std::vector<std::string> write_e4m3_npy(const std::string& dir, const Shape& s, const E4m3Qkv& in) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error || !std::filesystem::is_directory(dir))
+    throw InputError("cannot make the folder '" + dir + "' for the quantized inputs" +
+                     (error ? " (" + error.message() + ")" : std::string(" (a file of that name exists)")));
+  const std::filesystem::path folder(dir);
+  std::vector<std::string> written;
+  const auto bytes = [&](const char* name, const std::vector<std::int64_t>& dims, const std::vector<std::uint8_t>& b) {
+    written.push_back((folder / name).string());
+    write_npy_u8(written.back(), dims, b);
+  };
+  const auto descales = [&](const char* name, int heads, const std::vector<float>& d) {
+    HostTensor t({s.batch, heads});
+    if (d.size() != t.data.size())
+      throw std::logic_error(std::string("write_e4m3_npy: ") + name + " gets " + std::to_string(d.size()) +
+                             " descales for " + std::to_string(t.data.size()) + " (batch, head) pairs");
+    std::copy(d.begin(), d.end(), t.data.begin());  // floats: exact in double, and again as float32
+    written.push_back((folder / name).string());
+    write_npy(written.back(), t, DType::F32);
+  };
+  bytes("q.npy", q_dims(s), in.q);
+  bytes("k.npy", kv_dims(s), in.k);
+  bytes("v.npy", kv_dims(s), in.v);
+  descales("q_descale.npy", s.heads_q, in.q_descale);
+  descales("k_descale.npy", s.heads_kv, in.k_descale);
+  descales("v_descale.npy", s.heads_kv, in.v_descale);
+  return written;
 }
 
 }  // namespace flashlab

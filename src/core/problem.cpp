@@ -17,6 +17,7 @@ const char* to_string(DType t) {
     case DType::F32: return "f32";
     case DType::F16: return "f16";
     case DType::BF16: return "bf16";
+    case DType::E4M3: return "e4m3";
   }
   return "?";
 }
@@ -41,7 +42,11 @@ DType parse_dtype(const std::string& text) {
   if (s == "f32" || s == "float32" || s == "float" || s == "fp32") return DType::F32;
   if (s == "f16" || s == "float16" || s == "half" || s == "fp16") return DType::F16;
   if (s == "bf16" || s == "bfloat16") return DType::BF16;
-  throw InputError("unknown dtype '" + text + "': supported are f64, f32, f16 and bf16");
+  // float8_e4m3fn is PyTorch's and ml_dtypes' name ("fn": finite, no infinity), f8e4m3fn MLIR's.
+  if (s == "e4m3" || s == "fp8" || s == "f8" || s == "fp8_e4m3" || s == "float8_e4m3" || s == "float8_e4m3fn" ||
+      s == "f8e4m3fn")
+    return DType::E4M3;
+  throw InputError("unknown dtype '" + text + "': supported are f64, f32, f16, bf16 and e4m3 (fp8)");
 }
 
 CausalAlign parse_causal(const std::string& text) {
@@ -73,8 +78,11 @@ int dtype_bytes(DType t) {
   switch (t) {
     case DType::F64: return 8;
     case DType::F32: return 4;
-    default: return 2;
+    case DType::F16: return 2;
+    case DType::BF16: return 2;
+    case DType::E4M3: return 1;
   }
+  return 0;
 }
 
 void validate(const Problem& p) {

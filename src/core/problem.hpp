@@ -40,7 +40,11 @@ struct Problem {
   double softmax_scale() const;  // options.scale, or 1/sqrt(head_dim)
 };
 
-enum class DType { F64, F32, F16, BF16 };
+// E4M3: float8 e4m3 (core/fp8.hpp), the FP8 forward's input format. Unlike the others it is not a precision a
+// value is rounded to on its own: each (batch, head) of Q, K, V is scaled to the format's range first and carries
+// its descale (cpu_reference/fp8.hpp, quantize_e4m3_per_head); O comes back in bf16 and the LSE in fp32. Only a
+// forward takes it (FlashAttention-3 ships no FP8 backward), and only the variants whose row says so.
+enum class DType { F64, F32, F16, BF16, E4M3 };
 
 // The loop nest an implementation follows; it names the traffic model (model/traffic.hpp).
 // Standard: S and P go through HBM. FA1: K/V block loop outer. FA2: Q block loop outer.
@@ -50,9 +54,9 @@ Algorithm parse_algorithm(const std::string&);  // throws InputError
 
 const char* to_string(DType);
 const char* to_string(CausalAlign);  // "none", "top-left", "bottom-right"
-DType parse_dtype(const std::string&);              // "f64|f32|f16|bf16" (and float64, fp16, ...)
+DType parse_dtype(const std::string&);              // "f64|f32|f16|bf16|e4m3" (and float64, fp16, fp8, ...)
 CausalAlign parse_causal(const std::string&);       // "none|top-left|bottom-right"
-int dtype_bytes(DType);
+int dtype_bytes(DType);  // bytes of one element: 8, 4, 2, 2, 1 (e4m3: the input bytes, not O's bf16)
 
 // Throws InputError unless every extent is positive, head_dim <= 256, heads_q % heads_kv == 0 and
 // 0 <= dropout_p < 1.

@@ -56,6 +56,10 @@ void round_to(HostTensor& t, DType dtype) {
     case DType::BF16:
       for (double& x : t.data) x = round_to_bf16(x);
       return;
+    case DType::E4M3:
+      // Rounded as it stands, a tensor would use the format's 2^-9..448 range by chance: FP8 scales each head first.
+      throw InputError("e4m3 values are not rounded one by one: each (batch, head) is scaled to the format's range "
+                       "first and keeps its descale (quantize_e4m3_per_head, cpu_reference/fp8.hpp)");
   }
 }
 

@@ -44,11 +44,13 @@ struct Grads {
   HostTensor dq, dk, dv;  // shaped like q, k, v
 };
 
-// Fresh standard-normal inputs (and dO), rounded to dtype. Deterministic in seed.
+// Fresh standard-normal inputs (and dO), rounded to dtype. Deterministic in seed. E4M3 throws InputError (see
+// round_to).
 Qkv random_qkv(const Shape&, DType, std::uint64_t seed);
 HostTensor random_like_o(const Shape&, DType, std::uint64_t seed);
 
-// Round every element to the nearest value representable in dtype (round-to-nearest-even).
+// Round every element to the nearest value representable in dtype (round-to-nearest-even). E4M3 throws
+// InputError: e4m3 needs a scale per head first (cpu_reference/fp8.hpp, quantize_e4m3_per_head).
 void round_to(HostTensor&, DType);
 
 // Throws InputError naming the tensor unless q, k, v (and dO when given) have the problem's dims.

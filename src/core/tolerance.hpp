@@ -6,6 +6,8 @@
 //                   k = 2 for the forward outputs and 3 for gradients, where naive_lowp is naive
 //                   attention run in the same low precision (FlashAttention's test rule).
 // NaN never passes; matching infinities (LSE of a fully masked row) count as equal.
+// e4m3 (FP8) has a rule of its own, against the FP8 forward emulated on the CPU (cpu_reference/fp8.hpp,
+// check_fp8_kernel): tolerance() throws InputError for it.
 #include <string>
 
 #include "core/problem.hpp"

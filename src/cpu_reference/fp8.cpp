@@ -1,6 +1,7 @@
 // FP8 attention emulated on the CPU (see fp8.hpp): per-head e4m3 quantization, the Hadamard rotation of
 // incoherent processing, the forward as an FP8 kernel computes it (and the bf16 forward beside it), and the
-// rule that holds the emulation to attention in double on its dequantized inputs. The matmuls run in float
+// rule that holds the emulation to attention in double on its dequantized inputs, and a GPU kernel to the
+// emulation (check_fp8_kernel). The matmuls run in float
 // with Eigen, so their accumulation is fp32 as on the tensor cores; every rounding a kernel does is done here
 // at the same point.
 #include "cpu_reference/fp8.hpp"
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "core/fp8.hpp"
 #include "core/half.hpp"
@@ -80,6 +82,20 @@ std::vector<std::uint8_t> e4m3_bytes(const Fp8Tensor& t) {
   std::vector<std::uint8_t> bytes(t.q.data.size());
   for (std::size_t n = 0; n < bytes.size(); ++n) bytes[n] = float_to_e4m3_bits(static_cast<float>(t.q.data[n]));
   return bytes;
+}
+
+E4m3Qkv quantize_e4m3_qkv(const Qkv& in) {
+  E4m3Qkv out;
+  const auto one = [](const HostTensor& x, const char* name, std::vector<std::uint8_t>& bytes,
+                      std::vector<float>& descale) {
+    Fp8Tensor t = quantize_e4m3_per_head(x, name);
+    bytes = e4m3_bytes(t);
+    descale = std::move(t.descale);
+  };
+  one(in.q, "Q", out.q, out.q_descale);  // per (b, query head)
+  one(in.k, "K", out.k, out.k_descale);  // per (b, kv head)
+  one(in.v, "V", out.v, out.v_descale);
+  return out;
 }
 
 // ---- Incoherent processing -----------------------------------------------------------------------------
@@ -323,6 +339,21 @@ Fp8Check check_fp8_emulation(const Problem& p, const EmulatedForward& e) {
   c.o = error_metrics(e.out.o, c.reference.o);
   c.lse = error_metrics(e.out.lse, c.reference.lse);
   c.bounds = fp8_emulation_bounds(p, e.dequantized, c.reference.lse);
+  return c;
+}
+
+Fp8KernelCheck check_fp8_kernel(const Problem& p, const EmulatedForward& emulated, const ForwardOut& kernel) {
+  Fp8KernelCheck c;
+  c.emulation = check_fp8_emulation(p, emulated);
+  const ForwardOut& ref = c.emulation.reference;
+  if (kernel.o.dims != ref.o.dims || kernel.lse.dims != ref.lse.dims)
+    throw InputError("the FP8 kernel's outputs have dims " + kernel.o.dims_string() + " and " +
+                     kernel.lse.dims_string() + " but the problem needs O " + ref.o.dims_string() + " and LSE " +
+                     ref.lse.dims_string());
+  c.o = error_metrics(kernel.o, ref.o);
+  c.lse = error_metrics(kernel.lse, ref.lse);
+  c.o_limit = kFp8KernelFactor * c.emulation.o.max_abs;
+  c.lse_limit = kFp8KernelFactor * c.emulation.lse.max_abs + kFp8LseSlack * (1 + max_abs_finite(ref.lse));
   return c;
 }
 

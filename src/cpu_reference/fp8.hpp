@@ -19,9 +19,12 @@
 // It must sit within fp8_emulation_bounds, a worst-case bound derived from the e4m3 rounding of P, the fp32
 // arithmetic and the bf16 rounding of O (derivation in fp8.cpp). How far FP8 attention lands from attention
 // on the unquantized inputs is a property of the format and the inputs: tools/fp8_error_study.cpp measures it.
+// A kernel (cuda-fa3-ws's FP8 forward, `flashlab check --dtype e4m3`) is held to the emulation on the same operands:
+// within kFp8KernelFactor of its error against the same reference (check_fp8_kernel).
 #include <cstdint>
 #include <vector>
 
+#include "core/fp8.hpp"  // E4m3Qkv
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
 
@@ -45,6 +48,10 @@ Fp8Tensor quantize_e4m3_per_head(const HostTensor& x, const char* name);
 HostTensor dequantize(const Fp8Tensor&);
 // The e4m3 bytes of q, in q's layout: what a kernel's buffer holds.
 std::vector<std::uint8_t> e4m3_bytes(const Fp8Tensor&);
+// The inputs of an FP8 kernel (core/fp8.hpp E4m3Qkv) from values: Q quantized per (b, query head), K and V per
+// (b, kv head), as fp8_attention_emulated quantizes them (without rotation), so that the kernel and the emulation
+// compute on the same operands. Throws InputError as quantize_e4m3_per_head does.
+E4m3Qkv quantize_e4m3_qkv(const Qkv&);
 
 // ---- Incoherent processing: x -> H D x / sqrt(d) along the head dim ------------------------------------
 
@@ -116,5 +123,34 @@ struct Fp8Check {
 };
 // The rule applied to an output of fp8_attention_emulated.
 Fp8Check check_fp8_emulation(const Problem&, const EmulatedForward&);
+
+// ---- The rule for a kernel ------------------------------------------------------------------------------
+// A GPU kernel computing the FP8 forward (e4m3 operands with fp32 accumulation, P rounded to e4m3, O to bf16) is
+// held to the emulation of the same computation on the same operands, both measured against the reference of
+// check_fp8_emulation (naive attention in double on the dequantized inputs), as FlashAttention holds a kernel to
+// a baseline of the same precision:
+//    max |O_kernel - O_ref|     <= kFp8KernelFactor * max |O_emulated - O_ref|
+//    max |LSE_kernel - LSE_ref| <= kFp8KernelFactor * max |LSE_emulated - LSE_ref| + kFp8LseSlack (1 + max |LSE_ref|)
+// (max |LSE_ref| over the finite entries; equal infinities, the LSE of a row that sees no key, count as no error;
+// a NaN anywhere fails).
+inline constexpr double kFp8KernelFactor = 2;  // FlashAttention's rule: within 2x a same-precision baseline
+// The emulation's LSE error is that of fp32 arithmetic, about 1e-7 |LSE|, and doubling it leaves no room for the
+// kernel's S: the FP8 tensor cores accumulate S with fewer bits than fp32. Measured on an H100 (gpu_fa3_ws_fp8_tests,
+// d = 128 and 256, |LSE| up to about 7): the kernel's LSE errors reach 2e-4 to 9.4e-4, about a tenth of this slack,
+// while its O errors equal the emulation's.
+inline constexpr double kFp8LseSlack = 1.0 / 512;  // 2^-9, relative to 1 + max |LSE_ref|
+
+struct Fp8KernelCheck {
+  Fp8Check emulation;  // the reference, the emulation's errors against it, and its worst-case bounds
+  ErrorMetrics o, lse;  // the kernel's errors against emulation.reference
+  double o_limit = 0, lse_limit = 0;  // the rule's right-hand sides
+  bool o_passes() const { return o.max_abs <= o_limit; }  // false for NaN
+  bool lse_passes() const { return lse.max_abs <= lse_limit; }
+  bool passes() const { return o_passes() && lse_passes(); }
+};
+// `emulated`: fp8_attention_emulated(p, inputs) without rotation, on the values the kernel's operands were
+// quantized from (quantize_e4m3_qkv); `kernel`: the kernel's O (bf16 values) and LSE. Throws InputError when an
+// output's dims are not the problem's.
+Fp8KernelCheck check_fp8_kernel(const Problem&, const EmulatedForward& emulated, const ForwardOut& kernel);
 
 }  // namespace flashlab

@@ -10,6 +10,7 @@
 // downloads (cuda/host_passes.cuh). One code path serves both.
 #include "core/bench.hpp"
 #include "core/device_io.hpp"
+#include "core/fp8.hpp"  // E4m3Qkv
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
 #include "cuda/constraints.hpp"
@@ -61,9 +62,17 @@ BenchResult cuda_fa2_bench(const Problem&, DType, const BenchSettings&);
 // The bench times the shipped kernel of the step; with settings.record_timeline it then records one run's
 // pipeline with the timeline build into that file (Trace Event JSON) and reports it, and that build's
 // time, in BenchResult::timeline (no dropout: the registry refuses it first).
+//
+// Its FP8 forward (the shipped step only: fa3_ws/forward_e4m3.cu, launch_forward_e4m3): e4m3 Q, K, V with a
+// descale per (batch, head), O in bf16, LSE in fp32; head dims kE4m3HeadDims, forward only, no dropout.
+// cuda_fa3_ws_forward_e4m3 uploads quantized host inputs, runs the V^T pre-pass and the kernel, and downloads O
+// (its bf16 values) and the LSE. The bench in DType::E4M3 (step 5, no backward, no timeline) times the same call,
+// pre-pass included, on random e4m3 inputs made on the device (uniform in (-1, 1) as the other benches', stored
+// as e4m3 under the scale 448 with descale 1/448).
 void cuda_fa3_ws_forward_on_device_at(int step, const Problem&, DType, const DeviceForwardIo&);
 ForwardOut cuda_fa3_ws_forward_at(int step, const Problem&, DType, const Qkv&);
 BenchResult cuda_fa3_ws_bench_at(int step, const Problem&, DType, const BenchSettings&);
+ForwardOut cuda_fa3_ws_forward_e4m3(const Problem&, const E4m3Qkv&);
 void cuda_fa3_ws_backward_on_device(const Problem&, DType, const DeviceBackwardIo&);
 Grads cuda_fa3_ws_backward(const Problem&, DType, const Qkv&, const ForwardOut&, const HostTensor& dO);
 // The same behind the common signatures, one instantiation per registry row.

@@ -11,6 +11,13 @@
 // compiled in; with --backward, launch_backward_timeline) to record one run's pipeline, and times that build
 // too, so the bench can say what recording costs. The records go back in BenchResult::timeline; the caller
 // writes them (the command line, as Trace Event JSON).
+//
+// The FP8 forward (launch_forward_e4m3, fa3_ws/forward_e4m3.cu) has its own host path here: its tensors are not
+// of one element type (e4m3 inputs with a descale per (batch, head), V^T's scratch, O in bf16), so it has no
+// DeviceAttention; cuda_fa3_ws_forward_e4m3 runs it on quantized host inputs, and the bench in DType::E4M3 on
+// random e4m3 inputs made on the device.
+#include <cuda_fp8.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -20,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/fp8.hpp"
 #include "core/philox.hpp"
 #include "cuda/common.cuh"
 #include "cuda/cuda_variants.hpp"
@@ -203,7 +211,107 @@ BenchResult bench_as(cuda::fa3_ws::LadderStep step, const Problem& p, DType dtyp
   return result;
 }
 
+// ---- The FP8 forward ------------------------------------------------------------------------------------
+
+// The device tensors of one FP8 forward: q, k, v as e4m3 bytes (B, S, H, d), their descales (B, H), the V^T
+// scratch of the pre-pass (cudaMalloc's alignment: 256 bytes, past the 16 it needs), O in bf16, the LSE.
+struct DeviceE4m3 {
+  cuda::DeviceBuffer<std::uint8_t> q, k, v;
+  cuda::DeviceBuffer<float> q_descale, k_descale, v_descale;
+  cuda::DeviceBuffer<std::uint8_t> vt;
+  cuda::DeviceBuffer<__nv_bfloat16> o;
+  cuda::DeviceBuffer<float> lse;
+
+  explicit DeviceE4m3(const Shape& s)
+      : q(cuda::numel(q_dims(s))), k(cuda::numel(kv_dims(s))), v(cuda::numel(kv_dims(s))),
+        q_descale(std::size_t(s.batch) * s.heads_q), k_descale(std::size_t(s.batch) * s.heads_kv),
+        v_descale(std::size_t(s.batch) * s.heads_kv),
+        vt(static_cast<std::size_t>(cuda::fa3_ws::fp8_vt_bytes(s.batch, s.heads_kv, s.head_dim, s.seq_k))),
+        o(cuda::numel(q_dims(s))), lse(cuda::numel(lse_dims(s))) {}
+
+  // What BenchResult::io_bytes counts: the inputs (bytes and descales) and the outputs; V^T is scratch.
+  std::size_t io_bytes() const {
+    return q.bytes() + k.bytes() + v.bytes() + q_descale.bytes() + k_descale.bytes() + v_descale.bytes() + o.bytes() +
+           lse.bytes();
+  }
+
+  cuda::fa3_ws::Params params(const Problem& p) {
+    cuda::fa3_ws::Params params = make_params(p);
+    params.tile_counter = device_tile_counter();
+    params.q = q.data();
+    params.k = k.data();
+    params.v = v.data();
+    params.o = o.data();
+    params.lse = lse.data();
+    params.q_descale = q_descale.data();
+    params.k_descale = k_descale.data();
+    params.v_descale = v_descale.data();
+    params.vt = vt.data();
+    return params;
+  }
+};
+
+// A host vector into a device buffer of the same size, byte for byte.
+template <class T>
+void copy_to_device(cuda::DeviceBuffer<T>& buf, const std::vector<T>& host) {
+  if (host.size() != buf.size())
+    throw std::logic_error("cuda-fa3-ws e4m3: " + std::to_string(host.size()) + " values for a buffer of " +
+                           std::to_string(buf.size()) + " (the registry checks the sizes)");
+  if (!host.empty()) CUDA_CHECK(cudaMemcpy(buf.data(), host.data(), buf.bytes(), cudaMemcpyHostToDevice));
+}
+
+// The bench's inputs: x uniform in (-1, 1), as DeviceAttention::random's (the same Philox draw), stored as
+// e4m3(448 x) (satfinite, nearest), so that with the descale 1/448 of every head they stand for x to e4m3's
+// precision: the full range of the format, as quantize_e4m3_per_head would use it (amax near 1).
+constexpr float kBenchE4m3Descale = 1.0f / kE4m3Max;
+
+__global__ void fill_random_e4m3_kernel(std::uint8_t* out, std::size_t n, std::uint64_t seed) {
+  constexpr float kTwoToMinus32 = 2.3283064365386963e-10f;
+  const std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const Philox4 r = philox4x32_10(Philox4{{std::uint32_t(i), std::uint32_t(i >> 32), 0x5eedu, 0u}}, seed);
+  const float u = (static_cast<float>(r.x[0]) + 0.5f) * kTwoToMinus32;  // (0, 1)
+  out[i] = __nv_cvt_float_to_fp8(kE4m3Max * (2.0f * u - 1.0f), __NV_SATFINITE, __NV_E4M3);
+}
+
+void fill_random_e4m3(cuda::DeviceBuffer<std::uint8_t>& buf, std::uint64_t seed) {
+  constexpr int kThreads = 256;
+  if (buf.size() == 0) return;
+  const std::size_t blocks = (buf.size() + kThreads - 1) / kThreads;
+  fill_random_e4m3_kernel<<<static_cast<unsigned>(blocks), kThreads>>>(buf.data(), buf.size(), seed);
+  CUDA_CHECK_LAUNCH();
+}
+
+// The timed pass is launch_forward_e4m3 whole: the V^T pre-pass and the kernel, as every call runs them.
+BenchResult bench_e4m3(const Problem& p, const BenchSettings& settings) {
+  const cuda::PeakScope scope;
+  DeviceE4m3 t(p.shape);
+  fill_random_e4m3(t.q, 1);
+  fill_random_e4m3(t.k, 2);
+  fill_random_e4m3(t.v, 3);
+  for (cuda::DeviceBuffer<float>* d : {&t.q_descale, &t.k_descale, &t.v_descale})
+    copy_to_device(*d, std::vector<float>(d->size(), kBenchE4m3Descale));
+  const cuda::fa3_ws::Params params = t.params(p);
+  const auto forward = [&] { cuda::fa3_ws::launch_forward_e4m3(params, /*stream=*/0); };
+  return cuda::bench_passes(settings, scope, t.io_bytes(), forward, {});
+}
+
 }  // namespace
+
+ForwardOut cuda_fa3_ws_forward_e4m3(const Problem& p, const E4m3Qkv& in) {
+  DeviceE4m3 t(p.shape);
+  copy_to_device(t.q, in.q);
+  copy_to_device(t.k, in.k);
+  copy_to_device(t.v, in.v);
+  copy_to_device(t.q_descale, in.q_descale);
+  copy_to_device(t.k_descale, in.k_descale);
+  copy_to_device(t.v_descale, in.v_descale);
+  cuda::poison(t.o);  // an element the kernel does not write reads as NaN
+  cuda::poison(t.lse);
+  cuda::fa3_ws::launch_forward_e4m3(t.params(p), /*stream=*/0);
+  cuda::finish_on_device();
+  return ForwardOut{cuda::download(t.o, q_dims(p.shape)), cuda::download(t.lse, lse_dims(p.shape))};
+}
 
 void cuda_fa3_ws_forward_on_device_at(int step, const Problem& p, DType dtype, const DeviceForwardIo& io) {
   const cuda::fa3_ws::LadderStep s = ladder_step(step);
@@ -234,7 +342,19 @@ BenchResult cuda_fa3_ws_bench_at(int step, const Problem& p, DType dtype, const 
   const cuda::fa3_ws::LadderStep s = ladder_step(step);
   if (settings.backward && s != cuda::fa3_ws::kShippedStep)
     throw std::logic_error("cuda-fa3-ws ladder steps 1-4 have no backward (the registry should have refused)");
-  return dtype == DType::F16 ? bench_as<__half>(s, p, dtype, settings) : bench_as<__nv_bfloat16>(s, p, dtype, settings);
+  switch (dtype) {
+    case DType::F16: return bench_as<__half>(s, p, dtype, settings);
+    case DType::BF16: return bench_as<__nv_bfloat16>(s, p, dtype, settings);
+    case DType::E4M3:
+      if (s != cuda::fa3_ws::kShippedStep || settings.backward || settings.record_timeline)
+        throw std::logic_error("cuda-fa3-ws's FP8 forward is the shipped step's, without a backward or a timeline "
+                               "build (the registry should have refused)");
+      return bench_e4m3(p, settings);
+    case DType::F64:
+    case DType::F32: break;
+  }
+  throw std::logic_error(std::string("cuda-fa3-ws does not compute in ") + to_string(dtype) +
+                         " (the registry should have refused it)");
 }
 
 }  // namespace flashlab

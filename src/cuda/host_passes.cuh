@@ -11,7 +11,8 @@
 //    uploaded, outputs poisoned) or at random (random: benchmarks), downloaded back into ForwardOut or
 //    Grads, and io_bytes(): what BenchResult::io_bytes reports; forward_io / backward_io: its pointers.
 //  * bench_passes(): one untimed forward (the backward reads its O and L), then time_passes(); or, for
-//    Nsight Compute, exactly one pass inside cudaProfilerStart / Stop (BenchSettings::one_pass).
+//    Nsight Compute, exactly one pass inside cudaProfilerStart / Stop (BenchSettings::one_pass). On a
+//    DeviceAttention, or on any tensors given the bytes of their inputs and outputs (the FP8 forward's).
 //  * set_extents(): a Shape's extents into a kernel's parameter struct.
 //  * set_softmax_and_dropout(): the causal alignment, the softmax scale (and scale * log2 e for exp2),
 //    and the dropout constants, derived once from a Problem for the tensor-core kernels.
@@ -184,7 +185,9 @@ struct DeviceAttention {
 };
 
 // Calls f.template operator()<T>() with T the element type a dtype is held in on the device: float for
-// f32, __half for f16, __nv_bfloat16 for bf16 (no kernel computes in f64; the registry refuses it).
+// f32, __half for f16, __nv_bfloat16 for bf16 (no kernel computes in f64; the registry refuses it). e4m3 is
+// not one element type for every tensor (e4m3 inputs with descales, O in bf16): the FP8 forward has its own
+// host path (cuda_fa3_ws_forward_e4m3), so it is refused here too.
 template <class F>
 decltype(auto) with_element_type(DType dtype, F&& f) {
   switch (dtype) {
@@ -192,6 +195,9 @@ decltype(auto) with_element_type(DType dtype, F&& f) {
     case DType::F16: return f.template operator()<__half>();
     case DType::BF16: return f.template operator()<__nv_bfloat16>();
     case DType::F64: break;
+    case DType::E4M3:
+      throw std::logic_error("e4m3 tensors have no DeviceAttention: the FP8 forward runs through "
+                             "cuda_fa3_ws_forward_e4m3 (the registry should have sent it there)");
   }
   throw std::logic_error(std::string("no CUDA kernel computes in ") + to_string(dtype) +
                          " (the registry should have refused it)");
@@ -223,19 +229,26 @@ Grads backward_from_host(RunOnDevice run_on_device, BackwardReads reads, const P
 // Benchmark one generation on `t` (made by DeviceAttention::random inside `scope`): one untimed
 // forward, so that the backward reads a real O and L, then time_passes. With settings.one_pass: one
 // forward (and backward) only, inside a profiler range (BenchSettings::one_pass).
-template <class T>
-BenchResult bench_passes(const BenchSettings& settings, const PeakScope& scope, const DeviceAttention<T>& t,
-                         const std::function<void()>& forward, const std::function<void()>& backward) {
+// The same for tensors that are not a DeviceAttention (the FP8 forward's: e4m3 inputs and their descales, O in
+// bf16), given the bytes of their inputs and outputs.
+inline BenchResult bench_passes(const BenchSettings& settings, const PeakScope& scope, std::size_t io_bytes,
+                                const std::function<void()>& forward, const std::function<void()>& backward) {
   if (settings.one_pass) {
     CUDA_CHECK(cudaDeviceSynchronize());  // the inputs are made: nothing before the range runs inside it
     CUDA_CHECK(cudaProfilerStart());
     BenchResult r = time_passes(BenchSettings{.warmup = 0, .iters = 1, .backward = settings.backward}, scope,
-                                t.io_bytes(), forward, backward);
+                                io_bytes, forward, backward);
     CUDA_CHECK(cudaProfilerStop());
     return r;
   }
   forward();
-  return time_passes(settings, scope, t.io_bytes(), forward, backward);
+  return time_passes(settings, scope, io_bytes, forward, backward);
+}
+
+template <class T>
+BenchResult bench_passes(const BenchSettings& settings, const PeakScope& scope, const DeviceAttention<T>& t,
+                         const std::function<void()>& forward, const std::function<void()>& backward) {
+  return bench_passes(settings, scope, t.io_bytes(), forward, backward);
 }
 
 }  // namespace flashlab::cuda

@@ -1,11 +1,14 @@
 #include "registry/check.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "core/tensor.hpp"
 #include "core/tolerance.hpp"
+#include "cpu_reference/fp8.hpp"
 #include "cpu_reference/naive.hpp"
 #include "cpu_reference/reference.hpp"
 #include "registry/host_memory.hpp"
@@ -42,6 +45,16 @@ class Recorder {
     row.max_abs_error = e.max_abs;
     row.rel_error = e.rel;
     row.bound = c.bound.rule;
+    row.result = pass ? "PASS" : (e.has_nan ? "FAIL (NaN)" : "FAIL");
+    ++(pass ? report_.passed : report_.failed);
+    report_.rows.push_back(std::move(row));
+  }
+  // An output held to a rule of its own (the e4m3 rows): its errors, the rule as text, and whether it holds.
+  void judged(const Job& job, const std::string& name, const ErrorStats& e, const std::string& bound, bool pass) {
+    CheckRow row = prefix(job, name);
+    row.max_abs_error = e.max_abs;
+    row.rel_error = e.rel;
+    row.bound = bound;
     row.result = pass ? "PASS" : (e.has_nan ? "FAIL (NaN)" : "FAIL");
     ++(pass ? report_.passed : report_.failed);
     report_.rows.push_back(std::move(row));
@@ -99,6 +112,60 @@ void run_job(const Job& job, const Problem& p, const Reference& r, bool backward
   out.compare_output(job, "dV", g.dv, r.grads.dv, Quantity::Gradient, r);
 }
 
+std::string sci(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2e", x);
+  return buf;
+}
+
+// The name the FP8 emulation's rows go under (device cpu, dtype e4m3).
+constexpr const char* kFp8EmulationRow = "fp8-emulation";
+
+// An e4m3 job: the variant's FP8 forward on the check's inputs (Variant::forward quantizes them per head, as the
+// emulation does), held to the emulation by check_fp8_kernel. The first e4m3 job that runs reports the
+// emulation's own rows first: its errors against the same reference, within its worst-case bound.
+void run_e4m3_job(const Job& job, const Problem& p, const Qkv& in64, const EmulatedForward& emulated, bool backward,
+                  bool& emulation_reported, Recorder& out) {
+  ForwardOut fwd;
+  Fp8KernelCheck c;
+  try {
+    fwd = job.variant->forward(p, DType::E4M3, in64, nullptr);
+    c = check_fp8_kernel(p, emulated, fwd);  // InputError when the outputs' dims are wrong
+  } catch (const std::exception& e) {
+    out.fail(job, "forward", e.what());
+    return;
+  }
+  const ForwardOut& ref = c.emulation.reference;
+  if (!emulation_reported) {
+    emulation_reported = true;
+    Variant label;
+    label.name = kFp8EmulationRow;
+    label.device = Device::Cpu;
+    const Job row{&label, DType::E4M3, "", ""};
+    const Fp8Check& e = c.emulation;
+    out.judged(row, "O", compare(emulated.out.o, ref.o), "abs <= " + sci(e.bounds.o_max_abs) + " (worst case)",
+               e.o.max_abs <= e.bounds.o_max_abs);
+    out.judged(row, "LSE", compare(emulated.out.lse, ref.lse), "abs <= " + sci(e.bounds.lse_max_abs) + " (worst case)",
+               e.lse.max_abs <= e.bounds.lse_max_abs);
+  }
+  char factor[16];
+  std::snprintf(factor, sizeof factor, "%g", kFp8KernelFactor);
+  const std::string o_bound = "abs <= " + std::string(factor) + " x " + sci(c.emulation.o.max_abs) + " (emulation's)";
+  const std::string lse_bound = "abs <= " + std::string(factor) + " x " + sci(c.emulation.lse.max_abs) +
+                                " (emulation's) + " + sci(c.lse_limit - kFp8KernelFactor * c.emulation.lse.max_abs);
+  out.judged(job, "O", compare(fwd.o, ref.o), o_bound, c.o_passes());
+  out.judged(job, "LSE", compare(fwd.lse, ref.lse), lse_bound, c.lse_passes());
+  if (backward) out.skip(job, "grads", job.backward_skip);
+}
+
+// Host bytes the FP8 emulation and its check add to a run's: the quantized and the dequantized inputs in double,
+// and one head's S and P in float (the reference's S and P are counted with the other references').
+std::int64_t fp8_emulation_bytes(const Shape& s) {
+  const std::int64_t inputs =
+      std::int64_t(s.batch) * (std::int64_t(s.seq_q) * s.heads_q + 2 * std::int64_t(s.seq_k) * s.heads_kv) * s.head_dim;
+  return 2 * inputs * std::int64_t(sizeof(double)) + 2 * std::int64_t(s.seq_q) * s.seq_k * std::int64_t(sizeof(float));
+}
+
 // The plan: every (variant, dtype) to run or skip. A variant the caller named must run.
 std::vector<Job> plan_jobs(const CheckRequest& request) {
   const Problem& p = request.problem;
@@ -108,7 +175,12 @@ std::vector<Job> plan_jobs(const CheckRequest& request) {
     for (const Variant& v : variants()) chosen.push_back(&v);
   std::vector<Job> jobs;
   for (const Variant* v : chosen) {
-    for (DType t : request.dtype ? std::vector<DType>{*request.dtype} : v->dtypes) {
+    std::vector<DType> dtypes;
+    if (request.dtype) dtypes = {*request.dtype};
+    else
+      for (DType t : v->dtypes)
+        if (t != DType::E4M3) dtypes.push_back(t);  // e4m3 only when asked for
+    for (DType t : dtypes) {
       Job job{v, t, "", ""};
       try {
         check_supported(*v, p, t, false);
@@ -144,7 +216,8 @@ Check::Check(CheckRequest request) : request_(std::move(request)) {
   std::int64_t working_set = naive_extra_bytes(p.shape, sizeof(double), request_.backward);
   for (const Job& job : jobs_)
     if (job.skip.empty())
-      working_set = std::max(working_set, host_bytes_for_run(*job.variant, p.shape, job.dtype, request_.backward));
+      working_set = std::max(working_set, host_bytes_for_run(*job.variant, p.shape, job.dtype, request_.backward) +
+                                              (job.dtype == DType::E4M3 ? fp8_emulation_bytes(p.shape) : 0));
   require_memory(3 * io_host_bytes(p.shape, request_.backward) + working_set,
                  "this check (the double-precision reference materializes S and P)");
 }
@@ -157,11 +230,18 @@ CheckReport Check::run() const {
   const Qkv in64 = random_qkv(p.shape, DType::F64, p.options.seed);
   const HostTensor dO64 = backward ? random_like_o(p.shape, DType::F64, p.options.seed) : HostTensor();
   std::map<DType, Reference> references;  // built on first use
+  std::optional<EmulatedForward> emulated;  // e4m3: the FP8 forward emulated on in64, built on first use
+  bool emulation_reported = false;
   CheckReport report;
   Recorder recorder(report);
   for (const Job& job : jobs_) {
     if (!job.skip.empty()) {
       recorder.skip(job, "-", job.skip);
+      continue;
+    }
+    if (job.dtype == DType::E4M3) {
+      if (!emulated) emulated = fp8_attention_emulated(p, in64);
+      run_e4m3_job(job, p, in64, *emulated, backward, emulation_reported, recorder);
       continue;
     }
     auto it = references.find(job.dtype);

@@ -3,7 +3,10 @@
 // double. The inputs are drawn once in double and rounded to each dtype, and the reference runs on the
 // rounded inputs, so a variant is judged only on its own arithmetic. For f16/bf16 the bound is
 // FlashAttention's rule: a multiple of naive attention's own error in that precision
-// (core/tolerance.hpp). The CLI prints the rows as a table; the Python module returns them.
+// (core/tolerance.hpp). e4m3 (FP8) runs only when asked for: the inputs are quantized per head, the
+// reference is naive attention in double on the dequantized inputs, and the kernel is held to the FP8
+// forward emulated on the CPU (cpu_reference/fp8.hpp, check_fp8_kernel), whose own rows
+// ("fp8-emulation") come first. The CLI prints the rows as a table; the Python module returns them.
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,7 +19,8 @@ namespace flashlab {
 
 struct CheckRequest {
   Problem problem;                        // options.seed draws the inputs (and keys the dropout mask)
-  std::optional<DType> dtype;             // none: every dtype each variant supports
+  std::optional<DType> dtype;             // none: every dtype each variant supports but e4m3, which
+                                          // runs only when asked for (its own inputs and rule)
   std::vector<const Variant*> variants;   // empty: every variant of the table, listing those that cannot
                                           // run the problem as SKIP; named ones must run it
   bool backward = false;                  // also the gradients dQ, dK, dV
@@ -31,6 +35,7 @@ struct CheckRow {
   std::optional<double> max_abs_error;   // compared rows only
   std::optional<double> rel_error;
   std::string bound;                     // the rule applied, e.g. "rel <= 1e-05"; compared rows only
+                                         // (e4m3: "abs <= 2 x 3.10e-03 (emulation's)")
   std::string result;                    // "PASS", "FAIL", "FAIL (NaN)", "FAIL: <why>", "SKIP: <why>"
 };
 

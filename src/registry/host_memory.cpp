@@ -38,6 +38,14 @@ std::int64_t io_host_bytes(const Shape& s, bool backward) {
 }
 
 std::int64_t host_bytes_for_run(const Variant& v, const Shape& s, DType dtype, bool backward) {
+  if (dtype == DType::E4M3) {
+    // The FP8 forward (no backward): the inputs quantized on the host (quantize_e4m3_per_head holds the e4m3
+    // values in double, then their bytes), and O and the LSE downloaded in bf16 and fp32.
+    const std::int64_t o = std::int64_t(s.batch) * s.seq_q * s.heads_q * s.head_dim;
+    const std::int64_t inputs = o + 2 * std::int64_t(s.batch) * s.seq_k * s.heads_kv * s.head_dim;
+    const std::int64_t lse = std::int64_t(s.batch) * s.heads_q * s.seq_q;
+    return io_host_bytes(s, false) + inputs * std::int64_t(sizeof(double) + 1) + o * 2 + lse * 4;
+  }
   const int compute_bytes = dtype_bytes(dtype);
   // The variant converts its inputs and outputs to the compute type: one more copy of them.
   std::int64_t bytes = io_host_bytes(s, backward) / std::int64_t(sizeof(double)) * (sizeof(double) + compute_bytes);

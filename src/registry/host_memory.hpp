@@ -16,7 +16,7 @@ std::int64_t available_memory_bytes();
 void require_memory(std::int64_t needed, const std::string& what);
 // Host bytes one CPU run needs: inputs and outputs as HostTensors (double), plus the variant's working
 // set (S and P for the standard algorithm: naive_extra_bytes; a copy of the inputs and outputs in the
-// compute type for every variant).
+// compute type for every variant). In e4m3: the inputs and outputs, the quantized inputs and the downloads.
 std::int64_t host_bytes_for_run(const Variant&, const Shape&, DType, bool backward);
 std::int64_t io_host_bytes(const Shape&, bool backward);
 

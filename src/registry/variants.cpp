@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "cpu_reference/cpu_variants.hpp"
+#include "cpu_reference/fp8.hpp"  // quantize_e4m3_qkv
 #ifdef FLASHLAB_HAVE_CUDA
 #include "cuda/cuda_variants.hpp"
 #include "cuda/device.hpp"
@@ -21,12 +22,26 @@ std::vector<DType> dtypes_of(const DType (&list)[N]) {
   return {list, list + N};
 }
 
+// "a", "a and b", "a, b and c" (or "or" for `word`).
+std::string spoken_list(const std::vector<std::string>& items, const char* word = "and") {
+  std::string list;
+  for (std::size_t n = 0; n < items.size(); ++n)
+    list += (n == 0 ? "" : n + 1 == items.size() ? std::string(" ") + word + " " : ", ") + items[n];
+  return list;
+}
+
 // kEverything: a backward with one summation order. kAtomicDq: the fused CUDA kernels whose backward adds
 // dQ's partial sums with atomics in arrival order (no deterministic mode).
 constexpr Supports kEverything{.causal = true, .dropout = true, .gqa = true, .backward = true, .deterministic = true};
 #ifdef FLASHLAB_HAVE_CUDA
 constexpr Supports kAtomicDq{.causal = true, .dropout = true, .gqa = true, .backward = true, .deterministic = false};
 constexpr Supports kForwardOnly{.causal = true, .dropout = true, .gqa = true, .backward = false};
+
+// A row's dtypes and e4m3, for a row with an FP8 forward (its e4m3_head_dims and e4m3_forward_fn).
+std::vector<DType> with_e4m3(std::vector<DType> dtypes) {
+  dtypes.push_back(DType::E4M3);
+  return dtypes;
+}
 #endif
 
 // "Hopper" for 90: the name of the GPU generation of a compute capability, for the refusal sentence.
@@ -64,6 +79,38 @@ std::string deterministic_variants() {
   std::string list;
   for (std::size_t n = 0; n < names.size(); ++n) list += (n == 0 ? "" : n + 1 == names.size() ? " and " : ", ") + names[n];
   return list;
+}
+
+// The e4m3 checks of check_supported, which come before the others: a row with an FP8 forward, forward only,
+// without dropout, at the head dims its FP8 kernel is compiled for.
+void check_e4m3(const Variant& v, const Problem& p, bool backward) {
+  const std::string who = "variant " + v.name;
+  std::vector<std::string> own;  // its other dtypes
+  for (DType t : v.dtypes)
+    if (t != DType::E4M3) own.push_back(to_string(t));
+  if (!v.supports_dtype(DType::E4M3) || !v.e4m3_head_dims || v.e4m3_forward_fn == nullptr) {
+    std::vector<std::string> fp8;
+    for (const Variant& w : variants())
+      if (w.supports_dtype(DType::E4M3) && w.e4m3_head_dims && w.e4m3_forward_fn != nullptr) fp8.push_back(w.name);
+    throw InputError(who + " takes " + spoken_list(own, "or") + ", not e4m3: " +
+                     (fp8.empty() ? std::string("only cuda-fa3-ws has an FP8 (e4m3) kernel, and this build has no CUDA")
+                                  : "only " + spoken_list(fp8) + (fp8.size() == 1 ? " has" : " have") +
+                                        " an FP8 (e4m3) kernel"));
+  }
+  if (backward)
+    throw InputError(who + " has no FP8 (e4m3) backward pass (FlashAttention-3 ships no FP8 backward either): FP8 "
+                     "is forward only, so run the backward in bf16");
+  if (p.options.dropout_p > 0)
+    throw InputError(who + " has no dropout in its FP8 (e4m3) kernel: drop the dropout, or run in bf16, which has it");
+  if (!v.e4m3_head_dims->contains(p.shape.head_dim)) {
+    const HeadDims& dims = *v.e4m3_head_dims;
+    std::vector<std::string> listed;
+    for (int d : dims.only) listed.push_back(std::to_string(d));
+    throw InputError(who + " does not support head_dim " + std::to_string(p.shape.head_dim) +
+                     " in e4m3: the FP8 kernel takes head dims " +
+                     (listed.empty() ? dims.describe() : spoken_list(listed)) + " (" + spoken_list(own) + " take " +
+                     v.head_dims.describe() + ")");
+  }
 }
 
 }  // namespace
@@ -148,17 +195,18 @@ const std::vector<Variant>& variants() {
        .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .query_block_rows = cuda::fa3_ws::kQueryRows,
        .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .records_timeline = true},
       // The shipped step also has the backward (a deterministic mode included), at fewer head dims.
-      {.name = "cuda-fa3-ws", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
+      {.name = "cuda-fa3-ws", .device = Device::Cuda, .dtypes = with_e4m3(dtypes_of(cuda::fa3_ws::kDTypes)),
        .supports = kEverything, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
        .backward_head_dims = HeadDims::listed(cuda::fa3_ws::kBackwardHeadDims),
        .summary = "FlashAttention-3 design on Hopper: warp-specialized TMA + wgmma, ping-pong, overlap, persistent "
-                  "grid (ladder step 5); backward warp-specialized too",
+                  "grid (ladder step 5); backward warp-specialized too; an FP8 (e4m3) forward",
        .algorithm = Algorithm::FA2,
        .forward_fn = cuda_fa3_ws_forward<5>, .backward_fn = cuda_fa3_ws_backward, .bench_fn = cuda_fa3_ws_bench<5>,
        .device_forward_fn = cuda_fa3_ws_forward_on_device<5>, .device_backward_fn = cuda_fa3_ws_backward_on_device,
        .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .query_block_rows = cuda::fa3_ws::kQueryRows,
        .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .max_backward_rows = cuda::fa3_ws::kMaxBackwardRows,
-       .records_timeline = true},
+       .records_timeline = true, .e4m3_head_dims = HeadDims::listed(cuda::fa3_ws::kE4m3HeadDims),
+       .e4m3_forward_fn = cuda_fa3_ws_forward_e4m3},
 #endif
   };
   return table;
@@ -192,7 +240,27 @@ bool Variant::supports_dtype(DType t) const { return std::find(dtypes.begin(), d
 ForwardOut Variant::forward(const Problem& p, DType dtype, const Qkv& in, TrafficObserver* observer) const {
   check_supported(*this, p, dtype, false);
   check_dims(p.shape, in);
+  if (dtype == DType::E4M3) return forward_e4m3(p, quantize_e4m3_qkv(in));
   return forward_fn(p, dtype, in, observer);
+}
+
+ForwardOut Variant::forward_e4m3(const Problem& p, const E4m3Qkv& in) const {
+  check_supported(*this, p, DType::E4M3, false);
+  const Shape& s = p.shape;
+  const auto require = [](const char* what, std::size_t have, std::int64_t need, const char* extents) {
+    if (have != static_cast<std::size_t>(need))
+      throw InputError(std::string("the e4m3 ") + what + " holds " + std::to_string(have) +
+                       " values but the problem's " + extents + " needs " + std::to_string(need));
+  };
+  const std::int64_t q = std::int64_t(s.batch) * s.seq_q * s.heads_q * s.head_dim;
+  const std::int64_t kv = std::int64_t(s.batch) * s.seq_k * s.heads_kv * s.head_dim;
+  require("q", in.q.size(), q, "(B, S_q, H_q, d)");
+  require("k", in.k.size(), kv, "(B, S_k, H_kv, d)");
+  require("v", in.v.size(), kv, "(B, S_k, H_kv, d)");
+  require("q's descale", in.q_descale.size(), std::int64_t(s.batch) * s.heads_q, "(B, H_q)");
+  require("k's descale", in.k_descale.size(), std::int64_t(s.batch) * s.heads_kv, "(B, H_kv)");
+  require("v's descale", in.v_descale.size(), std::int64_t(s.batch) * s.heads_kv, "(B, H_kv)");
+  return e4m3_forward_fn(p, in);
 }
 
 Grads Variant::backward(const Problem& p, DType dtype, const Qkv& in, const ForwardOut& fwd,
@@ -206,7 +274,7 @@ Grads Variant::backward(const Problem& p, DType dtype, const Qkv& in, const Forw
 }
 
 BenchResult Variant::bench(const Problem& p, DType dtype, const BenchSettings& settings) const {
-  if (settings.record_timeline) check_records_timeline(*this, p, settings.backward);
+  if (settings.record_timeline) check_records_timeline(*this, p, dtype, settings.backward);
   check_supported(*this, p, dtype, settings.backward);
   if (!has_device_timer())
     throw InputError("variant " + name + " has no device timer: flashlab bench times it from the host");
@@ -241,6 +309,9 @@ void Variant::check_device_call(const Problem& p, DType dtype, int device, bool 
   (void)device;
 #endif
   check_supported(*this, p, dtype, backward);
+  if (dtype == DType::E4M3)
+    throw InputError("variant " + name + " takes e4m3 tensors from host memory only (flashlab run, check, bench): "
+                     "its device entry points have no place for their descales");
   require_entry(*this, backward ? device_backward_fn != nullptr : device_forward_fn != nullptr,
                 backward ? "backward" : "forward");
 }
@@ -279,7 +350,9 @@ const Variant& find_variant(std::string_view name) {
 void check_supported(const Variant& v, const Problem& p, DType dtype, bool backward) {
   validate(p);
   const std::string who = "variant " + v.name;
-  if (!v.supports_dtype(dtype)) {
+  if (dtype == DType::E4M3) {
+    check_e4m3(v, p, backward);  // then the rest below, as for any dtype (e4m3's head dims are among the row's)
+  } else if (!v.supports_dtype(dtype)) {
     std::string list;
     for (DType t : v.dtypes) list += (list.empty() ? "" : ", ") + std::string(to_string(t));
     throw InputError(who + " does not compute in " + to_string(dtype) + ": it supports " + list);
@@ -323,7 +396,7 @@ void check_supported(const Variant& v, const Problem& p, DType dtype, bool backw
   }
 }
 
-void check_records_timeline(const Variant& v, const Problem& p, bool backward) {
+void check_records_timeline(const Variant& v, const Problem& p, DType dtype, bool backward) {
   if (backward && v.records_timeline && !v.has_backward())
     throw InputError("variant " + v.name + " has no backward, so --timeline with --backward has nothing to record; "
                      "drop --backward to record its forward, or record cuda-fa3-ws's backward");
@@ -338,6 +411,9 @@ void check_records_timeline(const Variant& v, const Problem& p, bool backward) {
                      (names.empty() ? std::string("only the cuda-fa3-ws variants can, and this build has no CUDA")
                                     : "only " + list + " can"));
   }
+  if (dtype == DType::E4M3)
+    throw InputError("variant " + v.name + " records timelines of its f16 and bf16 kernels: --timeline is not yet "
+                     "for e4m3 (the FP8 kernel has no timeline build)");
   if (p.options.dropout_p > 0)
     throw InputError("variant " + v.name + " records a timeline only without dropout (its timeline build has none)");
 }

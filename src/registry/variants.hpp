@@ -16,6 +16,7 @@
 
 #include "core/bench.hpp"
 #include "core/device_io.hpp"
+#include "core/fp8.hpp"  // E4m3Qkv
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
 #include "model/traffic.hpp"
@@ -50,6 +51,8 @@ using BenchFn = BenchResult (*)(const Problem&, DType, const BenchSettings&);
 // finished.
 using DeviceForwardFn = void (*)(const Problem&, DType, const DeviceForwardIo&);
 using DeviceBackwardFn = void (*)(const Problem&, DType, const DeviceBackwardIo&);
+// The FP8 forward on quantized host inputs (core/fp8.hpp): O in bf16 values, LSE in fp32.
+using E4m3ForwardFn = ForwardOut (*)(const Problem&, const E4m3Qkv&);
 
 struct Variant {
   std::string name;  // stable: scripts and lessons use it
@@ -78,6 +81,10 @@ struct Variant {
   // Its bench can record one run's pipeline (BenchSettings::record_timeline, `flashlab bench --timeline`):
   // a timeline build of the kernel exists (the cuda-fa3-ws ladder; the backward too where it has one).
   bool records_timeline = false;
+  // Its FP8 forward, where it has one (DType::E4M3 is then in dtypes, and only then): the head dims it takes and
+  // its entry point on quantized inputs. Forward only, without dropout; causal and GQA as the row says.
+  std::optional<HeadDims> e4m3_head_dims = std::nullopt;
+  E4m3ForwardFn e4m3_forward_fn = nullptr;
 
   // CPU: always; CUDA: built with CUDA, a device is present, and it has the compute capability needed.
   bool available() const;
@@ -86,8 +93,13 @@ struct Variant {
   bool has_device_timer() const { return bench_fn != nullptr; }
 
   // Checked entry points: check_supported and the tensors' shapes, then the implementation. Bad input
-  // throws InputError (one sentence) before anything is allocated or launched.
+  // throws InputError (one sentence) before anything is allocated or launched. In DType::E4M3 the forward
+  // quantizes the inputs first (quantize_e4m3_qkv: Q per (batch, query head), K and V per (batch, kv head)) and
+  // runs forward_e4m3 on them.
   ForwardOut forward(const Problem&, DType, const Qkv&, TrafficObserver* = nullptr) const;
+  // The FP8 forward on inputs already quantized (what `flashlab run --save-quantized` writes): check_supported
+  // in e4m3, then the sizes of the bytes and descales against the problem.
+  ForwardOut forward_e4m3(const Problem&, const E4m3Qkv&) const;
   Grads backward(const Problem&, DType, const Qkv&, const ForwardOut&, const HostTensor& dO) const;
   // Needs has_device_timer(); with settings.record_timeline also check_records_timeline.
   BenchResult bench(const Problem&, DType, const BenchSettings&) const;
@@ -100,7 +112,8 @@ struct Variant {
   void forward_on_device(const Problem&, DType, const DeviceForwardIo&) const;
   void backward_on_device(const Problem&, DType, const DeviceBackwardIo&) const;
   // What they check before touching memory, for a caller to ask before allocating the outputs: a CPU row
-  // is refused, then check_supported runs against device `device`.
+  // is refused, then check_supported runs against device `device`; e4m3 is refused (the device entry points
+  // have no place for its descales: it runs from host memory, forward / forward_e4m3).
   void check_device_call(const Problem&, DType, int device, bool backward) const;
 };
 
@@ -110,13 +123,16 @@ const std::vector<Variant>& variants();
 const Variant& find_variant(std::string_view name);
 
 // Throws InputError (one sentence) unless the variant can run this problem in this dtype:
-// head dim, dtype, causal, dropout, GQA, backward, availability, compute capability.
+// head dim, dtype, causal, dropout, GQA, backward, availability, compute capability. In e4m3 first: a row
+// with an FP8 forward (the sentence names those that have one), no backward, no dropout, a head dim of
+// e4m3_head_dims.
 void check_supported(const Variant&, const Problem&, DType, bool backward);
 
 // Throws InputError (one sentence) unless a bench of the variant can record a timeline of this problem:
 // a variant with records_timeline (the sentence names those that have it) and, for a `backward` bench, a
-// backward to record; no dropout (the timeline builds have none).
-void check_records_timeline(const Variant&, const Problem&, bool backward);
+// backward to record; not in e4m3 (the FP8 kernel has no timeline build yet); no dropout (the timeline
+// builds have none).
+void check_records_timeline(const Variant&, const Problem&, DType, bool backward);
 
 bool cuda_device_present();      // false when built without CUDA
 std::string cuda_device_name();  // e.g. "NVIDIA H100 80GB HBM3"; "" without a device
