@@ -13,8 +13,10 @@
 # call; the machine needs PyTorch with CUDA.
 # Environment: VARIANTS (default "cuda-fa2 cuda-fa3-ws"); LADDER=1 also benches cuda-fa3-ws-step1..4 on
 # the same shapes and prints the ladder table; SEQS, HEAD_DIMS (default "64 128 256"), CAUSAL (0/1
-# lists) narrow the sweep; SKIP_BUILD=1 reuses build-device; RUN_LABEL goes into the merged JSON's
-# "command" (say which tree ran: the device copy's git may be stale).
+# lists) narrow the sweep; DTYPES (default "bf16") lists our dtypes: "bf16 e4m3" also times each variant that
+# takes e4m3 (the FP8 forward; forward only) as its own column "VARIANT e4m3", beside the same bf16 peers;
+# SKIP_BUILD=1 reuses build-device; RUN_LABEL goes into the merged JSON's "command" (say which tree ran: the device
+# copy's git may be stale).
 set -euo pipefail
 out=${1:-${OUT:-bench-out}}
 mkdir -p "$out"
@@ -23,6 +25,7 @@ variants=${VARIANTS:-"cuda-fa2 cuda-fa3-ws"}
 seqs=${SEQS:-"512 1024 2048 4096 8192 16384"}
 head_dims=${HEAD_DIMS:-"64 128 256"}
 causals=${CAUSAL:-"0 1"}
+dtypes=${DTYPES:-bf16}
 tokens=16384 hidden=2048
 [ -f .deps/tools/sdpa_bench.py ] ||
   { echo "bench_vs_sdpa: .deps/tools/sdpa_bench.py (the PyTorch SDPA benchmark) is missing: copy it there first" >&2; exit 2; }
@@ -35,9 +38,14 @@ flashlab=build-device/bin/flashlab
 # variant. The backward is timed where the variant has one (the registry refuses --backward otherwise:
 # a one-line probe asks it), at the head dims its backward has (else that shape's forward alone).
 ours_jsons=()
-for variant in $variants; do
+for variant_dtype in $(for v in $variants; do for t in $dtypes; do echo "$v:$t"; done; done); do
+  variant=${variant_dtype%:*} dtype=${variant_dtype#*:}
+  label=$variant; [ "$dtype" = bf16 ] || label="$variant $dtype"
+  # A dtype the variant does not take: the registry says so in one line, and the variant is left out.
+  "$flashlab" bench --device cuda --variants "$variant" --dtype "$dtype" --seq 128 --batch 1 --heads 1 \
+    --head-dim 128 --warmup 0 --iters 1 >/dev/null 2>>"$out/ours.log" || continue
   backward=(--backward)
-  "$flashlab" bench --device cuda --variants "$variant" --dtype bf16 --seq 128 --batch 1 --heads 1 --head-dim 64 \
+  "$flashlab" bench --device cuda --variants "$variant" --dtype "$dtype" --seq 128 --batch 1 --heads 1 --head-dim 64 \
     --backward --warmup 0 --iters 1 >/dev/null 2>&1 || backward=()
   parts=$(mktemp -d)
   for d in $head_dims; do
@@ -46,7 +54,7 @@ for variant in $variants; do
       for n in $seqs; do
         # Where the variant's backward lacks this head dim (cuda-fa3-ws at d = 256), the forward alone.
         bench_shape() {
-          "$flashlab" bench --device cuda --variants "$variant" --dtype bf16 --seq "$n" --batch $((tokens / n)) \
+          "$flashlab" bench --device cuda --variants "$variant" --dtype "$dtype" --seq "$n" --batch $((tokens / n)) \
             --heads $((hidden / d)) --head-dim "$d" --causal "$causal" "$@" --warmup 5 --iters 20 \
             --json "$parts/d${d}_c${c}_n${n}.json" >/dev/null 2>>"$out/ours.log"
         }
@@ -55,7 +63,7 @@ for variant in $variants; do
       done
     done
   done
-  python3 - "$parts" "$out/flashlab_$variant.json" "$variant" <<'PY'
+  python3 - "$parts" "$out/flashlab_${label// /_}.json" "$label" <<'PY'
 import glob, json, sys
 merged = None
 for path in sorted(glob.glob(sys.argv[1] + "/*.json")):
@@ -71,7 +79,7 @@ for path in sorted(glob.glob(sys.argv[1] + "/*.json")):
 json.dump(merged or {"variant": sys.argv[3], "rows": []}, open(sys.argv[2], "w"), indent=1)
 PY
   rm -rf "$parts"
-  ours_jsons+=("$out/flashlab_$variant.json")
+  ours_jsons+=("$out/flashlab_${label// /_}.json")
 done
 
 # Peers, same shapes, same run.

@@ -34,6 +34,10 @@ KINDs (every table block ends with a source note naming the files, device and da
   python-overhead FILE            what a call costs beyond its kernel, per N and way of calling, beside PyTorch
   ring-one-gpu FILE... [causal=yes|no]   flashlab bench --ring on one GPU: one-shot ms, efficiency per layout
   ring-gpus FILE...               ring attention over GPUs beside PyTorch's CP (scripts/ring_tables.py's table)
+  fp8-error FILE [head_dim=N]     the emulated FP8 forward's RMSE of O per kind of input, beside bf16, without
+                                  and with the Hadamard rotation (tools/fp8_error_study.cpp)
+  fp8-sweep FILE [head_dim=N]     the same against the size of 4 outlier channels, with the RMS error of the
+                                  scores from e4m3 Q and K (fp8_error_study --sweep)
   range KIND FILE... column=NAME [where=COL>=X...] [KIND's options]
                                   one line "a–b×": the range of one column of KIND's table over its rows
                                   (where: =, !=, <, <=, >, >= against a number, 2k / 1M allowed, or text)
@@ -46,6 +50,7 @@ import difflib
 import glob
 import io
 import json
+import math
 import os
 import re
 import shlex
@@ -309,6 +314,22 @@ def fa3_forward(sources, opts):
     return fa3_forward_lines(one("fa3-forward", sources))
 
 
+def fp8_forward(sources, opts):
+    """The FP8 (e4m3) forward beside our bf16 forward and cuDNN's bf16, from one bench_vs_sdpa.sh run with
+    DTYPES="bf16 e4m3" (the variant "cuda-fa3-ws e4m3")."""
+    rows = ratio_rows(one("fp8-forward", sources))
+    out = ["| d | causal | N | e4m3 | bf16 (ours) | cuDNN bf16 | vs our bf16 | vs cuDNN bf16 |",
+           "|---|---|---|---|---|---|---|---|"]
+    for (variant, d, causal, n), r in sorted(rows.items(), key=lambda kv: kv[0][1:]):
+        bf16 = rows.get(("cuda-fa3-ws", d, causal, n), {}).get("ours_fwd_tflops")
+        if variant != "cuda-fa3-ws e4m3" or bf16 is None:
+            continue
+        out.append(f"| {d} | {'yes' if causal else 'no'} | {n} | {r['ours_fwd_tflops']:.0f} | {bf16:.0f} | "
+                   f"{r['cudnn_fwd_tflops']:.0f} | **{fmt_ratio(r['ours_fwd_tflops'] / bf16)}** | "
+                   f"{fmt_ratio(r['fwd_ratio_vs_cudnn'])} |")
+    return out
+
+
 def fa3_ladder(sources, opts):
     try:
         head_dim = int(opts.get("head_dim", "128"))
@@ -460,6 +481,46 @@ def ring_gpus(sources, opts):
     return strip_blank(lines)
 
 
+def fmt_small(x):
+    """Three significant digits in fixed notation, for errors that span several decades: 0.000193, 0.0282, 0.143."""
+    if x == 0 or x != x:
+        return "0" if x == 0 else DASH
+    digits = max(0, 2 - math.floor(math.log10(abs(x))))
+    return f"{x:.{digits}f}"
+
+
+def head_dim_filter(kind, sources, opts):
+    """The rows of one file, those at head_dim=N when the option is given."""
+    rows = one(kind, sources)["rows"]
+    if "head_dim" not in opts:
+        return rows
+    try:
+        d = int(opts["head_dim"])
+    except ValueError:
+        raise Error(f"head_dim={opts['head_dim']} is not a number")
+    picked = [r for r in rows if r["head_dim"] == d]
+    if not picked:
+        raise Error(f"{sources[0][0]} has no rows at head_dim={d}")
+    return picked
+
+
+def fp8_error(sources, opts):
+    rows = head_dim_filter("fp8-error", sources, opts)
+    body = [[str(r["head_dim"]), r["inputs"], sig3(r["score_std"]), fmt_small(r["rmse_bf16"]), fmt_small(r["rmse_fp8"]),
+             fmt_small(r["rmse_fp8_rotated"]), fmt_ratio(r["rmse_fp8"] / r["rmse_fp8_rotated"])] for r in rows]
+    return table_lines(["d", "inputs", "std(S)", "bf16", "FP8", "FP8 + rotation", "gain"], body)
+
+
+def fp8_sweep(sources, opts):
+    rows = head_dim_filter("fp8-sweep", sources, opts)
+    body = [[str(r["head_dim"]), f"{r['outlier_factor']}×", sig3(r["score_std"]), fmt_small(r["score_rmse_fp8"]),
+             fmt_small(r["score_rmse_fp8_rotated"]), fmt_ratio(r["score_rmse_fp8"] / r["score_rmse_fp8_rotated"]),
+             fmt_small(r["rmse_bf16"]), fmt_small(r["rmse_fp8"]), fmt_small(r["rmse_fp8_rotated"])]
+            for r in sorted(rows, key=lambda r: (r["head_dim"], r["outlier_factor"]))]
+    return table_lines(["d", "outliers", "std(S)", "S error, FP8", "S error, FP8 + rotation", "S gain", "O: bf16",
+                        "O: FP8", "O: FP8 + rotation"], body)
+
+
 def strip_blank(lines):
     while lines and not lines[0].strip():
         lines = lines[1:]
@@ -473,6 +534,7 @@ KINDS = {
     "readable-cuda": (readable_cuda, {"seq"}),
     "fa2-vs-sdpa": (fa2_vs_sdpa, {"variant"}),
     "fa3-forward": (fa3_forward, set()),
+    "fp8-forward": (fp8_forward, set()),
     "fa3-ladder": (fa3_ladder, {"head_dim"}),
     "fa3-backward": (fa3_backward, set()),
     "long-sequences": (long_sequences, set()),
@@ -480,6 +542,8 @@ KINDS = {
     "python-overhead": (python_overhead, set()),
     "ring-one-gpu": (ring_one_gpu, {"causal"}),
     "ring-gpus": (ring_gpus, set()),
+    "fp8-error": (fp8_error, {"head_dim"}),
+    "fp8-sweep": (fp8_sweep, {"head_dim"}),
 }
 
 
