@@ -12,6 +12,7 @@
 #   flashlab-viz --scenario viz/scenarios/lesson07-roofline.json --png-palette --screenshot docs/img/lesson07-roofline.png
 #   flashlab-viz --scenario viz/scenarios/lesson09-ring.json --png-palette --screenshot docs/img/lesson09-ring.png
 #   flashlab-viz --scenario viz/scenarios/lesson09-ring-measured.json --png-palette --screenshot docs/img/lesson09-ring-measured.png
+#   flashlab-viz --scenario viz/scenarios/lesson10-fp8-error.json --png-palette --screenshot docs/img/lesson10-fp8-error.png
 # (--png-palette: 256 colours, so each committed figure stays near 100 KB.)
 # Usage: scripts/make_figures.sh [build-dir]   (default: build)
 set -euo pipefail
@@ -28,7 +29,8 @@ if [ -z "${DISPLAY:-}" ]; then
 fi
 mkdir -p docs/img
 for name in readme-overview lesson01-standard-traffic lesson02-online-softmax lesson03-hbm-to-shared lesson04-fa1-tiles lesson05-fa1-vs-fa2 \
-    lesson05-counters lesson06-backward lesson07-roofline pipeline-h100-d128 pipeline-h100-backward-d128 lesson09-ring lesson09-ring-measured; do
+    lesson05-counters lesson06-backward lesson07-roofline pipeline-h100-d128 pipeline-h100-backward-d128 lesson09-ring lesson09-ring-measured \
+    lesson10-fp8-error; do
   cmd="flashlab-viz --scenario viz/scenarios/$name.json --png-palette --screenshot docs/img/$name.png"
   "${run[@]}" "$viz" --scenario "viz/scenarios/$name.json" --png-palette --screenshot "docs/img/$name.png" \
     --dump-layout "$layouts/$name.json" >/dev/null

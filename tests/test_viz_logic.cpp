@@ -15,6 +15,7 @@
 #include "core/mask.hpp"
 #include "logic/bench_results.hpp"
 #include "logic/csv.hpp"
+#include "logic/fp8_study.hpp"
 #include "logic/gpu_sweep.hpp"
 #include "model/gpu.hpp"
 #include "registry/gpu_models.hpp"
@@ -430,6 +431,28 @@ TEST_CASE("bench results: any object with a sequence length and a forward time i
   CHECK(r.points[1].tflops == 300.0);
   REQUIRE(r.errors.size() == 1);
   CHECK(r.errors[0].find("b.json") != std::string::npos);
+}
+
+TEST_CASE("the FP8 panel reads the newest outlier sweep of bench/results, and says why when it cannot") {
+  const Fp8Sweep sweep = read_fp8_sweep(std::string(FLASHLAB_SOURCE_DIR) + "/bench/results");
+  REQUIRE_MESSAGE(sweep.error.empty(), sweep.error);
+  CHECK(sweep.file.rfind(std::string("bench/results/") + kFp8SweepPrefix, 0) == 0);
+  CHECK(fp8_sweep_head_dims(sweep) == std::vector<int>{64, 128, 256});
+  CHECK(fp8_sweep_head_dim_for(sweep, 128) == 128);
+  CHECK(fp8_sweep_head_dim_for(sweep, 100) == 128);
+  CHECK(fp8_sweep_head_dim_for(sweep, 32) == 64);
+  for (const Fp8SweepRow& r : sweep.rows) {  // what the panel plots is there, on log axes
+    CHECK(r.outlier_factor >= 1);
+    CHECK(r.score_rmse_fp8 > 0);
+    CHECK(r.score_rmse_fp8_rotated > 0);
+    CHECK(r.rmse_fp8_rotated > 0);
+  }
+
+  const Fp8Sweep bad = parse_fp8_sweep(R"({"rows": [{"head_dim": 64}]})", "x.json");
+  CHECK(bad.rows.empty());
+  CHECK(bad.error.find("x.json") != std::string::npos);
+  CHECK(parse_fp8_sweep("{", "y.json").error.find("y.json") != std::string::npos);
+  CHECK(read_fp8_sweep("/nonexistent").error.find("fp8_error_study --sweep") != std::string::npos);
 }
 
 TEST_CASE("live CPU timing runs the library's forward passes and reports a time per length") {

@@ -166,12 +166,14 @@ void set_visible_from(AppState& st, const Scenario& s) {
     if (std::find(s.panels.begin(), s.panels.end(), reg[k].id) != s.panels.end()) st.visible[k] = true;
     else if (s.panels.empty() && s.timeline.empty() && std::string(reg[k].id) == "pipeline") st.visible[k] = false;  // shown when asked for
     else if (s.panels.empty() && std::string(reg[k].id) == "ring") st.visible[k] = false;  // its own problem: shown when asked for
+    else if (s.panels.empty() && std::string(reg[k].id) == "fp8") st.visible[k] = false;  // a recorded study: shown when asked for
 }
 
 void load_bench(AppState& st, const std::string& directory) {
   st.bench_dir = directory;  // the recorded DRAM counters too (ensure_gpu_sweep)
   st.bench_job.cancel();
   st.bench = read_bench_results(directory);
+  st.fp8_sweep = read_fp8_sweep(directory);
   {
     std::lock_guard lock(st.bench_job.mutex);
     st.bench_intensity.assign(st.bench.points.size(), 0.0);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "logic/bench_results.hpp"
+#include "logic/fp8_study.hpp"
 #include "logic/gpu_sweep.hpp"
 #include "logic/replay.hpp"
 #include "logic/softmax_trace.hpp"
@@ -63,6 +64,8 @@ struct AppState {
   Job bench_job;       // models each measured point's FLOPs and bytes through its variant's loop nest
   // Per point: modeled FLOP/byte and FLOPs (0: not modeled, N beyond kSweepMaxLength); guarded by bench_job.mutex.
   std::vector<double> bench_intensity, bench_flops;
+  Fp8Sweep fp8_sweep;    // the FP8 panel's: bench/results/cpu-fp8-outlier-sweep_*.json, the newest (read at start)
+  int fp8_head_dim = 0;  // the head dim the FP8 panel shows; 0: the scenario's (or the nearest in the sweep)
 
   std::vector<bool> visible;  // per registered panel
   bool heat = true;           // heat bars on tiles
@@ -89,7 +92,8 @@ std::string busy_with(AppState&);
 void ensure_gpu_sweep(AppState&);
 void start_cpu_timing(AppState&);
 void set_visible_from(AppState&, const Scenario&);  // the scenario's panel list (empty: all)
-// Reads bench/results, and starts modeling each point's FLOPs and HBM bytes (its variant's loop nest) on a worker.
+// Reads bench/results (and the FP8 panel's sweep there), and starts modeling each point's FLOPs and HBM bytes (its
+// variant's loop nest) on a worker.
 void load_bench(AppState&, const std::string& directory);
 
 }  // namespace flashlab::viz

@@ -26,6 +26,7 @@ const std::vector<Panel>& panels() {
       {"plots", "Plots vs N", false, 0.f, 1.6f, draw_plots},
       {"pipeline", "Pipeline (warpgroup timeline)", false, 0.f, 1.6f, draw_pipeline},
       {"ring", "Ring attention (sequence parallelism)", false, 0.f, 1.6f, draw_ring},
+      {"fp8", "FP8 error against outliers (emulated)", false, 0.f, 1.6f, draw_fp8},
   };
   return registry;
 }

@@ -38,5 +38,6 @@ void draw_compare(AppState&);
 void draw_plots(AppState&);
 void draw_pipeline(AppState&);
 void draw_ring(AppState&);
+void draw_fp8(AppState&);
 
 }  // namespace flashlab::viz

@@ -95,7 +95,8 @@ const GpuPreset& h100() {
 
 const std::vector<std::string>& panel_ids() {
   static const std::vector<std::string> ids = {"controls", "transport", "export", "loop_nest", "tiles",
-                                               "memory", "softmax", "compare", "plots", "pipeline", "ring"};
+                                               "memory", "softmax", "compare", "plots", "pipeline", "ring",
+                                               "fp8"};
   return ids;
 }
 

@@ -28,9 +28,10 @@ shot --algorithm fa1 --seq 256 --head-dim 64 --sram-bytes 16384 --causal --panel
   score/7,7=done score/3,3=done K/0=done O/7=done || fail "fa1 causal at the end"
 
 # 3. One scenario of each kind of panel renders non-trivially: every panel at once (the README's overview,
-# with the Plots panel's sweeps and the GPU level), a recorded pipeline timeline, and the ring. The other
-# figure scenarios are rendered and checked the same way where figures are made (scripts/make_figures.sh).
-for name in readme-overview pipeline-h100-d128 lesson09-ring; do
+# with the Plots panel's sweeps and the GPU level), a recorded pipeline timeline, the ring, and the FP8 study.
+# The other figure scenarios are rendered and checked the same way where figures are made
+# (scripts/make_figures.sh).
+for name in readme-overview pipeline-h100-d128 lesson09-ring lesson10-fp8-error; do
   f="$scenarios/$name.json"
   shot --scenario "$f" --screenshot "$out/$name.png" --dump-layout "$out/$name.json" || { fail "$name did not render"; continue; }
   "$check" "$out/$name.png" "$out/$name.json" --min-colours 300 || fail "$name is blank or trivial"
