@@ -107,9 +107,9 @@ ForwardOut stand_in_e4m3_forward(const Problem& p, const E4m3Qkv& in) {
 }
 
 // cuda-fa3-ws's row as the table has it, for the e4m3 checks, on the CPU (so that check_supported asks for no GPU)
-// and in every build: f16, bf16 and e4m3; head dims 64, 128, 256, and 128, 256 in e4m3.
+// and in every build: f16, bf16 and e4m3; head dims 64, 128, 256, and 128, 256 in e4m3 (its timeline at 128).
 Variant fp8_row_on_cpu(const std::string& name = "cuda-fa3-ws") {
-  static const int kHeadDims[] = {64, 128, 256}, kE4m3Dims[] = {128, 256};
+  static const int kHeadDims[] = {64, 128, 256}, kE4m3Dims[] = {128, 256}, kE4m3TimelineDims[] = {128};
   Variant v = find_variant("cpu-naive");
   v.name = name;
   v.dtypes = {DType::F16, DType::BF16, DType::E4M3};
@@ -117,6 +117,7 @@ Variant fp8_row_on_cpu(const std::string& name = "cuda-fa3-ws") {
   v.e4m3_head_dims = HeadDims::listed(kE4m3Dims);
   v.e4m3_forward_fn = stand_in_e4m3_forward;
   v.records_timeline = true;
+  v.e4m3_timeline_head_dims = HeadDims::listed(kE4m3TimelineDims);
   return v;
 }
 
@@ -859,15 +860,16 @@ TEST_CASE("e4m3: the rows that take it, and one sentence for every row, pass or 
     }
     p.shape.head_dim = 64;
     CHECK_NOTHROW(check_supported(fp8, p, DType::F16, false));
-    // The timeline build has no e4m3 kernel yet; the row records its f16 and bf16 ones.
+    // The timeline build has the FP8 kernel too (forward only, like every e4m3 run), at d = 128.
     p.shape.head_dim = 128;
+    CHECK_NOTHROW(check_records_timeline(fp8, p, DType::E4M3, false));
+    CHECK_NOTHROW(check_records_timeline(fp8, p, DType::BF16, false));
+    p.shape.head_dim = 256;
     CHECK_THROWS_WITH_AS(check_records_timeline(fp8, p, DType::E4M3, false),
-                         doctest::Contains("variant cuda-fa3-ws records timelines of its f16 and bf16 kernels: "
-                                           "--timeline is not yet for e4m3"),
+                         doctest::Contains("variant cuda-fa3-ws records its FP8 (e4m3) forward's timeline at head_dim "
+                                           "128 only, not 256"),
                          InputError);
     CHECK_NOTHROW(check_records_timeline(fp8, p, DType::BF16, false));
-    const BenchSettings timeline{.warmup = 0, .iters = 1, .backward = false, .record_timeline = true};
-    CHECK_THROWS_WITH_AS((void)fp8.bench(p, DType::E4M3, timeline), doctest::Contains("not yet for e4m3"), InputError);
   }
 #ifdef FLASHLAB_HAVE_CUDA
   SUBCASE("the table's cuda-fa3-ws row says the same, before it asks for a GPU") {

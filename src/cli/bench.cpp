@@ -265,7 +265,7 @@ void BenchCommand::add_to(CLI::App& app) {
   app.add_option("--dtype", dtype,
                  "f64, f32, f16, bf16 or e4m3 (default: f32 where supported, else the variant's first). e4m3 (fp8) "
                  "times cuda-fa3-ws's FP8 forward on random e4m3 inputs made on the GPU, its V^T pre-pass included "
-                 "(head dims 128 and 256; no --backward, no --timeline yet)");
+                 "(head dims 128 and 256; no --backward; --timeline at 128)");
   app.add_flag("--backward", backward, "also time the backward pass");
   app.add_flag("--deterministic", deterministic,
                "with --backward: time the backward that sums dQ in a fixed order (bit-identical run to run)");

@@ -39,6 +39,8 @@ inline constexpr int kBackwardHeadDims[] = {64, 128, 256};
 // The FP8 forward (float8 e4m3 Q, K, V; O in bf16): the shipped step only, forward only, no dropout. Its tiles keep
 // whole 128-byte rows of e4m3, so d = 64 (64-byte rows, a 64-byte swizzle) is not compiled yet.
 inline constexpr int kE4m3HeadDims[] = {128, 256};
+// Its timeline build (`flashlab bench --timeline`): at d = 256 the recording's registers spill beside O, S and P.
+inline constexpr int kE4m3TimelineHeadDims[] = {128};
 inline constexpr int kComputeCapability = 90;  // major * 10 + minor
 // Launch limits. The forward runs one tile per (batch, query head, block of query rows), numbered by a 32-bit int
 // (the grid's x dimension below ladder step 5, the tile list the persistent blocks walk at step 5); a block takes

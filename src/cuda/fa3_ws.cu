@@ -150,6 +150,7 @@ BenchTimeline record_timeline(cuda::fa3_ws::LadderStep step, bool backward, cons
   const auto zero_count = [&] { CUDA_CHECK(cudaMemsetAsync(count.data(), 0, sizeof(unsigned), /*stream=*/0)); };
   const auto record = [&] {
     if (backward) cuda::fa3_ws::launch_backward_timeline(dtype, params, /*stream=*/0);
+    else if (dtype == DType::E4M3) cuda::fa3_ws::launch_forward_e4m3_timeline(params, /*stream=*/0);
     else cuda::fa3_ws::launch_forward_timeline(dtype, params, /*stream=*/0, step);
   };
 
@@ -293,7 +294,10 @@ BenchResult bench_e4m3(const Problem& p, const BenchSettings& settings) {
     copy_to_device(*d, std::vector<float>(d->size(), kBenchE4m3Descale));
   const cuda::fa3_ws::Params params = t.params(p);
   const auto forward = [&] { cuda::fa3_ws::launch_forward_e4m3(params, /*stream=*/0); };
-  return cuda::bench_passes(settings, scope, t.io_bytes(), forward, {});
+  BenchResult result = cuda::bench_passes(settings, scope, t.io_bytes(), forward, {});
+  if (settings.record_timeline)
+    result.timeline = record_timeline(cuda::fa3_ws::kShippedStep, false, p, DType::E4M3, settings, params);
+  return result;
 }
 
 }  // namespace
@@ -346,9 +350,9 @@ BenchResult cuda_fa3_ws_bench_at(int step, const Problem& p, DType dtype, const 
     case DType::F16: return bench_as<__half>(s, p, dtype, settings);
     case DType::BF16: return bench_as<__nv_bfloat16>(s, p, dtype, settings);
     case DType::E4M3:
-      if (s != cuda::fa3_ws::kShippedStep || settings.backward || settings.record_timeline)
-        throw std::logic_error("cuda-fa3-ws's FP8 forward is the shipped step's, without a backward or a timeline "
-                               "build (the registry should have refused)");
+      if (s != cuda::fa3_ws::kShippedStep || settings.backward)
+        throw std::logic_error("cuda-fa3-ws's FP8 forward is the shipped step's, without a backward (the registry "
+                               "should have refused)");
       return bench_e4m3(p, settings);
     case DType::F64:
     case DType::F32: break;

@@ -206,7 +206,8 @@ const std::vector<Variant>& variants() {
        .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .query_block_rows = cuda::fa3_ws::kQueryRows,
        .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .max_backward_rows = cuda::fa3_ws::kMaxBackwardRows,
        .records_timeline = true, .e4m3_head_dims = HeadDims::listed(cuda::fa3_ws::kE4m3HeadDims),
-       .e4m3_forward_fn = cuda_fa3_ws_forward_e4m3},
+       .e4m3_forward_fn = cuda_fa3_ws_forward_e4m3,
+       .e4m3_timeline_head_dims = HeadDims::listed(cuda::fa3_ws::kE4m3TimelineHeadDims)},
 #endif
   };
   return table;
@@ -411,9 +412,11 @@ void check_records_timeline(const Variant& v, const Problem& p, DType dtype, boo
                      (names.empty() ? std::string("only the cuda-fa3-ws variants can, and this build has no CUDA")
                                     : "only " + list + " can"));
   }
-  if (dtype == DType::E4M3)
-    throw InputError("variant " + v.name + " records timelines of its f16 and bf16 kernels: --timeline is not yet "
-                     "for e4m3 (the FP8 kernel has no timeline build)");
+  if (dtype == DType::E4M3 && !(v.e4m3_timeline_head_dims && v.e4m3_timeline_head_dims->contains(p.shape.head_dim)))
+    throw InputError("variant " + v.name + " records its FP8 (e4m3) forward's timeline at head_dim " +
+                     (v.e4m3_timeline_head_dims ? v.e4m3_timeline_head_dims->describe() : std::string("(none)")) +
+                     " only, not " + std::to_string(p.shape.head_dim) +
+                     " (at 256 the recording's registers would spill beside the kernel's); bf16 records every head dim");
   if (p.options.dropout_p > 0)
     throw InputError("variant " + v.name + " records a timeline only without dropout (its timeline build has none)");
 }

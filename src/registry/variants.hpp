@@ -85,6 +85,8 @@ struct Variant {
   // its entry point on quantized inputs. Forward only, without dropout; causal and GQA as the row says.
   std::optional<HeadDims> e4m3_head_dims = std::nullopt;
   E4m3ForwardFn e4m3_forward_fn = nullptr;
+  // The head dims at which its FP8 forward's timeline build exists (records_timeline with e4m3).
+  std::optional<HeadDims> e4m3_timeline_head_dims = std::nullopt;
 
   // CPU: always; CUDA: built with CUDA, a device is present, and it has the compute capability needed.
   bool available() const;
@@ -130,7 +132,7 @@ void check_supported(const Variant&, const Problem&, DType, bool backward);
 
 // Throws InputError (one sentence) unless a bench of the variant can record a timeline of this problem:
 // a variant with records_timeline (the sentence names those that have it) and, for a `backward` bench, a
-// backward to record; not in e4m3 (the FP8 kernel has no timeline build yet); no dropout (the timeline
+// backward to record (e4m3 has none); in e4m3 a head dim of e4m3_timeline_head_dims; no dropout (the timeline
 // builds have none).
 void check_records_timeline(const Variant&, const Problem&, DType, bool backward);
 

@@ -293,7 +293,7 @@ TEST_CASE("cuda-fa3-ws refuses more tiles than its 32-bit tile index holds, befo
   }
 }
 
-TEST_CASE("cuda-fa3-ws bench --timeline, every ladder step: the file read back has every warpgroup's lane and events") {
+TEST_CASE("cuda-fa3-ws bench --timeline, every ladder step and e4m3: the file read back has every warpgroup's lane and events") {
   if (skip_unless_hopper()) return;
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("flashlab_fa3_timeline_" + std::to_string(::getpid()));
@@ -303,8 +303,12 @@ TEST_CASE("cuda-fa3-ws bench --timeline, every ladder step: the file read back h
   const Problem p{.shape = Shape{.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 1024, .seq_k = 1024, .head_dim = 128},
                   .options = Options{}};
   constexpr auto kRecordingBlocks = static_cast<std::uint32_t>(flashlab::cuda::fa3_ws::kTimelineBlocks);
+  // Every ladder step in f16 and bf16, and the FP8 forward (the shipped step, e4m3).
+  std::vector<std::pair<DType, int>> runs;
   for (DType dtype : kDtypes)
-    for (int step = 1; step <= 5; ++step) {
+    for (int step = 1; step <= 5; ++step) runs.emplace_back(dtype, step);
+  runs.emplace_back(DType::E4M3, 5);
+  for (const auto& [dtype, step] : runs) {
       const std::string name = kLadder[step - 1];
       INFO(name << " " << to_string(dtype));
       const std::string path = (dir / (name + "-" + to_string(dtype) + ".json")).string();

@@ -164,5 +164,7 @@ std::int64_t fp8_vt_bytes(int batch, int heads_kv, int head_dim, int seq_k);
 // kE4m3HeadDims, compute capability 9.0, no dropout, the descales and p.vt set. Checks the launches, does not
 // synchronize.
 void launch_forward_e4m3(const Params&, cudaStream_t stream);
+// The same with the timeline hook compiled in (forward_timeline.cu), recording as launch_forward_timeline does.
+void launch_forward_e4m3_timeline(const Params&, cudaStream_t stream);
 
 }  // namespace flashlab::cuda::fa3_ws

@@ -12,7 +12,6 @@
 //    V's the epilogue's 1 / l (forward_epilogue.cuh), and O is written in bf16;
 //  * the tiles: Bc = 128 keys, one panel of V^T, O_i with a buffer of its own (forward_config.cuh, E4m3HeadConfig).
 #include <cstdint>
-#include <string>
 
 #include "cuda/fa3_ws/forward_kernel.cuh"
 
@@ -23,14 +22,7 @@ std::int64_t fp8_vt_bytes(int batch, int heads_kv, int head_dim, int seq_k) {
 }
 
 void launch_forward_e4m3(const Params& p, cudaStream_t stream) {
-  expect(lists_head_dim<kE4m3HeadDims>(p.head_dim), "the FP8 forward's head dim is one of " +
-                                                        listed_head_dims<kE4m3HeadDims>() + ", not " +
-                                                        std::to_string(p.head_dim));
-  expect(on_hopper(), "the GPU has compute capability 9.0");
-  expect(!p.dropout, "the FP8 forward has no dropout");
-  expect(p.q_descale != nullptr && p.k_descale != nullptr && p.v_descale != nullptr,
-         "the FP8 forward needs Q's, K's and V's descales");
-  expect(p.vt != nullptr, "the FP8 forward needs V^T's scratch (fp8_vt_bytes)");
+  check_launch_e4m3(p);
   if (p.seq_q == 0 || p.batch == 0 || p.heads_q == 0) return;
   transpose_v_e4m3(p.v, p.vt, p.batch, p.seq_k, p.heads_kv, p.head_dim, stream);
   dispatch_head_dim<kE4m3HeadDims>(p.head_dim, "cuda-fa3-ws FP8 forward", [&]<int D>() {

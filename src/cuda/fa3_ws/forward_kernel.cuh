@@ -239,5 +239,17 @@ inline void check_launch(DType dtype, const Params& p) {
          "the head dim is one of " + listed_head_dims<kHeadDims>() + ", not " + std::to_string(p.head_dim));
   expect(on_hopper(), "the GPU has compute capability 9.0");
 }
+// The same for the FP8 forward (launch_forward_e4m3 and its timeline build): its head dims, no dropout, the
+// descales and V^T's scratch.
+inline void check_launch_e4m3(const Params& p) {
+  expect(lists_head_dim<kE4m3HeadDims>(p.head_dim), "the FP8 forward's head dim is one of " +
+                                                        listed_head_dims<kE4m3HeadDims>() + ", not " +
+                                                        std::to_string(p.head_dim));
+  expect(on_hopper(), "the GPU has compute capability 9.0");
+  expect(!p.dropout, "the FP8 forward has no dropout");
+  expect(p.q_descale != nullptr && p.k_descale != nullptr && p.v_descale != nullptr,
+         "the FP8 forward needs Q's, K's and V's descales");
+  expect(p.vt != nullptr, "the FP8 forward needs V^T's scratch (fp8_vt_bytes)");
+}
 
 }  // namespace flashlab::cuda::fa3_ws
