@@ -314,6 +314,57 @@ def fa3_forward(sources, opts):
     return fa3_forward_lines(one("fa3-forward", sources))
 
 
+def timeline_blocks(sources, opts):
+    """Per recorded forward timeline (flashlab bench --timeline): medians over its consumer lanes of one K/V block
+    (a consumer's wgmma issue to its next), the S GEMM (an issue to the wait that follows it), the softmax span, and
+    the softmax's share of the lanes' time; keys=B1,B2,... (the runs' K/V block widths, in file order) adds the
+    same per key."""
+    keys = []
+    if "keys" in opts:
+        try:
+            keys = [int(k) for k in opts["keys"].split(",")]
+        except ValueError:
+            raise Error(f"keys={opts['keys']} is not a list of numbers")
+        if len(keys) != len(sources):
+            raise Error(f"keys= names {len(keys)} block widths for {len(sources)} timelines")
+    head = ["run", "K/V block", "S GEMM", "softmax", "softmax's share"]
+    if keys:
+        head += ["K/V block a key", "softmax a key"]
+    body = []
+    for n, (path, j) in enumerate(sources):
+        lanes = {}
+        for e in j.get("traceEvents", []):
+            if e.get("ph") in ("X", "i", "I") and e.get("tid", 0) != 0:  # lane 0 is the producer
+                lanes.setdefault((e["pid"], e["tid"]), []).append(e)
+        if not lanes:
+            raise Error(f"{path} has no consumer lanes: is it a flashlab bench --timeline file of a forward?")
+        cycle, gemm, soft, share_num, share_den = [], [], [], 0.0, 0.0
+        for events in lanes.values():
+            events.sort(key=lambda e: e["ts"])
+            issues = [e["ts"] for e in events if e["name"] == "wgmma_issue"]
+            cycle += [b - a for a, b in zip(issues, issues[1:])]
+            last = None
+            for e in events:
+                if e["name"] == "wgmma_issue":
+                    last = e["ts"]
+                elif e["name"] == "wgmma_wait" and last is not None:
+                    gemm.append(e["ts"] - last)
+                    last = None
+            spans = [e["dur"] for e in events if e["name"] == "softmax"]
+            soft += spans
+            share_num += sum(spans)
+            share_den += max(e["ts"] + e.get("dur", 0) for e in events) - events[0]["ts"]
+        # The first issue of each tile follows the previous tile's epilogue: the median leaves those gaps out.
+        med = lambda xs: sorted(xs)[len(xs) // 2]
+        label = j.get("otherData", {}).get("label", path).split(", B=")[0].replace("ladder step 5, ", "")
+        row = [label, f"{med(cycle):.2f} µs", f"{med(gemm):.2f} µs", f"{med(soft):.2f} µs",
+               f"{100 * share_num / share_den:.0f}%"]
+        if keys:
+            row += [f"{1000 * med(cycle) / keys[n]:.1f} ns", f"{1000 * med(soft) / keys[n]:.1f} ns"]
+        body.append(row)
+    return table_lines(head, body)
+
+
 def fp8_forward(sources, opts):
     """The FP8 (e4m3) forward beside our bf16 forward and cuDNN's bf16, from one bench_vs_sdpa.sh run with
     DTYPES="bf16 e4m3" (the variant "cuda-fa3-ws e4m3")."""
@@ -535,6 +586,7 @@ KINDS = {
     "fa2-vs-sdpa": (fa2_vs_sdpa, {"variant"}),
     "fa3-forward": (fa3_forward, set()),
     "fp8-forward": (fp8_forward, set()),
+    "timeline-blocks": (timeline_blocks, {"keys"}),
     "fa3-ladder": (fa3_ladder, {"head_dim"}),
     "fa3-backward": (fa3_backward, set()),
     "long-sequences": (long_sequences, set()),
@@ -656,7 +708,11 @@ def source_note(sources):
     """*Source: FILE, FILE (device, date).* grouped by device and date, in the order the files came."""
     groups = []
     for path, j in sources:
-        key = (j.get("device") or "?", (j.get("date") or "?")[:10])
+        # A timeline (Trace Event JSON) keeps its device under otherData and has no date: its file name's.
+        other = j.get("otherData", {}) if isinstance(j, dict) else {}
+        named = re.search(r"_(\d{4}-\d{2}-\d{2})", path)
+        key = (j.get("device") or other.get("device") or "?",
+               (j.get("date") or (named.group(1) if named else "?"))[:10])
         for g in groups:
             if g[0] == key:
                 g[1].append(path)
