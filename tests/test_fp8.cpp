@@ -386,6 +386,41 @@ TEST_CASE("fp8 forward: within the stated bound of double attention on its dequa
   }
 }
 
+TEST_CASE("fp8 forward in the kernel's order: one block is the whole-row softmax; many blocks stay within the bound") {
+  const LowpAttentionOptions kernel_order{.block_keys = kE4m3KernelBlockKeys};
+  // S_k <= one block: the online softmax sees the whole row at once, and every value is the same.
+  {
+    const Problem p = make_problem(Shape{.batch = 1, .heads_q = 2, .heads_kv = 1, .seq_q = 50, .seq_k = 100, .head_dim = 64},
+                                   CausalAlign::BottomRight);
+    const Qkv in = random_qkv(p.shape, DType::F64, 3);
+    const EmulatedForward row = fp8_attention_emulated(p, in), blocks = fp8_attention_emulated(p, in, kernel_order);
+    CHECK(blocks.out.o.data == row.out.o.data);
+    CHECK(blocks.out.lse.data == row.out.lse.data);
+  }
+  // Many blocks, with scores that grow along the keys, so the running max rises in block after block: P is rounded
+  // against a different max than the row's, the outputs differ, and both forms keep to the stated bound.
+  for (const CausalAlign align : {CausalAlign::None, CausalAlign::TopLeft, CausalAlign::BottomRight}) {
+    const Problem p = make_problem(Shape{.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 300, .seq_k = 700, .head_dim = 128},
+                                   align);
+    Qkv in = random_qkv(p.shape, DType::F64, 11);
+    for (std::int64_t j = 0; j < 700; ++j)
+      for (std::int64_t h = 0; h < 2; ++h) in.k.at(0, j, h, 0) += 0.02 * static_cast<double>(j);
+    for (std::int64_t i = 0; i < 300; ++i)
+      for (std::int64_t h = 0; h < 2; ++h) in.q.at(0, i, h, 0) = 1.0 + std::abs(in.q.at(0, i, h, 0));
+    const EmulatedForward row = fp8_attention_emulated(p, in), blocks = fp8_attention_emulated(p, in, kernel_order);
+    const Fp8Check c_row = check_fp8_emulation(p, row), c_blocks = check_fp8_emulation(p, blocks);
+    INFO("causal = ", std::string(to_string(align)), ": O max_abs whole row ", c_row.o.max_abs, ", in blocks ",
+         c_blocks.o.max_abs, " (bound ", c_blocks.bounds.o_max_abs, ")");
+    CHECK(c_row.passes());
+    CHECK(c_blocks.passes());
+    CHECK(blocks.out.o.data != row.out.o.data);
+    CHECK(c_blocks.o.max_abs <= 2 * c_row.o.max_abs);  // the same arithmetic, the same error, in another order
+  }
+  const Problem p = make_problem(Shape{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 4, .seq_k = 4, .head_dim = 64});
+  CHECK_THROWS_AS((void)fp8_attention_emulated(p, random_qkv(p.shape, DType::F64, 1), LowpAttentionOptions{.block_keys = -1}),
+                  InputError);
+}
+
 TEST_CASE("fp8 forward, GQA: each query head reads its own group's K and V") {
   // The two kv heads differ by far more than the bound: a query head reading the other group's V misses it.
   Problem p = make_problem(Shape{.batch = 1, .heads_q = 4, .heads_kv = 2, .seq_q = 40, .seq_k = 40, .head_dim = 64});

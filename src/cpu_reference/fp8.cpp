@@ -203,6 +203,9 @@ EmulatedForward emulate(const Problem& p, const Qkv& in, const LowpAttentionOpti
     throw InputError("the emulated low-precision forward offers no dropout; set dropout_p to 0");
   const Shape& s = p.shape;
   if (opt.rotate_qk) check_rotation_head_dim(s.head_dim);
+  if (opt.block_keys < 0)
+    throw InputError("the emulation's block_keys is 0 (the whole row at once) or a block of keys, not " +
+                     std::to_string(opt.block_keys));
 
   const HostTensor q_in = opt.rotate_qk ? rotate_rows(in.q, opt.rotation_seed, false, "Q") : in.q;
   const HostTensor k_in = opt.rotate_qk ? rotate_rows(in.k, opt.rotation_seed, false, "K") : in.k;
@@ -229,16 +232,35 @@ EmulatedForward emulate(const Problem& p, const Qkv& in, const LowpAttentionOpti
       S.noalias() = Q * K.transpose();
       S *= Qo.descale_at(b, h) * Ko.descale_at(b, h_kv) * tau;
       if (p.options.causal != CausalAlign::None) detail::apply_causal_mask(S, p, 0, 0);
-      // Softmax in fp32: P = exp(S - m) with the row max m, l = the fp32 row sum of P (before P is rounded).
-      const Col<float> m = detail::finite_or_zero<float>(S.rowwise().maxCoeff().array());
-      P.resize(S.rows(), S.cols());
-      for (Eigen::Index i = 0; i < S.rows(); ++i)
-        for (Eigen::Index j = 0; j < S.cols(); ++j) P(i, j) = std::exp(S(i, j) - m(i));
-      const Col<float> l = P.rowwise().sum().array();
-      // P as the second matmul's operand: scaled, rounded to the format.
-      for (Eigen::Index i = 0; i < P.rows(); ++i)
-        for (Eigen::Index j = 0; j < P.cols(); ++j) P(i, j) = round_p(P(i, j) * p_scale);
-      const Mat<float> acc = P * V;  // (S_q, d), fp32 accumulation
+      // Softmax in fp32: P = exp(S - m), l = the fp32 row sum of P (before P is rounded), P scaled and rounded to
+      // the format as the second matmul's operand; acc = P V accumulated in fp32. With block_keys = 0, m is the
+      // row's max; otherwise the running max over the blocks of keys so far, the online softmax's, with acc and l
+      // rescaled by exp(m_old - m_new) whenever it rises.
+      const Eigen::Index n_keys = S.cols();
+      const Eigen::Index block = opt.block_keys > 0 ? opt.block_keys : std::max<Eigen::Index>(n_keys, 1);
+      Col<float> m = Col<float>::Constant(S.rows(), -std::numeric_limits<float>::infinity());
+      Col<float> l = Col<float>::Zero(S.rows());
+      Mat<float> acc = Mat<float>::Zero(S.rows(), s.head_dim);  // (S_q, d)
+      for (Eigen::Index j0 = 0; j0 < n_keys; j0 += block) {
+        const Eigen::Index bc = std::min(block, n_keys - j0);
+        const Col<float> block_max = S.middleCols(j0, bc).rowwise().maxCoeff().array();
+        for (Eigen::Index i = 0; i < S.rows(); ++i)
+          if (block_max(i) > m(i)) {  // the max rises (a row's first visible key included): rescale the past
+            const float corr = m(i) == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(m(i) - block_max(i));
+            acc.row(i) *= corr;
+            l(i) *= corr;
+            m(i) = block_max(i);
+          }
+        const Col<float> m_use = detail::finite_or_zero<float>(m);  // a row that has seen only masked keys: P = 0
+        P.resize(S.rows(), bc);
+        for (Eigen::Index i = 0; i < S.rows(); ++i)
+          for (Eigen::Index j = 0; j < bc; ++j) P(i, j) = std::exp(S(i, j0 + j) - m_use(i));
+        l += P.rowwise().sum().array();
+        for (Eigen::Index i = 0; i < P.rows(); ++i)
+          for (Eigen::Index j = 0; j < bc; ++j) P(i, j) = round_p(P(i, j) * p_scale);
+        acc.noalias() += P * V.middleRows(j0, bc);
+      }
+      m = detail::finite_or_zero<float>(m);
       const float v_factor = Vo.descale_at(b, h_kv) / p_scale;
       for (int i = 0; i < s.seq_q; ++i) {
         const std::size_t lse_at = (static_cast<std::size_t>(b) * s.heads_q + h) * s.seq_q + i;

@@ -76,6 +76,11 @@ HostTensor hadamard_rotate_transpose(const HostTensor& y, std::uint64_t seed);
 struct LowpAttentionOptions {
   bool rotate_qk = false;           // apply hadamard_rotate to Q and K first (needs d = 64, 128 or 256)
   std::uint64_t rotation_seed = 0;  // the seed of D
+  // 0: the softmax of each row at once, P against the row's max. Bc > 0: the online softmax in the order a tiled
+  // kernel takes it, Bc keys at a time: P against the running max of the blocks seen so far (never lagging, so
+  // P <= 1 still), rounded there, and O and l rescaled in fp32 whenever the max rises. cuda-fa3-ws's FP8 forward
+  // runs kE4m3KernelBlockKeys (core/fp8.hpp).
+  int block_keys = 0;
 };
 
 struct EmulatedForward {

@@ -4,6 +4,7 @@
 // a compile-time constant; the other parts (forward_kernel.cuh lists them) read it through KernelConfig.
 #include <type_traits>
 
+#include "core/fp8.hpp"  // kE4m3KernelBlockKeys
 #include "cuda/fa3_ws/element.cuh"
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
 #include "cuda/fa3_ws/hopper.cuh"
@@ -72,7 +73,8 @@ struct HeadConfig {
 // each one's softmax behind the other's GEMMs, which at d = 256 are the longest of any head dim.
 template <int D>
 struct E4m3HeadConfig {
-  static constexpr int kBc = 128;
+  static constexpr int kBc = kE4m3KernelBlockKeys;  // core/fp8.hpp: the CPU emulation follows the same blocks
+  static_assert(kBc == 128, "V^T's panel is 128 keys (one 128-byte row of e4m3)");
   static constexpr int kORows = D <= 128 ? 2 * kRowsPerConsumer : kRowsPerConsumer;
   static constexpr bool kOBufferShared = kORows == kRowsPerConsumer;
   static constexpr int kStages = D <= 128 ? 3 : 2;
