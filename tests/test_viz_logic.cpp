@@ -304,6 +304,7 @@ TEST_CASE("scenario files parse, and each mistake gets one sentence naming it") 
   CHECK(error_of(R"({"head_dim": 512})").find("head_dim") != std::string::npos);
   CHECK(error_of(R"({"algorithm": "fa3"})").find("unknown algorithm 'fa3'") != std::string::npos);
   CHECK(error_of(R"({"dtype": "int8"})").find("unknown dtype") != std::string::npos);
+  CHECK(error_of(R"({"dtype": "e4m3"})").find("replays the loop nest in f64, f32, f16 or bf16, not e4m3") != std::string::npos);
   CHECK(error_of(R"({"panels": ["tiles", "movie"]})").find("unknown panel \"movie\"") != std::string::npos);
   CHECK(error_of(R"({"size": [10]})").find("[width, height]") != std::string::npos);
   CHECK(error_of(R"({"sram_bytes": 100, "head_dim": 64})").find("SRAM") != std::string::npos);
