@@ -995,6 +995,8 @@ TEST_CASE("e4m3 through the command: refused in one sentence where no FP8 kernel
   expect_bad_input(run_args("cpu-fa2", {"--save-quantized", dir.file("saved")}),
                    "--save-quantized writes the e4m3 inputs of an FP8 run: give --dtype e4m3 too");
   expect_bad_input(run_args("cpu-fa2", {"--dtype", "f32", "--save-quantized", dir.file("saved")}), "give --dtype e4m3");
+  // A variant that refuses e4m3 refuses before the quantized inputs are written.
+  expect_bad_input(run_args("cpu-fa2", {"--dtype", "e4m3", "--save-quantized", dir.file("saved")}), cpu_row);
   CHECK_FALSE(std::filesystem::exists(dir.file("saved")));
   if (!cuda_device_present()) {
     // Every row a SKIP, each saying why: no pass, so no success either.

@@ -92,6 +92,7 @@ int RunCommand::run(std::ostream& os, std::ostream& err) const {
   if (e4m3) {
     // Quantized per head as the FP8 emulation does (finite values only: a NaN or Inf is one sentence here,
     // since it would be the amax of its head); the kernel's inputs are written first when asked for.
+    check_supported(var, p, DType::E4M3, false);  // refused before any file is written
     const E4m3Qkv quantized = quantize_e4m3_qkv(in);
     if (!save_quantized.empty()) quantized_files = write_e4m3_npy(save_quantized, p.shape, quantized);
     fwd = var.forward_e4m3(p, quantized);

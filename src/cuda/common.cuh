@@ -213,14 +213,19 @@ void zero(DeviceBuffer<T>& buf) {
 // ---------------------------------------------------------------------------------------------
 // Random inputs made on the device (benchmarks: no host round trip at N = 64k).
 
-template <class T>
-__global__ void fill_random_kernel(T* out, std::size_t n, std::uint64_t seed) {
+// Element i's draw under `seed`: uniform in (-1, 1), never 0 (Philox4x32-10, core/philox.hpp).
+__device__ inline float random_uniform_pm1(std::size_t i, std::uint64_t seed) {
   constexpr float kTwoToMinus32 = 2.3283064365386963e-10f;
-  const std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
   const Philox4 r = philox4x32_10(Philox4{{std::uint32_t(i), std::uint32_t(i >> 32), 0x5eedu, 0u}}, seed);
   const float u = (static_cast<float>(r.x[0]) + 0.5f) * kTwoToMinus32;  // (0, 1)
-  out[i] = static_cast<T>(2.0f * u - 1.0f);                              // uniform in (-1, 1), never 0
+  return 2.0f * u - 1.0f;
+}
+
+template <class T>
+__global__ void fill_random_kernel(T* out, std::size_t n, std::uint64_t seed) {
+  const std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  out[i] = static_cast<T>(random_uniform_pm1(i, seed));
 }
 
 template <class T>

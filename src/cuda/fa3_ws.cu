@@ -261,18 +261,15 @@ void copy_to_device(cuda::DeviceBuffer<T>& buf, const std::vector<T>& host) {
   if (!host.empty()) CUDA_CHECK(cudaMemcpy(buf.data(), host.data(), buf.bytes(), cudaMemcpyHostToDevice));
 }
 
-// The bench's inputs: x uniform in (-1, 1), as DeviceAttention::random's (the same Philox draw), stored as
+// The bench's inputs: x uniform in (-1, 1), DeviceAttention::random's draw (cuda::random_uniform_pm1), stored as
 // e4m3(448 x) (satfinite, nearest), so that with the descale 1/448 of every head they stand for x to e4m3's
 // precision: the full range of the format, as quantize_e4m3_per_head would use it (amax near 1).
 constexpr float kBenchE4m3Descale = 1.0f / kE4m3Max;
 
 __global__ void fill_random_e4m3_kernel(std::uint8_t* out, std::size_t n, std::uint64_t seed) {
-  constexpr float kTwoToMinus32 = 2.3283064365386963e-10f;
   const std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  const Philox4 r = philox4x32_10(Philox4{{std::uint32_t(i), std::uint32_t(i >> 32), 0x5eedu, 0u}}, seed);
-  const float u = (static_cast<float>(r.x[0]) + 0.5f) * kTwoToMinus32;  // (0, 1)
-  out[i] = __nv_cvt_float_to_fp8(kE4m3Max * (2.0f * u - 1.0f), __NV_SATFINITE, __NV_E4M3);
+  out[i] = __nv_cvt_float_to_fp8(kE4m3Max * cuda::random_uniform_pm1(i, seed), __NV_SATFINITE, __NV_E4M3);
 }
 
 void fill_random_e4m3(cuda::DeviceBuffer<std::uint8_t>& buf, std::uint64_t seed) {

@@ -65,10 +65,7 @@ std::string backward_alternatives(const Variant& v, const Problem& p, DType dtyp
         (!w.backward_head_dims || w.backward_head_dims->contains(p.shape.head_dim)))
       names.push_back(w.name);
   if (names.empty()) return "";
-  std::string list;
-  for (std::size_t n = 0; n < names.size(); ++n)
-    list += (n == 0 ? "" : n + 1 == names.size() ? " and " : ", ") + names[n];
-  return "; " + list + (names.size() == 1 ? " has one" : " have one");
+  return "; " + spoken_list(names) + (names.size() == 1 ? " has one" : " have one");
 }
 
 // "cpu-naive, ... and cuda-fa3-ws": the variants whose backward has a deterministic mode.
@@ -76,9 +73,7 @@ std::string deterministic_variants() {
   std::vector<std::string> names;
   for (const Variant& w : variants())
     if (w.has_backward() && w.supports.deterministic) names.push_back(w.name);
-  std::string list;
-  for (std::size_t n = 0; n < names.size(); ++n) list += (n == 0 ? "" : n + 1 == names.size() ? " and " : ", ") + names[n];
-  return list;
+  return spoken_list(names);
 }
 
 // The e4m3 checks of check_supported, which come before the others: a row with an FP8 forward, forward only,
@@ -405,12 +400,9 @@ void check_records_timeline(const Variant& v, const Problem& p, DType dtype, boo
     std::vector<std::string> names;
     for (const Variant& w : variants())
       if (w.records_timeline) names.push_back(w.name);
-    std::string list;
-    for (std::size_t n = 0; n < names.size(); ++n)
-      list += (n == 0 ? "" : n + 1 == names.size() ? " and " : ", ") + names[n];
     throw InputError("variant " + v.name + " cannot record a timeline: " +
                      (names.empty() ? std::string("only the cuda-fa3-ws variants can, and this build has no CUDA")
-                                    : "only " + list + " can"));
+                                    : "only " + spoken_list(names) + " can"));
   }
   if (dtype == DType::E4M3 && !(v.e4m3_timeline_head_dims && v.e4m3_timeline_head_dims->contains(p.shape.head_dim)))
     throw InputError("variant " + v.name + " records its FP8 (e4m3) forward's timeline at head_dim " +

@@ -1,14 +1,13 @@
-// cuda-fa3-ws's FP8 forward against the CPU, through the CUDA layer's own entry (launch_forward_e4m3):
+// cuda-fa3-ws's FP8 forward against the CPU:
 //  * the pre-pass that writes V^T for an e4m3 O += P V (fa3_ws/fp8_transpose_v.cu): every byte of V^T must be the
 //    byte of V that fp8_v_key names, and zero where that key is past the end; V is random bytes (any e4m3 pattern
 //    moves as it is), V^T starts poisoned;
-//  * the forward: inputs quantized per head on the CPU (cpu_reference/fp8.hpp), the kernel's O and LSE (poisoned
-//    with NaN first) against naive attention in double on the dequantized inputs, by check_fp8_kernel's rule: O
-//    within 2x the error of the CPU emulation of the same FP8 arithmetic (FlashAttention's rule, the emulation as
-//    the baseline), the LSE within its stated slack.
+//  * the forward, through the variant table (the path `flashlab check --dtype e4m3` takes): inputs quantized per head
+//    on the CPU (cpu_reference/fp8.hpp), the kernel's O and LSE (poisoned with NaN first) against naive attention in
+//    double on the dequantized inputs, by check_fp8_kernel's rule: O within 2x the error of the CPU emulation of the
+//    same FP8 arithmetic (FlashAttention's rule, the emulation as the baseline), the LSE within its stated slack.
 #include <doctest/doctest.h>
 
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -102,78 +101,6 @@ TEST_CASE("the FP8 V^T: every byte where fp8_v_key puts it, zero past the keys, 
 
 namespace {
 
-// Device memory that frees itself.
-struct DeviceBytes {
-  void* ptr = nullptr;
-  explicit DeviceBytes(std::size_t bytes, int fill = -1) {
-    require_cuda(cudaMalloc(&ptr, bytes == 0 ? 16 : bytes));
-    if (fill >= 0) require_cuda(cudaMemset(ptr, fill, bytes == 0 ? 16 : bytes));
-  }
-  ~DeviceBytes() { cudaFree(ptr); }
-  DeviceBytes(const DeviceBytes&) = delete;
-  DeviceBytes& operator=(const DeviceBytes&) = delete;
-};
-
-template <class X>
-void upload(DeviceBytes& dst, const std::vector<X>& src) {
-  require_cuda(cudaMemcpy(dst.ptr, src.data(), src.size() * sizeof(X), cudaMemcpyHostToDevice));
-}
-
-// The kernel's forward on the e4m3 quantization of `in` (the same quantize_e4m3_per_head the emulation uses):
-// O (bf16) and LSE, each poisoned with NaN before the launch.
-flashlab::ForwardOut run_e4m3_kernel(const flashlab::Problem& p, const flashlab::Qkv& in) {
-  using namespace flashlab;
-  const Shape& s = p.shape;
-  const Fp8Tensor q8 = quantize_e4m3_per_head(in.q, "q"), k8 = quantize_e4m3_per_head(in.k, "k"),
-                  v8 = quantize_e4m3_per_head(in.v, "v");
-  DeviceBytes q(q8.q.data.size()), k(k8.q.data.size()), v(v8.q.data.size());
-  upload(q, e4m3_bytes(q8));
-  upload(k, e4m3_bytes(k8));
-  upload(v, e4m3_bytes(v8));
-  DeviceBytes qd(q8.descale.size() * sizeof(float)), kd(k8.descale.size() * sizeof(float)),
-      vd(v8.descale.size() * sizeof(float));
-  upload(qd, q8.descale);
-  upload(kd, k8.descale);
-  upload(vd, v8.descale);
-  const std::size_t o_elems = std::size_t(s.batch) * s.seq_q * s.heads_q * s.head_dim;
-  const std::size_t lse_elems = std::size_t(s.batch) * s.heads_q * s.seq_q;
-  DeviceBytes o(o_elems * 2, 0xff), lse(lse_elems * sizeof(float), 0xff);  // 0xffff and 0xffffffff are NaNs
-  DeviceBytes vt(static_cast<std::size_t>(cuda::fa3_ws::fp8_vt_bytes(s.batch, s.heads_kv, s.head_dim, s.seq_k)));
-  DeviceBytes tile_counter(2 * sizeof(int), 0);
-
-  cuda::fa3_ws::Params params;
-  params.batch = s.batch;
-  params.heads_q = s.heads_q;
-  params.heads_kv = s.heads_kv;
-  params.seq_q = s.seq_q;
-  params.seq_k = s.seq_k;
-  params.head_dim = s.head_dim;
-  params.align = p.options.causal;
-  params.scale = static_cast<float>(p.softmax_scale());
-  params.scale_log2 = static_cast<float>(p.softmax_scale() * 1.4426950408889634);
-  params.q = q.ptr;
-  params.k = k.ptr;
-  params.v = v.ptr;
-  params.o = o.ptr;
-  params.lse = static_cast<float*>(lse.ptr);
-  params.q_descale = static_cast<const float*>(qd.ptr);
-  params.k_descale = static_cast<const float*>(kd.ptr);
-  params.v_descale = static_cast<const float*>(vd.ptr);
-  params.vt = vt.ptr;
-  params.tile_counter = static_cast<int*>(tile_counter.ptr);
-  cuda::fa3_ws::launch_forward_e4m3(params, nullptr);
-  require_cuda(cudaDeviceSynchronize());
-
-  std::vector<__nv_bfloat16> o_host(o_elems);
-  std::vector<float> lse_host(lse_elems);
-  require_cuda(cudaMemcpy(o_host.data(), o.ptr, o_elems * 2, cudaMemcpyDeviceToHost));
-  require_cuda(cudaMemcpy(lse_host.data(), lse.ptr, lse_elems * sizeof(float), cudaMemcpyDeviceToHost));
-  ForwardOut out{.o = HostTensor(in.q.dims), .lse = HostTensor({s.batch, s.heads_q, s.seq_q})};
-  for (std::size_t i = 0; i < o_elems; ++i) out.o.data[i] = __bfloat162float(o_host[i]);
-  for (std::size_t i = 0; i < lse_elems; ++i) out.lse.data[i] = lse_host[i];
-  return out;
-}
-
 // One problem: the kernel and the emulation against naive attention in double on the dequantized inputs.
 void check_fp8_forward(flashlab::Shape shape, flashlab::CausalAlign align) {
   using namespace flashlab;
@@ -186,7 +113,9 @@ void check_fp8_forward(flashlab::Shape shape, flashlab::CausalAlign align) {
     INFO(describe(p, DType::F32, seed));
     const Qkv in = random_qkv(shape, DType::F32, seed);
     const EmulatedForward emulated = fp8_attention_emulated(p, in);
-    const ForwardOut out = run_e4m3_kernel(p, in);
+    // Through the table's row, as `flashlab check --dtype e4m3` runs it: quantized per head as the emulation is
+    // (quantize_e4m3_qkv), O and LSE poisoned with NaN before the launch.
+    const ForwardOut out = find_variant("cuda-fa3-ws").forward(p, DType::E4M3, in);
     const Fp8KernelCheck c = check_fp8_kernel(p, emulated, out);
     REQUIRE(c.emulation.passes());
     MESSAGE("d=" << d << " O max " << c.o.max_abs << " (emulation " << c.emulation.o.max_abs << ", x"

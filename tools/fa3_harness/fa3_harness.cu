@@ -127,7 +127,7 @@ constexpr int kProbeKeys = 64;  // P V: keys (K of the GEMM)
 // (i) TMA: one box of (rows, D) at (head, row0, batch) into swizzled smem; the raw bytes come back.
 __global__ void probe_tma_kernel(const __grid_constant__ CUtensorMap map, std::uint16_t* raw, int rows, int h, int row0, int b) {
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - smem_u32(smem_raw) % kSwizzleAtomBytes) % kSwizzleAtomBytes);
+  unsigned char* smem = smem_raw + swizzle_atom_pad(smem_raw);
   __shared__ std::uint64_t bar;
   const int bytes = rows * kProbeD * 2;
   if (threadIdx.x == 0) {
@@ -177,7 +177,7 @@ __device__ void ss_out(const unsigned char* qs, const unsigned char* ks, int dep
 template <class T>
 __global__ void probe_ss_kernel(const __grid_constant__ CUtensorMap qmap, const __grid_constant__ CUtensorMap kmap, float* s_out) {
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = smem_raw + ((kSwizzleAtomBytes - smem_u32(smem_raw) % kSwizzleAtomBytes) % kSwizzleAtomBytes);
+  unsigned char* smem = smem_raw + swizzle_atom_pad(smem_raw);
   unsigned char* qs = smem;
   unsigned char* ks = smem + kProbeRows * kProbeD * 2;
   __shared__ std::uint64_t bar;
@@ -202,7 +202,7 @@ __global__ void probe_ss_kernel(const __grid_constant__ CUtensorMap qmap, const 
 template <class T>
 __global__ void probe_rs_kernel(const std::uint16_t* p_in, const __grid_constant__ CUtensorMap vmap, float* o_out) {
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* vs = smem_raw + ((kSwizzleAtomBytes - smem_u32(smem_raw) % kSwizzleAtomBytes) % kSwizzleAtomBytes);
+  unsigned char* vs = smem_raw + swizzle_atom_pad(smem_raw);
   __shared__ std::uint64_t bar;
   if (threadIdx.x == 0) {
     mbar_init(&bar, 1);
@@ -256,7 +256,7 @@ __device__ void stage_e4m3(unsigned char* tile, const std::uint8_t* src, int row
 __global__ void probe_ss_e4m3_kernel(const std::uint8_t* q, const std::uint8_t* k, float* s_out) {
   using E = __nv_fp8_e4m3;
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* qs = smem_raw + ((kSwizzleAtomBytes - smem_u32(smem_raw) % kSwizzleAtomBytes) % kSwizzleAtomBytes);
+  unsigned char* qs = smem_raw + swizzle_atom_pad(smem_raw);
   unsigned char* ks = qs + kProbeRows * kPanelRowBytes;
   stage_e4m3(qs, q, kProbeRows);
   stage_e4m3(ks, k, kProbeBc);
@@ -291,7 +291,7 @@ __global__ void probe_rs_e4m3_kernel(const std::uint8_t* p_in, const std::uint8_
   using E = __nv_fp8_e4m3;
   constexpr int kK = ElementTraits<E>::kWgmmaK;
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* vs = smem_raw + ((kSwizzleAtomBytes - smem_u32(smem_raw) % kSwizzleAtomBytes) % kSwizzleAtomBytes);
+  unsigned char* vs = smem_raw + swizzle_atom_pad(smem_raw);
   stage_e4m3(vs, vt, kProbeD);
   fence_proxy_async_smem();
   __syncthreads();
@@ -330,7 +330,7 @@ __device__ void pv_from_accumulator_e4m3(const float* p_in, const unsigned char*
 // (vi) V^T, keys already in fp8_v_key's order, written into shared memory by the threads.
 __global__ void probe_pv_e4m3_permuted_kernel(const float* p_in, const std::uint8_t* vt_permuted, float* o_out) {
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* vs = smem_raw + ((kSwizzleAtomBytes - smem_u32(smem_raw) % kSwizzleAtomBytes) % kSwizzleAtomBytes);
+  unsigned char* vs = smem_raw + swizzle_atom_pad(smem_raw);
   stage_e4m3(vs, vt_permuted, kProbeD);
   fence_proxy_async_smem();
   __syncthreads();
@@ -341,7 +341,7 @@ __global__ void probe_pv_e4m3_permuted_kernel(const float* p_in, const std::uint
 // of its V^T (make_vt_tensor_map) into swizzled shared memory.
 __global__ void probe_pv_e4m3_tma_kernel(const float* p_in, const __grid_constant__ CUtensorMap vtmap, float* o_out) {
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* vs = smem_raw + ((kSwizzleAtomBytes - smem_u32(smem_raw) % kSwizzleAtomBytes) % kSwizzleAtomBytes);
+  unsigned char* vs = smem_raw + swizzle_atom_pad(smem_raw);
   __shared__ std::uint64_t bar;
   if (threadIdx.x == 0) {
     mbar_init(&bar, 1);
