@@ -19,7 +19,8 @@ inline constexpr float kLn2 = 0.6931471805599453f;
 // The scheduling choices a forward kernel is built with, as one type. What ships is ShippedSchedule: one
 // schedule per head dim, with wide K/V blocks for long keys (below). tools/fa3_harness builds other
 // schedules from the same parts, to race them against it.
-template <bool kQueryBlocksFastestIn, bool kKAheadIn, bool kThreeStagesIn, bool kWideBlocksIn>
+template <bool kQueryBlocksFastestIn, bool kKAheadIn, bool kThreeStagesIn, bool kWideBlocksIn,
+          int kFp8Exp2PolyEveryIn = 0, bool kFp8OwnOBuffersIn = false>
 struct Schedule {
   // One tile per block (steps 1-4): the query blocks of one (batch, head) are numbered in a row, so the
   // blocks resident at once share a few heads' K/V streams in L2; otherwise heads fastest, which spreads
@@ -33,6 +34,11 @@ struct Schedule {
   static constexpr bool kThreeStages = kThreeStagesIn;
   // Wide K/V blocks at d = 64 and 128 (HeadConfig below).
   static constexpr bool kWideBlocks = kWideBlocksIn;
+  // The FP8 forward only (E4m3HeadConfig): one S column group of 8 in kFp8Exp2PolyEvery has its exponentials computed
+  // by exp2_poly on the FMA pipes instead of the MUFU (0: none), and at d = 256 each consumer gets an O buffer of
+  // its own instead of taking one in turn.
+  static constexpr int kFp8Exp2PolyEvery = kFp8Exp2PolyEveryIn;
+  static constexpr bool kFp8OwnOBuffers = kFp8OwnOBuffersIn;
 };
 // What ships: every idea above, and the wide blocks where the launcher takes them (fa3_ws::takes_wide_blocks,
 // cuda/tilings.hpp: long keys, steps 2-5, no dropout).
@@ -62,6 +68,7 @@ struct HeadConfig {
   static constexpr bool kOBufferShared = kORows == kRowsPerConsumer;
   static constexpr int kStages = D == 64 || (D == 128 && kBc == 128 && Sched::kThreeStages && kORows == 0) ? 3 : 2;
   static constexpr bool kOverlapFits = true;  // step 4's intra-warpgroup overlap fits the registers
+  static constexpr int kExp2PolyEvery = 0;     // every exponential on the MUFU
 };
 
 // The FP8 forward (e4m3 Q, K, V; the persistent step only). K_j is (Bc, d) and V_j is stored as V^T (d, Bc), both
@@ -71,19 +78,20 @@ struct HeadConfig {
 // At d = 256 the intra-warpgroup overlap does not fit the registers: O_i (128), S_ij (64, twice bf16's with its
 // Bc = 64) and P_ij (16) live at once spilled 8 bytes (ptxas -v); without it the consumers' ping-pong still hides
 // each one's softmax behind the other's GEMMs, which at d = 256 are the longest of any head dim.
-template <int D>
+template <int D, class Sched>
 struct E4m3HeadConfig {
   static constexpr int kBc = kE4m3KernelBlockKeys;  // core/fp8.hpp: the CPU emulation follows the same blocks
   static_assert(kBc == 128, "V^T's panel is 128 keys (one 128-byte row of e4m3)");
-  static constexpr int kORows = D <= 128 ? 2 * kRowsPerConsumer : kRowsPerConsumer;
+  static constexpr int kORows = D <= 128 || Sched::kFp8OwnOBuffers ? 2 * kRowsPerConsumer : kRowsPerConsumer;
   static constexpr bool kOBufferShared = kORows == kRowsPerConsumer;
   static constexpr int kStages = D <= 128 ? 3 : 2;
   static constexpr bool kOverlapFits = D <= 128;
+  static constexpr int kExp2PolyEvery = Sched::kFp8Exp2PolyEvery;
 };
 // The head configuration of element type T: HeadConfig for 16-bit types, E4m3HeadConfig for e4m3.
 template <class T, int D, class Sched, bool kPersistent>
 using HeadConfigOf =
-    std::conditional_t<ElementTraits<T>::kBytes == 1, E4m3HeadConfig<D>, HeadConfig<D, Sched, kPersistent>>;
+    std::conditional_t<ElementTraits<T>::kBytes == 1, E4m3HeadConfig<D, Sched>, HeadConfig<D, Sched, kPersistent>>;
 
 // Per ladder step: which scheduling ideas are on, and the block shape that follows.
 template <int kStep>

@@ -35,7 +35,7 @@ struct Consumer {
   static constexpr int kWgmmaK = ElementTraits<T>::kWgmmaK;  // the depth of one wgmma: 16 for 16-bit T, 32 for e4m3
   static constexpr int kKSteps = kBc / kWgmmaK;  // k-steps of P_ij V_j
   static constexpr bool kE4m3 = Cfg::kE4m3;  // the FP8 forward: e4m3 Q, K, V^T and P, per-head descales
-  using Softmax = OnlineSoftmax<kBc, kE4m3>;
+  using Softmax = OnlineSoftmax<kBc, kE4m3, Cfg::kExp2PolyEvery>;
   // Step 4's intra-warpgroup overlap, where the head's registers allow it (E4m3HeadConfig: not e4m3 at d = 256).
   static constexpr bool kIntraOverlap = Cfg::kIntraOverlap && Cfg::kOverlapFits;
 

@@ -2,7 +2,9 @@
 // cuda-fa3-ws forward, its online softmax: the running row max m_i and sum l_i of one consumer thread's two
 // rows, P_ij from S_ij, the rescale of O_i when a max moves, and L_i at the end.
 #include <cmath>
+#include <utility>
 
+#include "core/exp2_poly.hpp"
 #include "cuda/fa3_ws/forward_config.cuh"
 #include "cuda/fa3_ws/hopper.cuh"
 
@@ -15,7 +17,12 @@ namespace flashlab::cuda::fa3_ws {
 // kE4m3P: P_ij is rounded to e4m3 (the FP8 forward), which needs P_ij <= 1 for its fixed scale: the max never lags
 // (kMaxLag 0), and P_ij comes out already times kE4m3PScale, folded into the exponent. l_i sums the scaled P_ij, so
 // the scale cancels in O_i = (sum 448 P V) / (sum 448 P); only L_i takes log2(448) back out.
-template <int kCols, bool kE4m3P = false>
+// kPolyEvery: FlashAttention-4's split of the exponentials between two units. The MUFU computes 16 exp2 a clock per SM,
+// and FP8's GEMMs are fast enough for that to set the pace at d = 128; so in every kPolyEvery-th group of 8 columns
+// (accumulator n-tile i with i % kPolyEvery == kPolyEvery - 1) exp2 runs on the FMA and integer pipes instead
+// (core/exp2_poly.hpp). Its degree follows what P is rounded to: 2 for e4m3 (relative error 2.0e-3 beside e4m3's
+// 2^-4), 3 for 16-bit P. 0: every exponential on the MUFU.
+template <int kCols, bool kE4m3P = false, int kPolyEvery = 0>
 struct OnlineSoftmax {
   static constexpr int kN = kCols / 2;  // accumulator floats per thread
   float m[2];  // m_i: running max of scale * S_ij, in log2 units
@@ -33,6 +40,14 @@ struct OnlineSoftmax {
   // The FP8 forward's P scale, 448 = e4m3's largest finite value, and its log2.
   static constexpr float kE4m3PScale = 448.f;
   static constexpr float kLog2E4m3PScale = 8.807354922057604f;
+  static constexpr int kPolyDegree = kE4m3P ? 2 : 3;
+  // exp2 of column group i (n-tile i): on the MUFU, or by the polynomial for every kPolyEvery-th group.
+  template <int i>
+  __device__ static float exp2_of_group(float x) {
+    constexpr bool kPoly = kPolyEvery > 0 && i % (kPolyEvery > 0 ? kPolyEvery : 1) == kPolyEvery - 1;
+    if constexpr (kPoly) return exp2_poly<kPolyDegree>(x);
+    else return fast_exp2(x);
+  }
 
   // S_ij (raw, masked entries = mask_val) -> unnormalized P_ij = exp2(scale_log2 S - m_i) in place; m_i,
   // l_i updated; corr = exp2(m_old - m_new), the factor O_i must be rescaled by (1 for a row whose m_i did
@@ -66,12 +81,12 @@ struct OnlineSoftmax {
       m[hf] = m_new;
       float sum = 0.f;
       const float offset = kE4m3P ? kLog2E4m3PScale - m_use : -m_use;  // exp2(x - m) times the P scale
-#pragma unroll
-      for (int i = 0; i < kN / 4; ++i) {
-        s[4 * i + 2 * hf] = fast_exp2(fmaf(s[4 * i + 2 * hf], scale_log2, offset));
-        s[4 * i + 2 * hf + 1] = fast_exp2(fmaf(s[4 * i + 2 * hf + 1], scale_log2, offset));
-        sum += s[4 * i + 2 * hf] + s[4 * i + 2 * hf + 1];
-      }
+      [&]<int... i>(std::integer_sequence<int, i...>) {
+        ((s[4 * i + 2 * hf] = exp2_of_group<i>(fmaf(s[4 * i + 2 * hf], scale_log2, offset)),
+          s[4 * i + 2 * hf + 1] = exp2_of_group<i>(fmaf(s[4 * i + 2 * hf + 1], scale_log2, offset)),
+          sum += s[4 * i + 2 * hf] + s[4 * i + 2 * hf + 1]),
+         ...);
+      }(std::make_integer_sequence<int, kN / 4>{});
       l[hf] = l[hf] * corr[hf] + sum;
     }
     return __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f);
