@@ -41,9 +41,12 @@ struct Schedule {
   static constexpr bool kFp8OwnOBuffers = kFp8OwnOBuffersIn;
 };
 // What ships: every idea above, and the wide blocks where the launcher takes them (fa3_ws::takes_wide_blocks,
-// cuda/tilings.hpp: long keys, steps 2-5, no dropout).
+// cuda/tilings.hpp: long keys, steps 2-5, no dropout). FP8: every exponential on the MUFU, and at d = 256 an O
+// buffer per consumer. Raced on the H200 (tools/fa3_harness/fp8_race, bench/results/h200-fa3-ws-e4m3-notes.md): the
+// own buffers were 1-3% faster from N = 4k to 8k; the exponential split gained at most 1% at d = 128 (N = 4k-16k)
+// and lost 4-7% once half the groups took it, so the MUFU is not what sets the FP8 softmax's pace on Hopper.
 template <bool kWideBlocks>
-using ShippedSchedule = Schedule<true, true, true, kWideBlocks>;
+using ShippedSchedule = Schedule<true, true, true, kWideBlocks, /*kFp8Exp2PolyEvery=*/0, /*kFp8OwnOBuffers=*/true>;
 
 // Per head dim: Bc, the number of K/V stages, and where O_i leaves. d = 256 takes Bc = 64 so that O_i (128
 // fp32 registers per thread), S_ij (32) and P_ij (16, twice under intra-warpgroup overlap) fit in 240
@@ -72,19 +75,24 @@ struct HeadConfig {
 };
 
 // The FP8 forward (e4m3 Q, K, V; the persistent step only). K_j is (Bc, d) and V_j is stored as V^T (d, Bc), both
-// K-major in 128-byte panel rows (128 keys of V^T per panel), so Bc is a whole number of panels: 128. An e4m3 tile
-// is half a bf16 one, and O_i (bf16) has a buffer of its own: at d = 128 Q 16 + 3 x (16 + 16) + O 32 = 144 KiB; at
-// d = 256 (O_i 128 fp32 registers per thread, as in bf16) Q 32 + 2 x (32 + 32) + one consumer's O 32 = 192 KiB.
+// K-major in 128-byte panel rows (128 keys of V^T per panel), so Bc is a whole number of panels: 128. At d = 64 a
+// row of Q_i or K_j is 64 bytes, one panel under the 64-byte swizzle (hopper.cuh, kPanelRowBytesOf); V^T's rows stay
+// 128 keys. An e4m3 tile is half a bf16 one, and O_i (bf16) has a buffer of its own: at d = 128 Q 16 + 3 x (16 + 16)
+// + O 32 = 144 KiB; at d = 256 (O_i 128 fp32 registers per thread, as in bf16) Q 32 + 2 x (32 + 32) + one
+// consumer's O 32 = 192 KiB. At d = 64 a stage is a quarter of d = 128's (K 8 + V^T 8 KiB) and a block's two GEMMs
+// take half as long, so the producer runs further ahead: four stages, Q 8 + 4 x (8 + 8) + O 16 = 88 KiB (chosen from
+// the copies' sizes, not raced yet).
 // At d = 256 the intra-warpgroup overlap does not fit the registers: O_i (128), S_ij (64, twice bf16's with its
 // Bc = 64) and P_ij (16) live at once spilled 8 bytes (ptxas -v); without it the consumers' ping-pong still hides
-// each one's softmax behind the other's GEMMs, which at d = 256 are the longest of any head dim.
+// each one's softmax behind the other's GEMMs, which at d = 256 are the longest of any head dim. At d = 64 (O_i 32
+// registers) and 128 (64) it fits.
 template <int D, class Sched>
 struct E4m3HeadConfig {
   static constexpr int kBc = kE4m3KernelBlockKeys;  // core/fp8.hpp: the CPU emulation follows the same blocks
   static_assert(kBc == 128, "V^T's panel is 128 keys (one 128-byte row of e4m3)");
   static constexpr int kORows = D <= 128 || Sched::kFp8OwnOBuffers ? 2 * kRowsPerConsumer : kRowsPerConsumer;
   static constexpr bool kOBufferShared = kORows == kRowsPerConsumer;
-  static constexpr int kStages = D <= 128 ? 3 : 2;
+  static constexpr int kStages = D == 64 ? 4 : D == 128 ? 3 : 2;
   static constexpr bool kOverlapFits = D <= 128;
   static constexpr int kExp2PolyEvery = Sched::kFp8Exp2PolyEvery;
 };
