@@ -174,14 +174,23 @@ LADDER = ["cuda-fa3-ws-step1", "cuda-fa3-ws-step2", "cuda-fa3-ws-step3", "cuda-f
 
 
 def fa3_ladder_lines(merged, head_dim):
+    """The ablation ladder at one head dim; where the same run timed the FP8 forward ("cuda-fa3-ws e4m3", DTYPES
+    with e4m3), its rung too: step 5 on e4m3 operands. cuDNN's column is bf16."""
     ladder = [r for r in merged.get("ladder", []) if r["head_dim"] == head_dim]
     if not ladder:
         return []
+    fp8 = {(d, c, n): r for (v, d, c, n), r in ratio_rows(merged).items() if v == "cuda-fa3-ws e4m3"} \
+        if "ratios" in merged else {}
+    fp8_rung = any((head_dim, r["causal"], r["seq"]) in fp8 for r in ladder)
     out = ["| causal | N | 1: one warpgroup, TMA + wgmma | 2: + producer/consumer | 3: + ping-pong | "
-           "4: + intra-warpgroup overlap | 5: + persistent (`cuda-fa3-ws`) | cuDNN |",
-           "|---|---|---|---|---|---|---|---|"]
+           "4: + intra-warpgroup overlap | 5: + persistent (`cuda-fa3-ws`) | "
+           + ("6: + FP8 operands (e4m3) | " if fp8_rung else "") + "cuDNN |",
+           "|---|---|---|---|---|---|---|" + ("---|" if fp8_rung else "") + "---|"]
     for r in sorted(ladder, key=lambda r: (r["causal"], r["seq"])):
         t = " | ".join(f"{r['fwd_tflops'][s]:.0f}" for s in LADDER)
+        if fp8_rung:
+            e = fp8.get((head_dim, r["causal"], r["seq"]))
+            t += " | " + (f"{e['ours_fwd_tflops']:.0f}" if e else "–")
         out.append(f"| {'yes' if r['causal'] else 'no'} | {r['seq']} | {t} | {r['cudnn_fwd_tflops']:.0f} |")
     return out
 

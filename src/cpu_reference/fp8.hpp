@@ -95,6 +95,13 @@ struct EmulatedForward {
 // multiple of heads_kv) are supported. Throws InputError for bad shapes, non-finite inputs, dropout (not
 // offered here) or a head dim the rotation does not take.
 EmulatedForward fp8_attention_emulated(const Problem&, const Qkv&, const LowpAttentionOptions& = {});
+// The options under which the emulation rounds P where and as cuda-fa3-ws's FP8 forward does: its online softmax,
+// kE4m3KernelBlockKeys keys at a time (no rotation: the kernel takes its operands rotated or not, as given).
+inline LowpAttentionOptions fp8_kernel_order() {
+  LowpAttentionOptions o;
+  o.block_keys = kE4m3KernelBlockKeys;
+  return o;
+}
 // The bf16 forward the same way, for comparison: Q, K, V rounded to bf16 (no scaling), S in fp32, P rounded
 // to bf16, O = P V accumulated in fp32, divided by the row sum, rounded to bf16.
 EmulatedForward bf16_attention_emulated(const Problem&, const Qkv&, const LowpAttentionOptions& = {});
@@ -152,7 +159,7 @@ struct Fp8KernelCheck {
   bool lse_passes() const { return lse.max_abs <= lse_limit; }
   bool passes() const { return o_passes() && lse_passes(); }
 };
-// `emulated`: fp8_attention_emulated(p, inputs) without rotation, on the values the kernel's operands were
+// `emulated`: fp8_attention_emulated(p, inputs, fp8_kernel_order()), on the values the kernel's operands were
 // quantized from (quantize_e4m3_qkv); `kernel`: the kernel's O (bf16 values) and LSE. Throws InputError when an
 // output's dims are not the problem's.
 Fp8KernelCheck check_fp8_kernel(const Problem&, const EmulatedForward& emulated, const ForwardOut& kernel);
