@@ -48,7 +48,7 @@ void CheckCommand::add_to(CLI::App& app) {
   options.add_to(app, "seed of the random inputs and the dropout mask (default: a fresh one, printed)");
   app.add_option("--dtype", dtype,
                  "f64, f32, f16, bf16 or e4m3 (default: every dtype each variant supports but e4m3). e4m3 (fp8) checks "
-                 "the FP8 forward (cuda-fa3-ws, head dims 128 and 256, no backward, no dropout): the inputs are "
+                 "the FP8 forward (cuda-fa3-ws, head dims 64, 128 and 256, no backward, no dropout): the inputs are "
                  "quantized per head, and the kernel's O and LSE must stay within 2x the error of the FP8 forward "
                  "emulated on the CPU (the fp8-emulation rows), both against naive attention in double on the "
                  "dequantized inputs");

@@ -36,7 +36,7 @@ void RunCommand::add_to(CLI::App& app) {
                  "precision the variant computes in: f64, f32, f16, bf16 or e4m3 (default: the files' dtype); "
                  "inputs are rounded to it and outputs written in it, except bf16 outputs, which are "
                  "written as float32 files (NumPy has no bfloat16). e4m3 (fp8) is the FP8 forward of cuda-fa3-ws "
-                 "(head dims 128 and 256, no backward, no dropout): q is scaled and rounded to e4m3 per (batch, "
+                 "(head dims 64, 128 and 256, no backward, no dropout): q is scaled and rounded to e4m3 per (batch, "
                  "query head), k and v per (batch, kv head), and O's bf16 values are written as float32");
   app.add_option("--save-quantized", save_quantized,
                  "with --dtype e4m3: also write the kernel's inputs into folder DIR: q.npy, k.npy and v.npy hold the "

@@ -36,11 +36,11 @@ inline constexpr DType kDTypes[] = {DType::F16, DType::BF16};
 inline constexpr int kHeadDims[] = {64, 128, 256};
 // The backward (fa3_ws/backward_kernel.cuh), every head dim of the forward.
 inline constexpr int kBackwardHeadDims[] = {64, 128, 256};
-// The FP8 forward (float8 e4m3 Q, K, V; O in bf16): the shipped step only, forward only, no dropout. Its tiles keep
-// whole 128-byte rows of e4m3, so d = 64 (64-byte rows, a 64-byte swizzle) is not compiled yet.
-inline constexpr int kE4m3HeadDims[] = {128, 256};
+// The FP8 forward (float8 e4m3 Q, K, V; O in bf16): the shipped step only, forward only, no dropout. At d = 64 a row
+// of Q or K is 64 bytes, and those tiles take the 64-byte swizzle (fa3_ws/hopper.cuh).
+inline constexpr int kE4m3HeadDims[] = {64, 128, 256};
 // Its timeline build (`flashlab bench --timeline`): at d = 256 the recording's registers spill beside O, S and P.
-inline constexpr int kE4m3TimelineHeadDims[] = {128};
+inline constexpr int kE4m3TimelineHeadDims[] = {64, 128};
 inline constexpr int kComputeCapability = 90;  // major * 10 + minor
 // Launch limits. The forward runs one tile per (batch, query head, block of query rows), numbered by a 32-bit int
 // (the grid's x dimension below ladder step 5, the tile list the persistent blocks walk at step 5); a block takes

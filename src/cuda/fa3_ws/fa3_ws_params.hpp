@@ -110,8 +110,9 @@ inline constexpr int kLadderSteps = 5;
 // (64, 1, box_rows, 1) and 128B swizzle; throws std::runtime_error naming the failing driver call.
 CUtensorMap make_bshd_tensor_map(const void* base, DType dtype, int batch, int seq, int heads, int head_dim,
                                  int box_rows);
-// The same for any element type by its TMA data type and width (2 bytes, or 1 for e4m3): boxes one 128-byte panel
-// row wide (64 or 128 columns), so the head dim is a multiple of that.
+// The same for any element type by its TMA data type and width (2 bytes, or 1 for e4m3): boxes one panel row wide,
+// 128 bytes (64 or 128 columns) under the 128-byte swizzle, or the whole 64-byte row of e4m3 at d = 64 under the
+// 64-byte swizzle (hopper.cuh, panel_row_bytes); the head dim is a multiple of the panel.
 CUtensorMap make_bshd_tensor_map(const void* base, CUtensorMapDataType type, int element_bytes, int batch, int seq,
                                  int heads, int head_dim, int box_rows);
 // Query rows per block (Br) at a ladder step.

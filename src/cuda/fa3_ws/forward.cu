@@ -45,12 +45,17 @@ CUtensorMap make_bshd_tensor_map(const void* base, DType dtype, int batch, int s
 }
 
 // TMA needs a 16-byte aligned base and 16-byte multiple strides: a row of one head is d * bytes (64 to 512 for
-// d in {64, 128, 256}), so the S and B strides (H d bytes, S H d bytes) are multiples of 16 too.
+// d in {64, 128, 256}), so the S and B strides (H d bytes, S H d bytes) are multiples of 16 too. A box is one panel
+// row wide (hopper.cuh, panel_row_bytes): 128 bytes under the 128-byte swizzle, or a whole 64-byte row (e4m3 at
+// d = 64) under the 64-byte one, which is what the consumers' descriptors (desc_k_major) read back.
 CUtensorMap make_bshd_tensor_map(const void* base, CUtensorMapDataType type, int element_bytes, int batch, int seq,
                                  int heads, int head_dim, int box_rows) {
   expect(element_bytes == 1 || element_bytes == 2, "a tensor map's elements are 1 or 2 bytes");
-  const int panel_cols = kPanelRowBytes / element_bytes;
-  expect(head_dim % panel_cols == 0, "the head dim is a whole number of 128-byte panels");
+  const int panel_bytes = panel_row_bytes(head_dim * element_bytes);
+  expect(panel_bytes == 128 || panel_bytes == 64, "a row of the head dim is 64 bytes or a whole number of 128-byte panels");
+  const int panel_cols = panel_bytes / element_bytes;
+  expect(head_dim % panel_cols == 0, "the head dim is a whole number of panels");
+  const CUtensorMapSwizzle swizzle = panel_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
   CUtensorMap map{};
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(heads),
                               static_cast<cuuint64_t>(seq), static_cast<cuuint64_t>(batch)};
@@ -59,8 +64,8 @@ CUtensorMap make_bshd_tensor_map(const void* base, CUtensorMapDataType type, int
   const cuuint32_t box[4] = {static_cast<cuuint32_t>(panel_cols), 1, static_cast<cuuint32_t>(box_rows), 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   const CUresult r = encode_tiled()(&map, type, 4, const_cast<void*>(base), dims, strides, box, element_strides,
-                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw std::runtime_error("cuda-fa3-ws: cuTensorMapEncodeTiled failed with CUresult " + std::to_string(static_cast<int>(r)) +
                              " (d=" + std::to_string(head_dim) + ", heads=" + std::to_string(heads) + ", seq=" +

@@ -78,8 +78,9 @@ struct HeadConfig {
 // K-major in 128-byte panel rows (128 keys of V^T per panel), so Bc is a whole number of panels: 128. At d = 64 a
 // row of Q_i or K_j is 64 bytes, one panel under the 64-byte swizzle (hopper.cuh, kPanelRowBytesOf); V^T's rows stay
 // 128 keys. An e4m3 tile is half a bf16 one, and O_i (bf16) has a buffer of its own: at d = 128 Q 16 + 3 x (16 + 16)
-// + O 32 = 144 KiB; at d = 256 (O_i 128 fp32 registers per thread, as in bf16) Q 32 + 2 x (32 + 32) + one
-// consumer's O 32 = 192 KiB. At d = 64 a stage is a quarter of d = 128's (K 8 + V^T 8 KiB) and a block's two GEMMs
+// + O 32 = 144 KiB; at d = 256 (O_i 128 fp32 registers per thread, as in bf16) Q 32 + 2 x (32 + 32) + O 32 or 64 =
+// 192 or 224 KiB: one consumer's O buffer taken in turn, or one each (Schedule::kFp8OwnOBuffers, which ships). At
+// d = 64 a stage is half of d = 128's (K 8 + V^T 8 KiB) and a block's two GEMMs
 // take half as long, so the producer runs further ahead: four stages, Q 8 + 4 x (8 + 8) + O 16 = 88 KiB (chosen from
 // the copies' sizes, not raced yet).
 // At d = 256 the intra-warpgroup overlap does not fit the registers: O_i (128), S_ij (64, twice bf16's with its
@@ -114,7 +115,8 @@ struct StepConfig {
 };
 
 // Shared memory: Q_i (Br, d), kStages x K_j (Bc, d), kStages x V_j (Bc, d; e4m3: V_j^T (d, Bc)), O_i's buffer
-// (kORows, d, in T's output type) if any, each as 128B-swizzled panels 128 bytes wide; then the mbarriers and the
+// (kORows, d, in T's output type) if any, each as swizzled panels 128 bytes wide (64 for e4m3 Q_i and K_j at d = 64:
+// hopper.cuh); then the mbarriers and the
 // tile slot (the persistent producer's word to the consumers: which tile Q_i belongs to).
 template <class T, int D, int kBr, int kBcIn, int kStagesIn, int kORowsIn>
 struct SmemLayout {

@@ -35,6 +35,8 @@ struct Consumer {
   static constexpr int kWgmmaK = ElementTraits<T>::kWgmmaK;  // the depth of one wgmma: 16 for 16-bit T, 32 for e4m3
   static constexpr int kKSteps = kBc / kWgmmaK;  // k-steps of P_ij V_j
   static constexpr bool kE4m3 = Cfg::kE4m3;  // the FP8 forward: e4m3 Q, K, V^T and P, per-head descales
+  // A panel row of Q_i and K_j (hopper.cuh): 128 bytes, or 64 for e4m3 at d = 64 (the 64-byte swizzle).
+  static constexpr int kQkRowBytes = kPanelRowBytesOf<T, D>;
   using Softmax = OnlineSoftmax<kBc, kE4m3, Cfg::kExp2PolyEvery>;
   // Step 4's intra-warpgroup overlap, where the head's registers allow it (E4m3HeadConfig: not e4m3 at d = 256).
   static constexpr bool kIntraOverlap = Cfg::kIntraOverlap && Cfg::kOverlapFits;
@@ -49,7 +51,7 @@ struct Consumer {
   int warp, g, t;  // warp in the warpgroup, lane / 4, lane % 4
   mutable TL tl{};  // this warpgroup's timeline lane (thread 0 records)
 
-  __device__ std::uint32_t q_addr() const { return smem_u32(smem + Smem::kQOffset) + c * kRowsPerConsumer * kPanelRowBytes; }
+  __device__ std::uint32_t q_addr() const { return smem_u32(smem + Smem::kQOffset) + c * kRowsPerConsumer * kQkRowBytes; }
   __device__ std::uint32_t k_addr(int stage) const { return smem_u32(smem + Smem::kKOffset + stage * Smem::kKVBytes); }
   __device__ std::uint32_t v_addr(int stage) const { return smem_u32(smem + Smem::kVOffset + stage * Smem::kKVBytes); }
   __device__ bool issues_loads() const { return !Cfg::kWarpSpecialized && tid == 0; }
@@ -87,7 +89,7 @@ struct Consumer {
     const std::uint32_t qa = opaque(q_addr()), ka = opaque(k_addr(stage));
 #pragma unroll
     for (int kk = 0; kk < D / kWgmmaK; ++kk)
-      wgmma_ss<T, kBc>(s, desc_k_major(qa, kBr, kk), desc_k_major(ka, kBc, kk), kk > 0 ? 1 : 0);
+      wgmma_ss<T, kBc>(s, desc_k_major<kQkRowBytes>(qa, kBr, kk), desc_k_major<kQkRowBytes>(ka, kBc, kk), kk > 0 ? 1 : 0);
   }
   // O_i += P_ij V_j  // (64, d) += (64, Bc) (Bc, d); P_ij from registers, V_j MN-major in shared memory (e4m3:
   // V_j^T (d, Bc) K-major, its keys in fp8_v_key's order, which pack_p's e4m3 fragments follow).

@@ -10,7 +10,10 @@
 //    folded into the exponent, cancels in O = (sum 448 P V) / (sum 448 P) (online_softmax.cuh);
 //  * Q, K and V carry one descale per (batch, head): Q's and K's multiply the softmax scale (forward_consumer.cuh),
 //    V's the epilogue's 1 / l (forward_epilogue.cuh), and O is written in bf16;
-//  * the tiles: Bc = 128 keys, one panel of V^T, O_i with a buffer of its own (forward_config.cuh, E4m3HeadConfig).
+//  * the tiles: Bc = 128 keys, one panel of V^T, O_i with a buffer of its own (forward_config.cuh, E4m3HeadConfig);
+//  * at d = 64 a row of Q_i or K_j is only 64 bytes: those two tiles take the 64-byte swizzle (their tensor maps,
+//    forward.cu, and their descriptors, hopper.cuh's desc_k_major), while V^T's rows (128 keys) and O_i's (bf16,
+//    128 bytes) keep the 128-byte one.
 #include <cstdint>
 
 #include "cuda/fa3_ws/forward_kernel.cuh"

@@ -73,6 +73,10 @@ __global__ void __launch_bounds__(StepConfig<kStep>::kThreads, 1)
     fa3_ws_kernel(const __grid_constant__ Params p, const __grid_constant__ TmaMaps maps, int total_tiles) {
   using Cfg = KernelConfig<T, D, kStep, Sched>;
   using Smem = typename Cfg::Smem;
+  // Q_i and K_j are panels kPanelRowBytesOf<T, D> bytes a row (128; 64 for e4m3 at d = 64): each consumer's 64 rows
+  // of Q_i start on a swizzle atom of that width, as its descriptors (desc_k_major) assume.
+  static_assert(kRowsPerConsumer * kPanelRowBytesOf<T, D> % Swizzle<kPanelRowBytesOf<T, D>>::kAtomBytes == 0,
+                "each consumer's rows of Q_i start on a swizzle atom");
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = smem_raw + swizzle_atom_pad(smem_raw);
   auto* bars = reinterpret_cast<std::uint64_t*>(smem + Smem::kBarOffset);

@@ -4,12 +4,17 @@
 //    with a transaction-byte count, and parity waits on those barriers.
 //  * Inline PTX for what CCCL 3.0 does not wrap: wgmma (fence / commit / wait and the mma_async
 //    shapes in wgmma_ops.cuh), setmaxnreg, named barriers (bar.sync / bar.arrive), elect.sync.
-//  * The 128-byte swizzle: where TMA puts element (row, col) of a tile, and the wgmma shared-memory
-//    matrix descriptor that reads it back.
+//  * The swizzles: where TMA puts element (row, col) of a tile, and the wgmma shared-memory matrix descriptor
+//    that reads it back.
 // Tiles are stored as panels 128 bytes wide (the widest box a 128B swizzle allows: 64 columns of 16-bit
 // elements): a (rows, d) tile is d / kPanelCols<T> panels of (rows, kPanelCols<T>), each rows * 128 bytes,
 // 1024-byte aligned. Inside a panel, row r's 16-byte chunk c sits at chunk c ^ (r % 8): the 8-row x 128-byte
 // "swizzle atom" the copy engine writes and wgmma reads.
+// One tile is narrower: a row of e4m3 Q or K at d = 64 is only 64 bytes, so there the (rows, d) tile is one panel
+// 64 bytes wide under the 64-byte swizzle (kPanelRowBytesOf<T, D>): the atom is 8 rows x 64 bytes (512, so such a
+// tile is 512-byte aligned), and row r's chunk c (of 4) sits at chunk c ^ ((r / 2) % 4). Both are one rule on the
+// shared address: its 16-byte chunk bits are XORed with the bits three above them (128B: bits 4-6 with 7-9; 64B:
+// bits 4-5 with 7-8). The descriptor helpers take the width as a template argument, 128 unless given.
 #include <cuda/ptx>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -31,9 +36,29 @@ inline constexpr int kSwizzleAtomRows = 8;   // rows per swizzle atom
 inline constexpr int kSwizzleAtomBytes = kSwizzleAtomRows * kPanelRowBytes;  // 1024: tile alignment
 inline constexpr int kWarpgroupThreads = 128;
 
-// ---- 128-byte swizzle ----------------------------------------------------------------------------
+// The panel row (and swizzle width) of a K-major tile whose rows are `row_bytes` long: a whole 128-byte panel, or
+// the whole row where it is shorter. Only 64 bytes is shorter (e4m3 at d = 64); host and device both read this.
+__host__ __device__ constexpr int panel_row_bytes(int row_bytes) {
+  return row_bytes < kPanelRowBytes ? row_bytes : kPanelRowBytes;
+}
+// The same for a (rows, D) tile of T: Q_i, K_j (and the backward's (rows, d) tiles, always 128).
+template <class T, int D>
+inline constexpr int kPanelRowBytesOf = panel_row_bytes(D * ElementTraits<T>::kBytes);
 
-// Byte offset of element (row, col) of type T in a (rows, d) tile stored as 128B-swizzled panels.
+// A swizzle width (bytes per panel row, 128 or 64) and what follows from it.
+template <int kRowBytes>
+struct Swizzle {
+  static_assert(kRowBytes == 128 || kRowBytes == 64, "cuda-fa3-ws swizzles 128- or 64-byte panel rows");
+  static constexpr int kAtomBytes = kSwizzleAtomRows * kRowBytes;  // 1024 or 512: the atom, and a tile's alignment
+  static constexpr int kKSteps = kRowBytes / kWgmmaRowBytes;        // wgmma k-steps per row: 4 or 2
+  // The wgmma descriptor's layout type (bits 62-63): 1 = 128B swizzle, 2 = 64B swizzle.
+  static constexpr std::uint64_t kDescLayout = kRowBytes == 128 ? 1 : 2;
+};
+
+// ---- 128-byte swizzle ----------------------------------------------------------------------------------
+
+// Byte offset of element (row, col) of type T in a (rows, d) tile stored as 128B-swizzled panels. (Nothing writes or
+// reads a 64-byte-swizzled tile but TMA and wgmma, so that swizzle has no such helper.)
 template <class T>
 __host__ __device__ constexpr std::uint32_t swizzle128_offset(int row, int col, int rows) {
   constexpr int kBytes = ElementTraits<T>::kBytes, kPerChunk = 16 / kBytes;  // elements per 16-byte chunk
@@ -44,22 +69,24 @@ __host__ __device__ constexpr std::uint32_t swizzle128_offset(int row, int col, 
 
 // ---- wgmma shared-memory matrix descriptor ---------------------------------------------------------
 
-// Descriptor of a 128B-swizzled operand at shared address `addr` (bits 0-13: addr >> 4; 16-29: leading
-// byte offset >> 4; 32-45: stride byte offset >> 4; 49-51 base offset 0 (atoms 1024-aligned); 62-63: 1 = 128B).
-__device__ __forceinline__ std::uint64_t make_smem_desc_sw128(std::uint32_t addr, std::uint32_t lbo_bytes,
-                                                              std::uint32_t sbo_bytes) {
-  constexpr std::uint64_t kSwizzle128 = 1;
+// Descriptor of a swizzled operand at shared address `addr` (bits 0-13: addr >> 4; 16-29: leading byte offset >> 4;
+// 32-45: stride byte offset >> 4; 49-51 base offset 0 (atoms aligned to their own size); 62-63: the layout type,
+// 1 = 128B, 2 = 64B).
+template <int kRowBytes = kPanelRowBytes>
+__device__ __forceinline__ std::uint64_t make_smem_desc(std::uint32_t addr, std::uint32_t lbo_bytes, std::uint32_t sbo_bytes) {
   return static_cast<std::uint64_t>((addr & 0x3FFFFu) >> 4) | (static_cast<std::uint64_t>((lbo_bytes >> 4) & 0x3FFFu) << 16) |
-         (static_cast<std::uint64_t>((sbo_bytes >> 4) & 0x3FFFu) << 32) | (kSwizzle128 << 62);
+         (static_cast<std::uint64_t>((sbo_bytes >> 4) & 0x3FFFu) << 32) | (Swizzle<kRowBytes>::kDescLayout << 62);
 }
-// K-major operand (rows = M or N, K along the 128-byte row): SBO = 1024 (next 8 rows); LBO is unused
-// with a swizzle, set to 16 bytes (encoded 1). k-step kk (one wgmma's K: 32 bytes, whatever the type) starts
-// 32 kk bytes into its panel; the hardware applies the swizzle to the address it forms, so the start simply moves.
+// K-major operand (rows = M or N, K along the panel row): SBO = one atom (the next 8 rows: 1024, or 512 under the
+// 64-byte swizzle); LBO is unused with a swizzle, set to 16 bytes (encoded 1). k-step kk (one wgmma's K: 32 bytes,
+// whatever the type) starts 32 kk bytes into its panel (4 k-steps per 128-byte panel, 2 per 64-byte one); the
+// hardware applies the swizzle to the address it forms, so the start simply moves.
+template <int kRowBytes = kPanelRowBytes>
 __device__ __forceinline__ std::uint64_t desc_k_major(std::uint32_t tile_addr, int tile_rows, int kk) {
-  constexpr int kKPerPanel = kPanelRowBytes / kWgmmaRowBytes;  // 4 k-steps per panel
+  using Sw = Swizzle<kRowBytes>;
   const std::uint32_t addr =
-      tile_addr + (kk / kKPerPanel) * tile_rows * kPanelRowBytes + (kk % kKPerPanel) * kWgmmaRowBytes;
-  return make_smem_desc_sw128(addr, 16, kSwizzleAtomBytes);
+      tile_addr + (kk / Sw::kKSteps) * tile_rows * kRowBytes + (kk % Sw::kKSteps) * kWgmmaRowBytes;
+  return make_smem_desc<kRowBytes>(addr, 16, Sw::kAtomBytes);
 }
 // MN-major (transposed) operand: K runs down the rows (keys of V), M or N along the 128-byte row (columns
 // of V; for the backward's dS^T, queries). PTX ISA canonical layout for 128B swizzle, MN-major: ((T,8,m),(8,k)) : ((1,T,LBO),(8T,SBO)):
@@ -70,7 +97,7 @@ template <class T>
 __device__ __forceinline__ std::uint64_t desc_mn_major(std::uint32_t tile_addr, int tile_rows, int s) {
   static_assert(ElementTraits<T>::kBytes == 2, "desc_mn_major: an 8-bit wgmma operand is K-major");
   const std::uint32_t addr = tile_addr + s * ElementTraits<T>::kWgmmaK * kPanelRowBytes;
-  return make_smem_desc_sw128(addr, tile_rows * kPanelRowBytes, kSwizzleAtomBytes);
+  return make_smem_desc(addr, tile_rows * kPanelRowBytes, kSwizzleAtomBytes);
 }
 
 // ---- wgmma ---------------------------------------------------------------------------------------------

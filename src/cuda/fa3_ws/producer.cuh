@@ -1,6 +1,8 @@
 #pragma once
 // cuda-fa3-ws forward, its producer: the TMA copies of Q_i and of each K_j and V_j into their stages, issued
-// by one thread, each after its stage is released and announced on its full barrier.
+// by one thread, each after its stage is released and announced on its full barrier. A (rows, d) tile goes in as
+// panels of kPanelRowBytesOf<T, d> bytes a row (hopper.cuh: 128, or 64 for e4m3 at d = 64), one box per panel, the
+// width the launcher's tensor maps were made with (make_bshd_tensor_map); the e4m3 V_j^T as 128-key panels.
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
 #include "cuda/fa3_ws/hopper.cuh"
 #include "cuda/fa3_ws/tile_scheduler.cuh"
@@ -15,8 +17,11 @@ struct Loader {
   using Smem = typename Cfg::Smem;
   using Element = typename Cfg::Element;
   static constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kStages = Cfg::kStages;
-  static constexpr int kPanels = Smem::kQBytes / (kBr * kPanelRowBytes);  // panels of a (rows, d) tile: d / 64 (e4m3: d / 128)
   static constexpr int kD = Smem::kQBytes / (kBr * Smem::kElemBytes);
+  static constexpr int kRowBytes = kPanelRowBytesOf<Element, kD>;  // a panel row of Q_i and K_j: 128 (e4m3, d = 64: 64)
+  static constexpr int kCols = kRowBytes / Smem::kElemBytes;       // columns per panel: 64 (e4m3: 128; at d = 64, 64)
+  static constexpr int kPanels = kD / kCols;  // panels of a (rows, d) tile: d / 64 (e4m3: d / 128, or 1 at d = 64)
+  static_assert(kPanels * kCols == kD, "a (rows, d) tile is whole panels");
   const TmaMaps* maps;
   unsigned char* smem;
   std::uint64_t* bars;
@@ -35,7 +40,7 @@ struct Loader {
     mbar_arrive_expect_tx(&bars[Smem::kQFull], Smem::kQBytes);
 #pragma unroll
     for (int pnl = 0; pnl < kPanels; ++pnl)
-      tma_load_4d(smem + Smem::kQOffset + pnl * kBr * kPanelRowBytes, &maps->q, pnl * kPanelCols<Element>, tile.h, tile.row0,
+      tma_load_4d(smem + Smem::kQOffset + pnl * kBr * kRowBytes, &maps->q, pnl * kCols, tile.h, tile.row0,
                   tile.b, &bars[Smem::kQFull]);
   }
   template <class Lane>
@@ -66,7 +71,7 @@ struct Loader {
     } else {
 #pragma unroll
       for (int pnl = 0; pnl < kPanels; ++pnl)
-        tma_load_4d(dst + pnl * kBc * kPanelRowBytes, map, pnl * kPanelCols<Element>, tile.h_kv, j * kBc, tile.b, &bars[full]);
+        tma_load_4d(dst + pnl * kBc * kRowBytes, map, pnl * kCols, tile.h_kv, j * kBc, tile.b, &bars[full]);
     }
   }
 };
