@@ -24,18 +24,33 @@ std::vector<std::int64_t> kernel_strides(const std::vector<std::int64_t>& dims, 
 
 std::string describe_dtype(DLDataType t) {
   const char* kinds[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
+  // DLPack 1.1's 8-bit float codes 7..14 name their format whole (PyTorch's float8_e5m2 is 12).
+  const char* float8[] = {"float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz", "float8_e4m3fn", "float8_e4m3fnuz",
+                          "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu"};
+  if (t.code >= 7 && t.code < 7 + std::size(float8) && t.bits == 8 && t.lanes == 1) return float8[t.code - 7];
   std::string name = t.code < std::size(kinds) ? kinds[t.code] : "code " + std::to_string(t.code) + " ";
   name += std::to_string(t.bits);
   if (t.lanes != 1) name += " x" + std::to_string(t.lanes);
   return name;
 }
 
-DType dtype_from(DLDataType t, const std::string& name) {
+// DLPack 1.1's type code for float8 e4m3 "fn" (finite, no infinity: the OCP format of core/fp8.hpp, PyTorch's
+// torch.float8_e4m3fn). The dlpack.h this module builds against may be older than 1.1 and not name it.
+constexpr std::uint8_t kDLFloat8E4m3fnCode = 10;
+
+DType dtype_from(DLDataType t, const std::string& name, bool uint8_is_e4m3) {
   if (t.lanes == 1 && t.code == kDLFloat && t.bits == 64) return DType::F64;
   if (t.lanes == 1 && t.code == kDLFloat && t.bits == 32) return DType::F32;
   if (t.lanes == 1 && t.code == kDLFloat && t.bits == 16) return DType::F16;
   if (t.lanes == 1 && t.code == kDLBfloat && t.bits == 16) return DType::BF16;
-  throw InputError(name + " has dtype " + describe_dtype(t) + ": supported are float64, float32, float16 and bfloat16");
+  if (t.lanes == 1 && t.code == kDLFloat8E4m3fnCode && t.bits == 8) return DType::E4M3;
+  if (t.lanes == 1 && t.code == kDLUInt && t.bits == 8) {
+    if (uint8_is_e4m3) return DType::E4M3;
+    throw InputError(name + " has dtype uint8: pass dtype='e4m3' to have uint8 tensors read as e4m3 bytes (the FP8 "
+                     "forward, with q_descale, k_descale and v_descale), or pass float64, float32, float16 or bfloat16");
+  }
+  throw InputError(name + " has dtype " + describe_dtype(t) + ": supported are float64, float32, float16 and bfloat16, "
+                   "and for the FP8 forward float8_e4m3fn (or uint8 holding e4m3 bytes, with dtype='e4m3')");
 }
 
 DLDataType dlpack_dtype(DType t) {
@@ -47,7 +62,7 @@ DLDataType dlpack_dtype(DType t) {
     case DType::E4M3: break;
   }
   throw InputError(std::string("the Python module makes no ") + to_string(t) +
-                   " GPU arrays: the FP8 forward runs from `flashlab run --dtype e4m3`");
+                   " GPU arrays: the FP8 forward writes O in bf16 and the LSE in f32");
 }
 
 std::string describe_memory(int device_type) {
@@ -79,7 +94,7 @@ void destroy_unconsumed_capsule(PyObject* capsule) {
 
 }  // namespace
 
-DeviceInput::DeviceInput(py::capsule capsule, std::string name) : name_(std::move(name)) {
+DeviceInput::DeviceInput(py::capsule capsule, std::string name, bool uint8_is_e4m3) : name_(std::move(name)) {
   if (!PyCapsule_IsValid(capsule.ptr(), kCapsuleName))
     throw InputError(name_ + "'s __dlpack__() did not return an unused DLPack tensor capsule");
   managed_.reset(static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), kCapsuleName)));
@@ -88,7 +103,7 @@ DeviceInput::DeviceInput(py::capsule capsule, std::string name) : name_(std::mov
   if (t.device.device_type != kDLCUDA)
     throw InputError(name_ + " is in " + describe_memory(t.device.device_type) +
                      ": pass tensors in CUDA device memory, or NumPy arrays in host memory");
-  dtype_ = dtype_from(t.dtype, name_);
+  dtype_ = dtype_from(t.dtype, name_, uint8_is_e4m3);
   device_ = t.device.device_id;
   dims_.assign(t.shape, t.shape + t.ndim);
   if (t.strides) strides_.assign(t.strides, t.strides + t.ndim);

@@ -29,8 +29,10 @@ namespace py = pybind11;
 class DeviceInput {
  public:
   // Consumes `capsule` (q.__dlpack__(stream=1)). Throws InputError naming the tensor (`name`) unless it
-  // is a CUDA tensor of f64, f32, f16 or bf16.
-  DeviceInput(py::capsule capsule, std::string name);
+  // is a CUDA tensor of f64, f32, f16, bf16 or float8_e4m3fn (DLPack 1.1's type code 10, read as e4m3). With
+  // `uint8_is_e4m3` (a call that asked for e4m3) uint8 is read as e4m3 bytes too: producers whose DLPack has no
+  // float8 export e4m3 tensors as their uint8 view.
+  DeviceInput(py::capsule capsule, std::string name, bool uint8_is_e4m3 = false);
 
   const std::string& name() const { return name_; }
   InputDims dims() const { return {name_, dims_}; }

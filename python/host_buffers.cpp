@@ -18,8 +18,8 @@ const char* format_of(DType t) {
     case DType::F16: return "e";
     case DType::BF16: break;
     case DType::E4M3:
-      throw InputError("the Python module does not take or return e4m3 arrays (NumPy has no float8): run the FP8 "
-                       "forward with `flashlab run --dtype e4m3`");
+      throw InputError("NumPy has no float8 dtype, so e4m3 values cannot be held in a float array: the FP8 forward "
+                       "returns O's bf16 values as float32, and its quantized inputs as uint8 bytes");
   }
   throw InputError("NumPy has no bfloat16 dtype, so bf16 results cannot be returned in host memory");
 }

@@ -9,14 +9,19 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <iostream>  // with a statically linked libstdc++, pulls in the standard streams' initialization
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/fp8.hpp"
 #include "core/layout.hpp"
 #include "core/tolerance.hpp"
+#include "cpu_reference/fp8.hpp"
 #include "dlpack_tensors.hpp"
 #include "host_buffers.hpp"
 #include "registry/check.hpp"
@@ -64,29 +69,93 @@ DType common_dtype(const std::vector<const HostInput*>& arrays) {
   return first;
 }
 
+// The dtype a call names (its dtype= argument): none, or parse_dtype's.
+std::optional<DType> asked_dtype(const std::optional<std::string>& name) {
+  if (!name) return std::nullopt;
+  return parse_dtype(*name);
+}
+
+// A dtype named beside inputs of another: `how` says what the inputs compute in.
+void require_asked_is_inputs(const std::optional<DType>& asked, DType inputs, const std::string& how) {
+  if (asked && *asked != inputs)
+    throw InputError(std::string("dtype is ") + to_string(*asked) + " but q, k, v are " + to_string(inputs) + ": " + how);
+}
+
+const char* const kHostDtypes =
+    "NumPy arrays compute in their own dtype (f64, f32 or f16), or in e4m3 with dtype='e4m3', which quantizes them per "
+    "head";
+
+// A NumPy array of `values` with `dims` (row-major), copied.
+template <class T>
+py::array_t<T> numpy_of(const std::vector<T>& values, const std::vector<std::int64_t>& dims) {
+  py::array_t<T> a(std::vector<py::ssize_t>(dims.begin(), dims.end()));
+  std::copy(values.begin(), values.end(), a.mutable_data());
+  return a;
+}
+
+// The FP8 forward's inputs as `flashlab run --save-quantized` writes them: q, k, v the e4m3 bytes as uint8
+// (B, S, H, D), the descales float32 (B, H_q) and (B, H_kv).
+py::dict quantized_arrays(const Shape& s, const E4m3Qkv& in) {
+  py::dict d;
+  d["q"] = numpy_of(in.q, q_dims(s));
+  d["k"] = numpy_of(in.k, kv_dims(s));
+  d["v"] = numpy_of(in.v, kv_dims(s));
+  d["q_descale"] = numpy_of(in.q_descale, {s.batch, s.heads_q});
+  d["k_descale"] = numpy_of(in.k_descale, {s.batch, s.heads_kv});
+  d["v_descale"] = numpy_of(in.v_descale, {s.batch, s.heads_kv});
+  return d;
+}
+
+// The FP8 forward on NumPy values, as `flashlab run --dtype e4m3` runs it: quantized per head (quantize_e4m3_qkv),
+// then the row's FP8 forward. O's bf16 values come back as float32 (NumPy has no bfloat16), the LSE as float32.
+py::tuple forward_host_e4m3(const Variant& var, Layout layout, const Problem& p, const HostInput& q, const HostInput& k,
+                            const HostInput& v, bool return_quantized) {
+  for (const HostInput* a : {&q, &k, &v}) a->dtype();  // values in float64, float32 or float16, each
+  check_supported(var, p, DType::E4M3, false);      // before quantizing, as flashlab run
+  const Qkv in{q.to_host_tensor(layout), k.to_host_tensor(layout), v.to_host_tensor(layout)};
+  const E4m3Qkv quantized = quantize_e4m3_qkv(in);  // a NaN or Inf is one sentence: it would be its head's amax
+  ForwardOut out;
+  {
+    py::gil_scoped_release no_gil;
+    out = var.forward_e4m3(p, quantized);
+  }
+  return py::make_tuple(HostArray(out.o, DType::F32, layout), HostArray(out.lse, DType::F32, layout),
+                        return_quantized ? py::object(quantized_arrays(p.shape, quantized)) : py::none());
+}
+
+// (o, lse, the quantized inputs or None).
 py::tuple forward_host(const py::buffer& q_array, const py::buffer& k_array, const py::buffer& v_array,
-                       const std::string& variant, const std::string& layout_name, const Options& options) {
+                       const std::string& variant, const std::string& layout_name, const Options& options,
+                       const std::optional<std::string>& dtype_name, bool return_quantized) {
   const Variant& var = find_variant(variant);
   const Layout layout = parse_layout(layout_name);
+  const std::optional<DType> asked = asked_dtype(dtype_name);
+  const bool e4m3 = asked == DType::E4M3;
+  if (return_quantized && !e4m3)
+    throw InputError("return_quantized returns the e4m3 inputs of an FP8 forward: pass dtype='e4m3' too");
   const HostInput q(q_array, "q"), k(k_array, "k"), v(v_array, "v");
   Problem p;
   p.shape = shape_of_inputs(layout, q.dims(), k.dims(), v.dims());
   p.options = options;
+  if (e4m3) return forward_host_e4m3(var, layout, p, q, k, v, return_quantized);
   const DType dtype = common_dtype({&q, &k, &v});
+  require_asked_is_inputs(asked, dtype, kHostDtypes);
   const Qkv in{q.to_host_tensor(layout), k.to_host_tensor(layout), v.to_host_tensor(layout)};
   ForwardOut out;
   {
     py::gil_scoped_release no_gil;
     out = var.forward(p, dtype, in);
   }
-  return py::make_tuple(HostArray(out.o, dtype, layout), HostArray(out.lse, lse_dtype(dtype), layout));
+  return py::make_tuple(HostArray(out.o, dtype, layout), HostArray(out.lse, lse_dtype(dtype), layout), py::none());
 }
 
 py::tuple backward_host(const py::buffer& q_array, const py::buffer& k_array, const py::buffer& v_array,
                         const py::buffer& o_array, const py::buffer& lse_array, const py::buffer& d_o_array,
-                        const std::string& variant, const std::string& layout_name, const Options& options) {
+                        const std::string& variant, const std::string& layout_name, const Options& options,
+                        const std::optional<std::string>& dtype_name) {
   const Variant& var = find_variant(variant);
   const Layout layout = parse_layout(layout_name);
+  const std::optional<DType> asked = asked_dtype(dtype_name);
   const HostInput q(q_array, "q"), k(k_array, "k"), v(v_array, "v"), o(o_array, "out"), lse(lse_array, "lse"),
       d_o(d_o_array, "grad_out");
   Problem p;
@@ -94,7 +163,12 @@ py::tuple backward_host(const py::buffer& q_array, const py::buffer& k_array, co
   p.shape = shape_of_inputs(layout, q.dims(), k.dims(), v.dims(), &d_o_dims);
   check_forward_outputs(layout, p.shape, o.dims(), lse.dims());
   p.options = options;
+  if (asked == DType::E4M3) {
+    check_supported(var, p, DType::E4M3, true);  // the registry's sentence: there is no FP8 backward
+    throw std::logic_error("check_supported let an e4m3 backward through");
+  }
   const DType dtype = common_dtype({&q, &k, &v, &d_o});
+  require_asked_is_inputs(asked, dtype, kHostDtypes);
   const Qkv in{q.to_host_tensor(layout), k.to_host_tensor(layout), v.to_host_tensor(layout)};
   // The forward's outputs are read in whichever float dtype they come.
   const ForwardOut fwd{o.to_host_tensor(layout), lse.to_host_tensor(layout)};
@@ -116,20 +190,90 @@ py::dict& last_device_call() {
 
 // The results go into the caller's buffers where given (o_out, lse_out), else into new DeviceArrays,
 // which are returned (None for a result written into a given buffer).
+const char* const kDeviceDtypes =
+    "GPU tensors compute in their own dtype, so pass them in the one to compute in (e4m3: torch.float8_e4m3fn, or uint8 "
+    "holding e4m3 bytes with dtype='e4m3')";
+
+// The device pointers of a call, by name, into last_device_call().
+void record_device_call(const Variant& var, std::initializer_list<std::pair<const char*, const void*>> pointers) {
+  py::dict& call = last_device_call();
+  call.clear();
+  call["variant"] = var.name;
+  for (auto [name, data] : pointers) call[name] = reinterpret_cast<std::uintptr_t>(data);
+}
+
+// One descale of the FP8 forward, checked: float32 (B, H) row-major, on the inputs' device.
+DeviceInput e4m3_descale(const py::capsule& capsule, const char* name, std::vector<std::int64_t> dims,
+                         const char* extents, int device) {
+  DeviceInput t(capsule, name);
+  if (t.dims().dims != dims)
+    throw InputError(std::string(name) + " has shape " + dims_string(t.dims().dims) + " but the problem needs " +
+                     extents + " = " + dims_string(dims) + ": one descale per (batch, head)");
+  if (t.dtype() != DType::F32)
+    throw InputError(std::string(name) + " is " + to_string(t.dtype()) + " but descales are float32");
+  if (t.device() != device)
+    throw InputError(std::string(name) + " is on CUDA device " + std::to_string(t.device()) +
+                     " but q is on CUDA device " + std::to_string(device) + ": pass every tensor on one device");
+  t.require_kernel_layout(Layout::BSHD);  // 2-d: row-major as it is
+  return t;
+}
+
+// The FP8 forward on e4m3 tensors in GPU memory with their checked descales: O bf16, LSE f32.
+py::tuple forward_device_e4m3(const Variant& var, Layout layout, const Problem& p, const DeviceInput& tq,
+                              const DeviceInput& tk, const DeviceInput& tv, const DeviceInput& dq, const DeviceInput& dk,
+                              const DeviceInput& dv, const std::optional<py::capsule>& o_out,
+                              const std::optional<py::capsule>& lse_out) {
+  const int device = tq.device();
+  ResultBuffer o(o_out, "out", tq.dims().dims, layout, DType::BF16, device);
+  ResultBuffer lse(lse_out, "lse", lse_dims(p.shape), layout, DType::F32, device);
+  o.require_apart_from({&tq, &tk, &tv, &dq, &dk, &dv});
+  lse.require_apart_from({&tq, &tk, &tv, &dq, &dk, &dv});
+  const DeviceForwardIo io{device, tq.data(), tk.data(), tv.data(), o.data(), static_cast<float*>(lse.data())};
+  const DeviceE4m3Descales descales{static_cast<const float*>(dq.data()), static_cast<const float*>(dk.data()),
+                                    static_cast<const float*>(dv.data())};
+  {
+    py::gil_scoped_release no_gil;
+    var.forward_e4m3_on_device(p, io, descales);
+  }
+  record_device_call(var, {{"q", io.q}, {"k", io.k}, {"v", io.v}, {"out", io.o}, {"lse", io.lse},
+                           {"q_descale", descales.q}, {"k_descale", descales.k}, {"v_descale", descales.v}});
+  return py::make_tuple(o.release(), lse.release());
+}
+
 py::tuple forward_device(const py::capsule& q, const py::capsule& k, const py::capsule& v,
-                         const std::optional<py::capsule>& o_out, const std::optional<py::capsule>& lse_out,
-                         const std::string& variant, const std::string& layout_name, const Options& options) {
+                         const std::optional<py::capsule>& q_descale, const std::optional<py::capsule>& k_descale,
+                         const std::optional<py::capsule>& v_descale, const std::optional<py::capsule>& o_out,
+                         const std::optional<py::capsule>& lse_out, const std::string& variant,
+                         const std::string& layout_name, const Options& options,
+                         const std::optional<std::string>& dtype_name) {
   const Variant& var = find_variant(variant);
   const Layout layout = parse_layout(layout_name);
-  const DeviceInput tq(q, "q"), tk(k, "k"), tv(v, "v");
+  const std::optional<DType> asked = asked_dtype(dtype_name);
+  const bool uint8_is_e4m3 = asked == DType::E4M3;
+  const DeviceInput tq(q, "q", uint8_is_e4m3), tk(k, "k", uint8_is_e4m3), tv(v, "v", uint8_is_e4m3);
   Problem p;
   p.shape = shape_of_inputs(layout, tq.dims(), tk.dims(), tv.dims());
   p.options = options;
   require_same_dtype_and_device({&tq, &tk, &tv});
   for (const DeviceInput* t : {&tq, &tk, &tv}) t->require_kernel_layout(layout);
   const DType dtype = tq.dtype();
+  require_asked_is_inputs(asked, dtype, kDeviceDtypes);
+  if (dtype != DType::E4M3 && (q_descale || k_descale || v_descale))
+    throw InputError(std::string("q_descale, k_descale and v_descale are the FP8 forward's, but q, k, v are ") +
+                     to_string(dtype) + ": pass e4m3 tensors (torch.float8_e4m3fn) with them, or drop them");
   const int device = tq.device();
+  // The descales of a row with an FP8 forward are checked before the GPU is asked about (a missing one is the
+  // registry's sentence); a row without one is refused by check_device_call, before any descale is read.
+  std::optional<DeviceInput> dq, dk, dv;
+  if (dtype == DType::E4M3 && var.device == Device::Cuda && var.supports_dtype(DType::E4M3)) {
+    const Shape& s = p.shape;
+    require_e4m3_descales(var, q_descale.has_value(), k_descale.has_value(), v_descale.has_value());
+    dq.emplace(e4m3_descale(*q_descale, "q_descale", {s.batch, s.heads_q}, "(B, H_q)", device));
+    dk.emplace(e4m3_descale(*k_descale, "k_descale", {s.batch, s.heads_kv}, "(B, H_kv)", device));
+    dv.emplace(e4m3_descale(*v_descale, "v_descale", {s.batch, s.heads_kv}, "(B, H_kv)", device));
+  }
   var.check_device_call(p, dtype, device, false);  // before allocating the outputs
+  if (dtype == DType::E4M3) return forward_device_e4m3(var, layout, p, tq, tk, tv, *dq, *dk, *dv, o_out, lse_out);
   ResultBuffer o(o_out, "out", tq.dims().dims, layout, dtype, device);
   ResultBuffer lse(lse_out, "lse", lse_dims(p.shape), layout, DType::F32, device);
   o.require_apart_from({&tq, &tk, &tv});
@@ -139,27 +283,31 @@ py::tuple forward_device(const py::capsule& q, const py::capsule& k, const py::c
     py::gil_scoped_release no_gil;
     var.forward_on_device(p, dtype, io);
   }
-  py::dict& call = last_device_call();
-  call.clear();
-  call["variant"] = var.name;
-  for (auto [name, data] : {std::pair<const char*, const void*>{"q", io.q}, {"k", io.k}, {"v", io.v}, {"out", io.o},
-                            {"lse", io.lse}})
-    call[name] = reinterpret_cast<std::uintptr_t>(data);
+  record_device_call(var, {{"q", io.q}, {"k", io.k}, {"v", io.v}, {"out", io.o}, {"lse", io.lse}});
   return py::make_tuple(o.release(), lse.release());
 }
 
 py::tuple backward_device(const py::capsule& q, const py::capsule& k, const py::capsule& v, const py::capsule& o,
                           const py::capsule& lse, const py::capsule& d_o, const std::optional<py::capsule>& dq_out,
                           const std::optional<py::capsule>& dk_out, const std::optional<py::capsule>& dv_out,
-                          const std::string& variant, const std::string& layout_name, const Options& options) {
+                          const std::string& variant, const std::string& layout_name, const Options& options,
+                          const std::optional<std::string>& dtype_name) {
   const Variant& var = find_variant(variant);
   const Layout layout = parse_layout(layout_name);
-  const DeviceInput tq(q, "q"), tk(k, "k"), tv(v, "v"), to(o, "out"), tlse(lse, "lse"), tdo(d_o, "grad_out");
+  const std::optional<DType> asked = asked_dtype(dtype_name);
+  const bool uint8_is_e4m3 = asked == DType::E4M3;
+  const DeviceInput tq(q, "q", uint8_is_e4m3), tk(k, "k", uint8_is_e4m3), tv(v, "v", uint8_is_e4m3), to(o, "out"),
+      tlse(lse, "lse"), tdo(d_o, "grad_out");
   Problem p;
   const InputDims d_o_dims = tdo.dims();
   p.shape = shape_of_inputs(layout, tq.dims(), tk.dims(), tv.dims(), &d_o_dims);
   check_forward_outputs(layout, p.shape, to.dims(), tlse.dims());
   p.options = options;
+  if (tq.dtype() == DType::E4M3) {  // before the dtypes are compared: O of an FP8 forward is bf16
+    check_supported(var, p, DType::E4M3, true);  // the registry's sentence, GPU or not: there is no FP8 backward
+    throw std::logic_error("check_supported let an e4m3 backward through");
+  }
+  require_asked_is_inputs(asked, tq.dtype(), kDeviceDtypes);
   require_same_dtype_and_device({&tq, &tk, &tv, &to, &tdo});
   if (tlse.device() != tq.device())  // lse is f32 whatever q is (checked below)
     throw InputError("q is on CUDA device " + std::to_string(tq.device()) + " but lse is on CUDA device " +
@@ -181,13 +329,8 @@ py::tuple backward_device(const py::capsule& q, const py::capsule& k, const py::
     py::gil_scoped_release no_gil;
     var.backward_on_device(p, dtype, io);
   }
-  py::dict& call = last_device_call();
-  call.clear();
-  call["variant"] = var.name;
-  for (auto [name, data] :
-       {std::pair<const char*, const void*>{"q", io.q}, {"k", io.k}, {"v", io.v}, {"out", io.o}, {"lse", io.lse},
-        {"grad_out", io.d_o}, {"dq", io.dq}, {"dk", io.dk}, {"dv", io.dv}})
-    call[name] = reinterpret_cast<std::uintptr_t>(data);
+  record_device_call(var, {{"q", io.q}, {"k", io.k}, {"v", io.v}, {"out", io.o}, {"lse", io.lse}, {"grad_out", io.d_o},
+                           {"dq", io.dq}, {"dk", io.dk}, {"dv", io.dv}});
   return py::make_tuple(dq.release(), dk.release(), dv.release());
 }
 
@@ -218,6 +361,9 @@ py::list variant_table() {
     const HeadDims& backward_head_dims = v.backward_head_dims.value_or(v.head_dims);
     row["backward_head_dims"] = backward_head_dims.describe();
     row["backward_head_dim_values"] = head_dim_values(backward_head_dims);
+    // The head dims of its FP8 (e4m3) forward (empty without one).
+    row["e4m3_head_dims"] = v.e4m3_head_dims ? v.e4m3_head_dims->describe() : std::string();
+    row["e4m3_head_dim_values"] = v.e4m3_head_dims ? head_dim_values(*v.e4m3_head_dims) : std::vector<int>();
     row["available"] = v.available();
     row["needs_compute_capability"] = v.needs_compute_capability;
     row["summary"] = v.summary;
@@ -298,6 +444,42 @@ py::dict within_tolerance(const py::buffer& out, const py::buffer& ref, const st
   result["on"] = bound.uses_rel ? "rel_error" : "max_abs_error";
   result["rule"] = bound.rule;
   if (baseline) result["lowp_max_abs_error"] = baseline->max_abs;
+  return result;
+}
+
+// The rule an FP8 forward is held to (cpu_reference/fp8.hpp, check_fp8_kernel): the CPU emulation of the same
+// FP8 arithmetic on q, k, v quantized per head, both it and `out`, `lse` measured against naive attention in double
+// on the dequantized inputs.
+py::dict within_fp8_rule(const py::buffer& q_array, const py::buffer& k_array, const py::buffer& v_array,
+                         const py::buffer& out_array, const py::buffer& lse_array, const std::string& layout_name,
+                         const Options& options) {
+  const Layout layout = parse_layout(layout_name);
+  const HostInput q(q_array, "q"), k(k_array, "k"), v(v_array, "v"), out(out_array, "out"), lse(lse_array, "lse");
+  Problem p;
+  p.shape = shape_of_inputs(layout, q.dims(), k.dims(), v.dims());
+  check_forward_outputs(layout, p.shape, out.dims(), lse.dims());
+  p.options = options;
+  validate(p);
+  const Qkv in{q.to_host_tensor(layout), k.to_host_tensor(layout), v.to_host_tensor(layout)};
+  const ForwardOut kernel{out.to_host_tensor(layout), lse.to_host_tensor(layout)};
+  Fp8KernelCheck c;
+  {
+    py::gil_scoped_release no_gil;
+    c = check_fp8_kernel(p, fp8_attention_emulated(p, in, fp8_kernel_order()), kernel);
+  }
+  py::dict result;
+  result["passes"] = c.passes();
+  result["o_max_abs_error"] = c.o.max_abs;
+  result["o_rmse"] = c.o.rmse;
+  result["o_limit"] = c.o_limit;
+  result["lse_max_abs_error"] = c.lse.max_abs;
+  result["lse_limit"] = c.lse_limit;
+  result["emulation_o_max_abs_error"] = c.emulation.o.max_abs;
+  result["emulation_o_rmse"] = c.emulation.o.rmse;
+  result["emulation_lse_max_abs_error"] = c.emulation.lse.max_abs;
+  result["emulation_o_bound"] = c.emulation.bounds.o_max_abs;
+  result["emulation_lse_bound"] = c.emulation.bounds.lse_max_abs;
+  result["emulation_passes"] = c.emulation.passes();
   return result;
 }
 
@@ -433,56 +615,72 @@ PYBIND11_MODULE(_flashlab, m) {
       "forward_host",
       [forward_options](const py::buffer& q, const py::buffer& k, const py::buffer& v, const std::string& variant,
                         const std::string& layout, bool is_causal, const std::string& causal_align,
-                        std::optional<double> scale, double dropout_p, std::uint64_t seed) {
-        return forward_host(q, k, v, variant, layout,
-                            forward_options(is_causal, causal_align, scale, dropout_p, seed));
+                        std::optional<double> scale, double dropout_p, std::uint64_t seed,
+                        const std::optional<std::string>& dtype, bool return_quantized) {
+        return forward_host(q, k, v, variant, layout, forward_options(is_causal, causal_align, scale, dropout_p, seed),
+                            dtype, return_quantized);
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("variant"), py::arg("layout"), py::arg("is_causal"),
-      py::arg("causal_align"), py::arg("scale"), py::arg("dropout_p"), py::arg("seed"),
-      "(o, lse) as HostArrays, from arrays q, k, v (buffer protocol): copied in, any variant.");
+      py::arg("causal_align"), py::arg("scale"), py::arg("dropout_p"), py::arg("seed"), py::arg("dtype"),
+      py::arg("return_quantized"),
+      "(o, lse, quantized) from arrays q, k, v (buffer protocol): copied in, any variant; o and lse HostArrays. dtype "
+      "'e4m3' quantizes them per head and runs the FP8 forward (o: its bf16 values as float32); quantized is then, "
+      "with return_quantized, a dict of its inputs (uint8 bytes (B, S, H, D), float32 descales), else None.");
   m.def(
       "backward_host",
       [](const py::buffer& q, const py::buffer& k, const py::buffer& v, const py::buffer& o, const py::buffer& lse,
          const py::buffer& d_o, const std::string& variant, const std::string& layout, bool is_causal,
          const std::string& causal_align, std::optional<double> scale, double dropout_p, std::uint64_t seed,
-         bool deterministic) {
+         bool deterministic, const std::optional<std::string>& dtype) {
         return backward_host(q, k, v, o, lse, d_o, variant, layout,
-                             options_of(is_causal, causal_align, scale, dropout_p, seed, deterministic));
+                             options_of(is_causal, causal_align, scale, dropout_p, seed, deterministic), dtype);
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("grad_out"),
       py::arg("variant"), py::arg("layout"), py::arg("is_causal"), py::arg("causal_align"), py::arg("scale"),
-      py::arg("dropout_p"), py::arg("seed"), py::arg("deterministic"),
+      py::arg("dropout_p"), py::arg("seed"), py::arg("deterministic"), py::arg("dtype"),
       "(dq, dk, dv) as HostArrays, from arrays: copied in, any variant with a backward.");
   m.def(
       "forward_device",
       [forward_options](const py::capsule& q, const py::capsule& k, const py::capsule& v,
-                        const std::optional<py::capsule>& o, const std::optional<py::capsule>& lse,
-                        const std::string& variant, const std::string& layout, bool is_causal,
-                        const std::string& causal_align, std::optional<double> scale, double dropout_p,
-                        std::uint64_t seed) {
-        return forward_device(q, k, v, o, lse, variant, layout,
-                              forward_options(is_causal, causal_align, scale, dropout_p, seed));
+                        const std::optional<py::capsule>& q_descale, const std::optional<py::capsule>& k_descale,
+                        const std::optional<py::capsule>& v_descale, const std::optional<py::capsule>& o,
+                        const std::optional<py::capsule>& lse, const std::string& variant, const std::string& layout,
+                        bool is_causal, const std::string& causal_align, std::optional<double> scale,
+                        double dropout_p, std::uint64_t seed, const std::optional<std::string>& dtype) {
+        return forward_device(q, k, v, q_descale, k_descale, v_descale, o, lse, variant, layout,
+                              forward_options(is_causal, causal_align, scale, dropout_p, seed), dtype);
       },
-      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("o_out"), py::arg("lse_out"), py::arg("variant"),
-      py::arg("layout"), py::arg("is_causal"), py::arg("causal_align"), py::arg("scale"), py::arg("dropout_p"),
-      py::arg("seed"),
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("q_descale"), py::arg("k_descale"), py::arg("v_descale"),
+      py::arg("o_out"), py::arg("lse_out"), py::arg("variant"), py::arg("layout"), py::arg("is_causal"),
+      py::arg("causal_align"), py::arg("scale"), py::arg("dropout_p"), py::arg("seed"), py::arg("dtype"),
       "(o, lse) from DLPack capsules of CUDA tensors read in place: new DeviceArrays, or None for a result "
-      "written into the buffer given for it.");
+      "written into the buffer given for it. e4m3 tensors (or uint8 with dtype 'e4m3') run the FP8 forward with "
+      "their descales' capsules: o bf16, lse f32.");
   m.def(
       "backward_device",
       [](const py::capsule& q, const py::capsule& k, const py::capsule& v, const py::capsule& o,
          const py::capsule& lse, const py::capsule& d_o, const std::optional<py::capsule>& dq,
          const std::optional<py::capsule>& dk, const std::optional<py::capsule>& dv, const std::string& variant,
          const std::string& layout, bool is_causal, const std::string& causal_align, std::optional<double> scale,
-         double dropout_p, std::uint64_t seed, bool deterministic) {
+         double dropout_p, std::uint64_t seed, bool deterministic, const std::optional<std::string>& dtype) {
         return backward_device(q, k, v, o, lse, d_o, dq, dk, dv, variant, layout,
-                               options_of(is_causal, causal_align, scale, dropout_p, seed, deterministic));
+                               options_of(is_causal, causal_align, scale, dropout_p, seed, deterministic), dtype);
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("grad_out"),
       py::arg("dq_out"), py::arg("dk_out"), py::arg("dv_out"), py::arg("variant"), py::arg("layout"),
       py::arg("is_causal"), py::arg("causal_align"), py::arg("scale"), py::arg("dropout_p"), py::arg("seed"),
-      py::arg("deterministic"),
+      py::arg("deterministic"), py::arg("dtype"),
       "(dq, dk, dv) from DLPack capsules read in place: new DeviceArrays, or None where a buffer was given.");
+  m.def(
+      "within_fp8_rule",
+      [forward_options](const py::buffer& q, const py::buffer& k, const py::buffer& v, const py::buffer& out,
+                        const py::buffer& lse, const std::string& layout, bool is_causal,
+                        const std::string& causal_align, std::optional<double> scale) {
+        return within_fp8_rule(q, k, v, out, lse, layout, forward_options(is_causal, causal_align, scale, 0.0, 0));
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("layout"),
+      py::arg("is_causal"), py::arg("causal_align"), py::arg("scale"),
+      "check_fp8_kernel (cpu_reference/fp8.hpp) applied to an FP8 forward's out and lse for the values q, k, v.");
   m.def("last_device_call", [] { return last_device_call().attr("copy")(); },
         "The device pointers the last device call handed to the kernels (for tests).");
   m.def("variants", &variant_table, "The variant table, one dict per row.");

@@ -19,6 +19,10 @@ heads, seq, head_dim), as PyTorch's scaled_dot_product_attention takes them. q i
 and v (B, S_k, H_kv, D) with H_q a multiple of H_kv (grouped-query attention); the LSE is always
 (B, H_q, S_q).
 
+FP8: attention(..., dtype="e4m3") runs cuda-fa3-ws's FP8 forward, on NumPy values it quantizes per head, or on
+e4m3 GPU tensors with their descales (flashlab.torch.fp8_attention from PyTorch); within_fp8_rule is the rule
+FlashLab holds it to.
+
 Bad input raises ValueError with one sentence saying what is wrong and what is supported; a failure on
 the GPU raises RuntimeError. flashlab.torch (imported only where PyTorch is present) wraps the CUDA
 variants as a torch.autograd.Function and a drop-in for torch.nn.functional.scaled_dot_product_attention.
@@ -29,8 +33,8 @@ import numpy as _np
 
 from . import _flashlab as _native
 
-__all__ = ["attention", "attention_backward", "variants", "check", "within_tolerance", "verify", "VerifyReport",
-           "DeviceArray", "cuda_device_count", "cuda_device_name", "built_with_cuda"]
+__all__ = ["attention", "attention_backward", "variants", "check", "within_tolerance", "within_fp8_rule", "verify",
+           "VerifyReport", "DeviceArray", "cuda_device_count", "cuda_device_name", "built_with_cuda"]
 
 DeviceArray = _native.DeviceArray
 built_with_cuda = _native.built_with_cuda
@@ -50,7 +54,8 @@ def variants():
     deterministic: whether its backward gives bit-identical gradients run to run under
     attention_backward(..., deterministic=True) (False for the variants that add dQ with atomics, and for
     those with no backward). backward_head_dims and backward_head_dim_values: the head dims its backward
-    accepts, the same as head_dims where the backward takes all of them."""
+    accepts, the same as head_dims where the backward takes all of them. e4m3_head_dims and
+    e4m3_head_dim_values: the head dims of its FP8 forward (attention(..., dtype="e4m3")), "" and [] without one."""
     return _native.variants()
 
 
@@ -65,7 +70,8 @@ def cuda_device_name():
 
 
 def attention(q, k, v, *, variant="cpu-fa2", is_causal=False, causal_align="top-left", scale=None,
-              dropout_p=0.0, seed=0, return_lse=False, layout="bshd", out=None):
+              dropout_p=0.0, seed=0, return_lse=False, layout="bshd", out=None, dtype=None, q_descale=None,
+              k_descale=None, v_descale=None, return_quantized=False):
     """Attention O = softmax(scale Q K^T [+ causal mask]) V with dropout on P, computed by `variant`.
 
     is_causal: mask keys after each query; causal_align says which diagonal: "top-left" (query i sees
@@ -81,23 +87,58 @@ def attention(q, k, v, *, variant="cpu-fa2", is_causal=False, causal_align="top-
     out: for tensors in GPU memory, a pair (o, lse) of tensors to write the results into instead of new
     DeviceArrays (no allocation): o like q (shape, layout, dtype, device), lse (B, H_q, S_q) float32, both
     laid out as the inputs must be; they are what is returned.
+
+    dtype: the precision to compute in; None (the default) is the inputs' own. "e4m3" runs the FP8 forward
+    (cuda-fa3-ws: forward only, no dropout, flashlab.variants()'s FP8 head dims):
+      * on NumPy arrays of float64, float32 or float16 values, which are quantized per head as `flashlab run
+        --dtype e4m3` does (Q per (batch, query head), K and V per (batch, kv head): scale 448 / amax, rounded to
+        e4m3). O comes back as float32 holding the kernel's bf16 values (NumPy has no bfloat16), the LSE as
+        float32. return_quantized=True appends a dict of what the kernel was given, as `run --save-quantized`
+        writes it: "q", "k", "v" the e4m3 bytes as uint8 arrays in `layout` (view them as float8_e4m3fn), and
+        "q_descale" (B, H_q), "k_descale" and "v_descale" (B, H_kv) float32 (value = e4m3 value x descale);
+      * on e4m3 tensors in GPU memory (torch.float8_e4m3fn, or uint8 holding e4m3 bytes with dtype="e4m3"; GPU
+        tensors of float8_e4m3fn need no dtype), with q_descale (B, H_q), k_descale and v_descale (B, H_kv):
+        float32 tensors on the same GPU, one descale per (batch, head), as FlashAttention-3 takes them. O comes
+        back in bf16, the LSE in float32 (out=: a bf16 o and a float32 lse).
     """
     options = _options(is_causal, causal_align, scale, dropout_p, seed)
     variant, layout = _text("variant", variant), _text("layout", layout)
+    dtype = None if dtype is None else _text("dtype", dtype)
     place, (q, k, v) = _inputs_in_one_place(q=q, k=k, v=v)
+    descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
     if place == "host":
         _refuse_out_on_host(out, "out")
-        o, lse = (_np.asarray(x) for x in _native.forward_host(q, k, v, variant, layout, *options))
-    else:
-        given = _given_buffers(out, ("o", "lse"), "out")
-        made = _native.forward_device(*_capsules(q, k, v), *_capsules(*given), variant, layout, *options)
-        o, lse = (m if g is None else g for m, g in zip(made, given))
+        given = [name for name, d in descales.items() if d is not None]
+        if given:
+            raise ValueError(f"{given[0]} goes with e4m3 tensors in GPU memory; NumPy arrays are values, which "
+                             "dtype='e4m3' quantizes per head itself (return_quantized=True returns the bytes and "
+                             "descales it made)")
+        o, lse, quantized = _native.forward_host(q, k, v, variant, layout, *options, dtype, bool(return_quantized))
+        o, lse = _np.asarray(o), _np.asarray(lse)
+        if return_quantized:
+            quantized = {name: _np.asarray(x) for name, x in quantized.items()}
+            if layout == "bhsd":  # the bytes as the values were given: (B, H, S, D) views of (B, S, H, D) memory
+                for name in ("q", "k", "v"):
+                    quantized[name] = quantized[name].transpose(0, 2, 1, 3)
+            return (o, lse, quantized) if return_lse else (o, quantized)
+        return (o, lse) if return_lse else o
+    if return_quantized:
+        raise ValueError("return_quantized returns the e4m3 bytes that dtype='e4m3' makes from NumPy values; GPU "
+                         "tensors in e4m3 are quantized already (you hold their bytes and descales)")
+    for name, d in descales.items():
+        if d is not None and _where(name, d)[0] != "device":
+            raise ValueError(f"{name} is in host memory but q is in device memory: pass the descales as float32 "
+                             "tensors on the inputs' GPU")
+    given = _given_buffers(out, ("o", "lse"), "out")
+    made = _native.forward_device(*_capsules(q, k, v), *_capsules(q_descale, k_descale, v_descale),
+                                  *_capsules(*given), variant, layout, *options, dtype)
+    o, lse = (m if g is None else g for m, g in zip(made, given))
     return (o, lse) if return_lse else o
 
 
 def attention_backward(q, k, v, out, lse, grad_out, *, variant="cpu-fa2", is_causal=False,
                        causal_align="top-left", scale=None, dropout_p=0.0, seed=0, layout="bshd", grads_out=None,
-                       deterministic=False):
+                       deterministic=False, dtype=None):
     """The gradients (dq, dk, dv) of attention(q, k, v, ...) for the upstream gradient grad_out (dL/dO).
 
     out and lse are what attention(..., return_lse=True) returned for the same inputs and options
@@ -110,15 +151,19 @@ def attention_backward(q, k, v, out, lse, grad_out, *, variant="cpu-fa2", is_cau
     deterministic: sum dQ's partial sums in a fixed order, so that repeated calls give bit-identical
     gradients. Variants whose backward adds them with atomics (variants()'s "deterministic" is False)
     refuse it with ValueError; the CPU variants have one order, so it changes nothing there.
+
+    dtype: None (the inputs' own) or the inputs' dtype. There is no FP8 backward: "e4m3" (or e4m3 GPU tensors) is
+    refused with the library's sentence.
     """
     options = (*_options(is_causal, causal_align, scale, dropout_p, seed), bool(deterministic))
     variant, layout = _text("variant", variant), _text("layout", layout)
+    dtype = None if dtype is None else _text("dtype", dtype)
     place, tensors = _inputs_in_one_place(q=q, k=k, v=v, out=out, lse=lse, grad_out=grad_out)
     if place == "host":
         _refuse_out_on_host(grads_out, "grads_out")
-        return tuple(_np.asarray(g) for g in _native.backward_host(*tensors, variant, layout, *options))
+        return tuple(_np.asarray(g) for g in _native.backward_host(*tensors, variant, layout, *options, dtype))
     given = _given_buffers(grads_out, ("dq", "dk", "dv"), "grads_out")
-    made = _native.backward_device(*_capsules(*tensors), *_capsules(*given), variant, layout, *options)
+    made = _native.backward_device(*_capsules(*tensors), *_capsules(*given), variant, layout, *options, dtype)
     return tuple(m if g is None else g for m, g in zip(made, given))
 
 
@@ -154,6 +199,24 @@ def within_tolerance(out, ref, *, dtype, quantity="forward", lowp=None):
     as_float64 = lambda x: _np.asarray(x, dtype=_np.float64)
     return _native.within_tolerance(as_float64(out), as_float64(ref), dtype, quantity,
                                     None if lowp is None else as_float64(lowp))
+
+
+def within_fp8_rule(q, k, v, out, lse, *, is_causal=False, causal_align="top-left", scale=None, layout="bshd"):
+    """The rule FlashLab holds its FP8 forward to (`flashlab check --dtype e4m3`), for `out` and `lse` from
+    attention(q, k, v, dtype="e4m3", return_lse=True, ...) with the same options: q, k, v (NumPy, the values
+    before quantization) are quantized per head as that call quantizes them, the FP8 forward is emulated on the
+    CPU operation by operation on those operands, and both it and (out, lse) are measured against naive
+    attention in float64 on the dequantized inputs (so the error of quantizing the inputs, the format's, is left
+    out). out passes when max|out - ref| <= 2 x the emulation's, and lse when max|lse - ref| <= 2 x the
+    emulation's + 2^-9 (1 + max|ref|).
+
+    Returns a dict: passes, o_max_abs_error, o_rmse, o_limit, lse_max_abs_error, lse_limit, and the emulation's
+    own errors and worst-case bounds (emulation_o_max_abs_error, emulation_o_rmse, emulation_lse_max_abs_error,
+    emulation_o_bound, emulation_lse_bound, emulation_passes).
+    """
+    as_array = lambda x: _np.asarray(x)
+    options = _options(is_causal, causal_align, scale, 0.0, 0)
+    return _native.within_fp8_rule(*map(as_array, (q, k, v, out, lse)), _text("layout", layout), *options[:3])
 
 
 def verify(fn, *, backward=None, dtypes=("f32", "f16", "bf16"), head_dims=(32, 64, 128), suite="quick", seed=None,

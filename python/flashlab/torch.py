@@ -14,6 +14,9 @@ to the CPU variants through NumPy. An attn_mask is refused: no FlashLab variant 
 Dropout draws its mask from a seed taken from PyTorch's default generator on every call, so
 torch.manual_seed makes a run repeatable; the mask is FlashLab's own (a Philox draw per element), not
 PyTorch's, so the two drop different elements.
+
+fp8_attention is cuda-fa3-ws's FP8 forward on torch.float8_e4m3fn CUDA tensors with FlashAttention-3's
+descales (one float32 per (batch, head)): O in bfloat16 and the LSE in float32, forward only.
 """
 try:
     import torch
@@ -23,10 +26,13 @@ except ImportError as error:
 
 import flashlab as _flashlab
 
-__all__ = ["scaled_dot_product_attention", "FlashLabAttention"]
+__all__ = ["scaled_dot_product_attention", "FlashLabAttention", "fp8_attention"]
 
 # Dropout seeds are drawn below this bound (Philox keys are 64-bit; torch.randint's bound is an int64).
 _SEED_BOUND = 2**62
+# PyTorch's 8-bit float dtypes (those this PyTorch has).
+_FLOAT8 = tuple(getattr(torch, name) for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+                if hasattr(torch, name))
 
 
 def _kernel_layout(x):
@@ -106,6 +112,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     are bit-identical run to run; a variant whose backward adds dQ with atomics (cuda-fa2 among them:
     flashlab.variants()'s "deterministic" says which) refuses it with ValueError when the backward runs.
     """
+    if query.dtype in _FLOAT8:
+        raise ValueError(f"query is {query.dtype}: scaled_dot_product_attention takes no descales and FlashLab has no "
+                         "FP8 backward; for float8_e4m3fn use flashlab.torch.fp8_attention(q, k, v, q_descale, "
+                         "k_descale, v_descale), the FP8 forward")
     if attn_mask is not None:
         raise ValueError("attn_mask is not supported: no FlashLab variant takes an arbitrary mask; pass "
                          "is_causal=True for a causal one, or use torch.nn.functional.scaled_dot_product_attention")
@@ -115,3 +125,52 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     seed = int(torch.randint(_SEED_BOUND, (1,)).item()) if dropout_p > 0 else 0
     return FlashLabAttention.apply(query, key, value, variant, bool(is_causal), "top-left", scale, float(dropout_p),
                                    seed, bool(deterministic))
+
+
+def fp8_attention(q, k, v, q_descale=None, k_descale=None, v_descale=None, *, is_causal=False,
+                  causal_align="top-left", scale=None, layout="bhsd", variant="cuda-fa3-ws"):
+    """The FP8 forward of cuda-fa3-ws on e4m3 tensors: returns (O, LSE), O bfloat16 shaped and laid out like q, the
+    LSE (B, H_q, S_q) float32 (natural log, of the real scores; -inf for a row that sees no key).
+
+    q, k, v: CUDA tensors of torch.float8_e4m3fn, (B, H, S, D) as scaled_dot_product_attention takes them, or
+    (B, S, H, D) with layout="bshd" as FlashAttention-3's flash_attn_func does; H_q a multiple of H_kv, D one of
+    the FP8 head dims (flashlab.variants()). q_descale (B, H_q), k_descale and v_descale (B, H_kv): float32 CUDA
+    tensors on the same GPU, one factor per (batch, head) that maps the stored e4m3 values back to the real ones
+    (value = e4m3 value x descale), as in FlashAttention-3's interface; all three are required (pass ones for
+    tensors stored unscaled). is_causal masks with the top-left diagonal by default, as PyTorch does
+    (causal_align="bottom-right": FlashAttention's); scale: the softmax scale, None for 1/sqrt(D).
+
+    Forward only (there is no FP8 backward; tensors that require grad are refused), no dropout. As the bf16 path,
+    the tensors are read in place (a (B, H, S, D) tensor that is not a transposed view of (B, S, H, D) memory is
+    copied into one first), the results are written into tensors from PyTorch's allocator, and the call returns
+    when the kernels have finished.
+    """
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor of float8_e4m3fn, got {type(x).__name__}")
+        if x.dtype != getattr(torch, "float8_e4m3fn", None):
+            raise ValueError(f"{name} is {x.dtype}: fp8_attention takes torch.float8_e4m3fn tensors with their "
+                             "descales; for float16 and bfloat16 use scaled_dot_product_attention")
+        if not x.is_cuda:
+            raise ValueError(f"{name} is on the {x.device.type}: the FP8 forward runs on a CUDA GPU; for values in "
+                             "host memory use flashlab.attention(q, k, v, dtype='e4m3'), which quantizes them per head")
+        if x.requires_grad:
+            raise ValueError(f"{name} requires grad, but FlashLab has no FP8 backward (FlashAttention-3 ships none "
+                             f"either): pass {name}.detach(), or run in bfloat16 for gradients")
+    if layout not in ("bhsd", "bshd"):
+        raise ValueError(f"layout is bhsd or bshd, not {layout!r}")
+    # The bytes go over DLPack as uint8 (the same memory, viewed): a PyTorch whose DLPack has no float8 exports them
+    # too, and dtype="e4m3" tells flashlab what they hold.
+    inputs = [x.view(torch.uint8) if layout == "bshd" else _kernel_layout(x.view(torch.uint8)) for x in (q, k, v)]
+    options = dict(variant=variant, is_causal=is_causal, causal_align=causal_align, scale=scale, layout=layout,
+                   dtype="e4m3", q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, return_lse=True)
+    if q.dim() != 4:  # refused by flashlab, with its sentence about 4-d inputs
+        return _flashlab.attention(*inputs, **options)
+    if layout == "bhsd":
+        b, h, s, d = q.shape
+        o = torch.empty(b, s, h, d, dtype=torch.bfloat16, device=q.device).transpose(1, 2)
+    else:
+        b, s, h, d = q.shape
+        o = torch.empty(b, s, h, d, dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty(b, h, s, dtype=torch.float32, device=q.device)
+    return _flashlab.attention(*inputs, out=(o, lse), **options)

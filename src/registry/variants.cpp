@@ -68,6 +68,13 @@ std::string backward_alternatives(const Variant& v, const Problem& p, DType dtyp
   return "; " + spoken_list(names) + (names.size() == 1 ? " has one" : " have one");
 }
 
+// "64, 128 and 256" for a list of head dims, "1..256" for a range.
+std::string spoken_head_dims(const HeadDims& dims) {
+  std::vector<std::string> listed;
+  for (int d : dims.only) listed.push_back(std::to_string(d));
+  return listed.empty() ? dims.describe() : spoken_list(listed);
+}
+
 // "cpu-naive, ... and cuda-fa3-ws": the variants whose backward has a deterministic mode.
 std::string deterministic_variants() {
   std::vector<std::string> names;
@@ -98,13 +105,9 @@ void check_e4m3(const Variant& v, const Problem& p, bool backward) {
   if (p.options.dropout_p > 0)
     throw InputError(who + " has no dropout in its FP8 (e4m3) kernel: drop the dropout, or run in bf16, which has it");
   if (!v.e4m3_head_dims->contains(p.shape.head_dim)) {
-    const HeadDims& dims = *v.e4m3_head_dims;
-    std::vector<std::string> listed;
-    for (int d : dims.only) listed.push_back(std::to_string(d));
     throw InputError(who + " does not support head_dim " + std::to_string(p.shape.head_dim) +
-                     " in e4m3: the FP8 kernel takes head dims " +
-                     (listed.empty() ? dims.describe() : spoken_list(listed)) + " (" + spoken_list(own) + " take " +
-                     v.head_dims.describe() + ")");
+                     " in e4m3: the FP8 kernel takes head dims " + spoken_head_dims(*v.e4m3_head_dims) + " (" +
+                     spoken_list(own) + " take " + spoken_head_dims(v.head_dims) + ")");
   }
 }
 
@@ -201,7 +204,7 @@ const std::vector<Variant>& variants() {
        .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .query_block_rows = cuda::fa3_ws::kQueryRows,
        .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .max_backward_rows = cuda::fa3_ws::kMaxBackwardRows,
        .records_timeline = true, .e4m3_head_dims = HeadDims::listed(cuda::fa3_ws::kE4m3HeadDims),
-       .e4m3_forward_fn = cuda_fa3_ws_forward_e4m3,
+       .e4m3_forward_fn = cuda_fa3_ws_forward_e4m3, .device_e4m3_forward_fn = cuda_fa3_ws_forward_e4m3_on_device,
        .e4m3_timeline_head_dims = HeadDims::listed(cuda::fa3_ws::kE4m3TimelineHeadDims)},
 #endif
   };
@@ -304,16 +307,20 @@ void Variant::check_device_call(const Problem& p, DType dtype, int device, bool 
 #else
   (void)device;
 #endif
-  check_supported(*this, p, dtype, backward);
-  if (dtype == DType::E4M3)
-    throw InputError("variant " + name + " takes e4m3 tensors from host memory only (flashlab run, check, bench): "
-                     "its device entry points have no place for their descales");
+  check_supported(*this, p, dtype, backward);  // in e4m3: the row has an FP8 forward, and this is no backward
+  if (dtype == DType::E4M3) {
+    require_entry(*this, device_e4m3_forward_fn != nullptr, "FP8 (e4m3) forward");
+    return;
+  }
   require_entry(*this, backward ? device_backward_fn != nullptr : device_forward_fn != nullptr,
                 backward ? "backward" : "forward");
 }
 
 void Variant::forward_on_device(const Problem& p, DType dtype, const DeviceForwardIo& io) const {
   check_device_call(p, dtype, io.device, false);
+  if (dtype == DType::E4M3)
+    throw InputError("variant " + name + "'s FP8 (e4m3) forward reads a descale per (batch, head) of q, k and v "
+                     "beside their bytes: run it through forward_e4m3_on_device, which takes them");
   for (auto [data, name] : {std::pair<const void*, const char*>{io.q, "q"}, {io.k, "k"}, {io.v, "v"}, {io.o, "o"},
                             {io.lse, "lse"}})
     require_aligned(data, name);
@@ -321,6 +328,23 @@ void Variant::forward_on_device(const Problem& p, DType dtype, const DeviceForwa
   const cuda::CurrentDevice on(io.device);
 #endif
   device_forward_fn(p, dtype, io);
+}
+
+void Variant::forward_e4m3_on_device(const Problem& p, const DeviceForwardIo& io, const DeviceE4m3Descales& d) const {
+  check_device_call(p, DType::E4M3, io.device, false);
+  require_e4m3_descales(*this, d.q != nullptr, d.k != nullptr, d.v != nullptr);
+  for (auto [data, what] : {std::pair<const void*, const char*>{io.q, "q"}, {io.k, "k"}, {io.v, "v"}, {io.o, "o"},
+                            {io.lse, "lse"}})
+    require_aligned(data, what);
+  for (auto [data, what] : {std::pair<const float*, const char*>{d.q, "q_descale"}, {d.k, "k_descale"},
+                            {d.v, "v_descale"}})
+    if (reinterpret_cast<std::uintptr_t>(data) % alignof(float) != 0)
+      throw InputError(std::string(what) + " starts at a GPU address that is not a multiple of 4 bytes: the kernel "
+                       "reads it as float32, so pass a copy");
+#ifdef FLASHLAB_HAVE_CUDA
+  const cuda::CurrentDevice on(io.device);
+#endif
+  device_e4m3_forward_fn(p, io, d.q, d.k, d.v);
 }
 
 void Variant::backward_on_device(const Problem& p, DType dtype, const DeviceBackwardIo& io) const {
@@ -341,6 +365,17 @@ const Variant& find_variant(std::string_view name) {
   std::string known;
   for (const Variant& v : variants()) known += (known.empty() ? "" : ", ") + v.name;
   throw InputError("unknown variant '" + std::string(name) + "': known variants are " + known);
+}
+
+void require_e4m3_descales(const Variant& v, bool q_given, bool k_given, bool v_given) {
+  std::vector<std::string> missing;
+  if (!q_given) missing.push_back("q_descale");
+  if (!k_given) missing.push_back("k_descale");
+  if (!v_given) missing.push_back("v_descale");
+  if (!missing.empty())
+    throw InputError("variant " + v.name + "'s FP8 (e4m3) forward needs q_descale, k_descale and v_descale (one float32 "
+                     "per (batch, head): (B, H_q) for q, (B, H_kv) for k and v; 1 for bytes stored unscaled), and " +
+                     spoken_list(missing) + (missing.size() == 1 ? " is" : " are") + " missing");
 }
 
 void check_supported(const Variant& v, const Problem& p, DType dtype, bool backward) {
@@ -405,8 +440,8 @@ void check_records_timeline(const Variant& v, const Problem& p, DType dtype, boo
                                     : "only " + spoken_list(names) + " can"));
   }
   if (dtype == DType::E4M3 && !(v.e4m3_timeline_head_dims && v.e4m3_timeline_head_dims->contains(p.shape.head_dim)))
-    throw InputError("variant " + v.name + " records its FP8 (e4m3) forward's timeline at head_dim " +
-                     (v.e4m3_timeline_head_dims ? v.e4m3_timeline_head_dims->describe() : std::string("(none)")) +
+    throw InputError("variant " + v.name + " records its FP8 (e4m3) forward's timeline at head dims " +
+                     (v.e4m3_timeline_head_dims ? spoken_head_dims(*v.e4m3_timeline_head_dims) : std::string("(none)")) +
                      " only, not " + std::to_string(p.shape.head_dim) +
                      " (at 256 the recording's registers would spill beside the kernel's); bf16 records every head dim");
   if (p.options.dropout_p > 0)

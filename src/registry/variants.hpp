@@ -53,6 +53,18 @@ using DeviceForwardFn = void (*)(const Problem&, DType, const DeviceForwardIo&);
 using DeviceBackwardFn = void (*)(const Problem&, DType, const DeviceBackwardIo&);
 // The FP8 forward on quantized host inputs (core/fp8.hpp): O in bf16 values, LSE in fp32.
 using E4m3ForwardFn = ForwardOut (*)(const Problem&, const E4m3Qkv&);
+// The same on the caller's device memory: io.q, io.k, io.v e4m3 bytes, io.o bf16, io.lse fp32, and the descales,
+// fp32 (B, H_q), (B, H_kv), (B, H_kv) row-major, in the same device's memory. Returns when the device has finished.
+using DeviceE4m3ForwardFn = void (*)(const Problem&, const DeviceForwardIo&, const float* q_descale,
+                                     const float* k_descale, const float* v_descale);
+
+// The descales of an FP8 forward's inputs in device memory (E4m3Qkv's q_descale, k_descale, v_descale, on a GPU):
+// one fp32 per (batch, head), row-major, (B, H_q) for q, (B, H_kv) for k and v.
+struct DeviceE4m3Descales {
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+};
 
 struct Variant {
   std::string name;  // stable: scripts and lessons use it
@@ -85,6 +97,7 @@ struct Variant {
   // its entry point on quantized inputs. Forward only, without dropout; causal and GQA as the row says.
   std::optional<HeadDims> e4m3_head_dims = std::nullopt;
   E4m3ForwardFn e4m3_forward_fn = nullptr;
+  DeviceE4m3ForwardFn device_e4m3_forward_fn = nullptr;  // its FP8 forward on device memory (CUDA rows)
   // The head dims at which its FP8 forward's timeline build exists (records_timeline with e4m3).
   std::optional<HeadDims> e4m3_timeline_head_dims = std::nullopt;
 
@@ -111,11 +124,17 @@ struct Variant {
   // one sentence; otherwise that device is made current for the call, check_supported runs against it,
   // then the kernels. They return when the device has finished (an error raised while a kernel ran
   // throws std::runtime_error here).
+  // forward_on_device refuses DType::E4M3 with one sentence: the FP8 forward reads descales, which
+  // forward_e4m3_on_device takes.
   void forward_on_device(const Problem&, DType, const DeviceForwardIo&) const;
   void backward_on_device(const Problem&, DType, const DeviceBackwardIo&) const;
+  // The FP8 forward on the caller's device memory: io.q, io.k, io.v e4m3 bytes (row-major (B, S, H, d)), io.o
+  // bf16, io.lse fp32, and the descales. check_device_call in e4m3, then a missing descale is one sentence, then
+  // the tensors' alignment; the row's entry allocates the V^T scratch its pre-pass writes.
+  void forward_e4m3_on_device(const Problem&, const DeviceForwardIo&, const DeviceE4m3Descales&) const;
   // What they check before touching memory, for a caller to ask before allocating the outputs: a CPU row
-  // is refused, then check_supported runs against device `device`; e4m3 is refused (the device entry points
-  // have no place for its descales: it runs from host memory, forward / forward_e4m3).
+  // is refused, then check_supported runs against device `device` (in e4m3: a row with an FP8 forward, no
+  // backward, no dropout, its FP8 head dims).
   void check_device_call(const Problem&, DType, int device, bool backward) const;
 };
 
@@ -129,6 +148,10 @@ const Variant& find_variant(std::string_view name);
 // with an FP8 forward (the sentence names those that have one), no backward, no dropout, a head dim of
 // e4m3_head_dims.
 void check_supported(const Variant&, const Problem&, DType, bool backward);
+
+// Throws InputError (one sentence, naming those missing) unless the descales of an FP8 forward's q, k and v are all
+// given: Variant::forward_e4m3_on_device asks it, and a caller may ask it before allocating the outputs.
+void require_e4m3_descales(const Variant&, bool q_given, bool k_given, bool v_given);
 
 // Throws InputError (one sentence) unless a bench of the variant can record a timeline of this problem:
 // a variant with records_timeline (the sentence names those that have it) and, for a `backward` bench, a

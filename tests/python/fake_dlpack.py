@@ -35,7 +35,9 @@ _capsule_name = ctypes.pythonapi.PyCapsule_GetName
 _capsule_name.restype = ctypes.c_char_p
 _capsule_name.argtypes = [ctypes.py_object]
 
-DTYPES = {"float32": (2, 32), "float16": (2, 16), "bfloat16": (4, 16), "float64": (2, 64), "int32": (0, 32)}
+# (DLPack type code, bits); the float8 codes are DLPack 1.1's.
+DTYPES = {"float32": (2, 32), "float16": (2, 16), "bfloat16": (4, 16), "float64": (2, 64), "int32": (0, 32),
+          "uint8": (1, 8), "float8_e4m3fn": (10, 8), "float8_e5m2": (12, 8)}
 KDL_CUDA, KDL_CUDA_MANAGED = 2, 13
 
 

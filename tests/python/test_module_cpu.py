@@ -478,3 +478,213 @@ def test_verify_bad_arguments_are_one_sentence():
         flashlab.verify(fwd, suite="huge")
     with pytest.raises(ValueError, match="not f64"):
         flashlab.verify(fwd, dtypes="f64")
+
+
+# --- FP8 (e4m3): what is refused before any GPU is asked for, and the rule it is held to -------------------------
+
+FP8_ROWS = [v["name"] for v in flashlab.variants() if v["e4m3_head_dims"]]
+
+
+def fp8_refusal(variant, names):
+    """The registry's sentence for e4m3 on a row without an FP8 forward (check_e4m3)."""
+    if not FP8_ROWS:
+        return (f"variant {variant} takes {names}, not e4m3: only cuda-fa3-ws has an FP8 (e4m3) kernel, and this build "
+                "has no CUDA")
+    return f"variant {variant} takes {names}, not e4m3: only {' and '.join(FP8_ROWS)} has an FP8 (e4m3) kernel"
+
+
+def test_fp8_rows_are_those_with_e4m3_in_their_dtypes():
+    rows = flashlab.variants()
+    assert FP8_ROWS == [v["name"] for v in rows if "e4m3" in v["dtypes"]]
+    assert FP8_ROWS == (["cuda-fa3-ws"] if flashlab.built_with_cuda else [])
+    for v in rows:
+        assert v["e4m3_head_dim_values"] == (head_dim_values(v["e4m3_head_dims"]) if v["e4m3_head_dims"] else [])
+        assert set(v["e4m3_head_dim_values"]) <= set(v["head_dim_values"])
+    if FP8_ROWS:
+        assert {128, 256} <= set(rows[[v["name"] for v in rows].index("cuda-fa3-ws")]["e4m3_head_dim_values"])
+
+
+def test_fp8_on_numpy_values_is_refused_by_the_registry_where_it_cannot_run():
+    q, k, v, d_o = random_inputs((1, 8, 2, 128), (1, 8, 2, 128), np.float32, seed=12)
+    with pytest.raises(ValueError) as error:
+        flashlab.attention(q, k, v, variant="cpu-fa2", dtype="e4m3")
+    assert str(error.value) == fp8_refusal("cpu-fa2", "f64 or f32")
+    assert str(error.value) == cli_sentence("check", "--variants", "cpu-fa2", "--dtype", "e4m3", "--head-dim", 128,
+                                            "--seq-q", 8)
+    with pytest.raises(ValueError, match="no FP8 \\(e4m3\\) backward pass|unknown variant 'cuda-fa3-ws'"):
+        flashlab.attention_backward(q, k, v, q, np.zeros((1, 2, 8), np.float32), d_o, variant="cuda-fa3-ws",
+                                    dtype="e4m3")
+    with pytest.raises(ValueError) as error:
+        flashlab.attention_backward(q, k, v, q, np.zeros((1, 2, 8), np.float32), d_o, variant="cpu-fa2", dtype="e4m3")
+    assert str(error.value) == fp8_refusal("cpu-fa2", "f64 or f32")
+    with pytest.raises(ValueError, match="return_quantized returns the e4m3 inputs of an FP8 forward: pass "
+                                         "dtype='e4m3' too"):
+        flashlab.attention(q, k, v, return_quantized=True)
+    with pytest.raises(ValueError, match="dtype is f16 but q, k, v are f32: NumPy arrays compute in their own dtype"):
+        flashlab.attention(q, k, v, dtype="f16")
+    with pytest.raises(ValueError, match="unknown dtype 'fp4'"):
+        flashlab.attention(q, k, v, dtype="fp4")
+    with pytest.raises(ValueError, match="q_descale goes with e4m3 tensors in GPU memory"):
+        flashlab.attention(q, k, v, dtype="e4m3", variant="cuda-fa3-ws", q_descale=np.ones((1, 2), np.float32))
+    assert np.array_equal(flashlab.attention(q, k, v, dtype="f32"), flashlab.attention(q, k, v))
+
+
+@pytest.mark.skipif(not FP8_ROWS, reason="no row with an FP8 forward in a build without CUDA")
+def test_fp8_on_numpy_values_checks_before_it_asks_for_a_gpu():
+    # cuda-fa3-ws's e4m3 checks come before its GPU check: these sentences with or without a GPU.
+    rng = np.random.default_rng(13)
+    d_bad = next(d for d in (32, 96, 200) if d not in flashlab.variants()[[v["name"] for v in flashlab.variants()]
+                                                                         .index("cuda-fa3-ws")]["e4m3_head_dim_values"])
+    q = rng.standard_normal((1, 8, 2, d_bad)).astype(np.float32)
+    with pytest.raises(ValueError, match=f"variant cuda-fa3-ws does not support head_dim {d_bad} in e4m3: the FP8 "
+                                         "kernel takes head dims"):
+        flashlab.attention(q, q, q, variant="cuda-fa3-ws", dtype="e4m3")
+    q = rng.standard_normal((1, 8, 2, 128)).astype(np.float32)
+    with pytest.raises(ValueError, match="variant cuda-fa3-ws has no dropout in its FP8 \\(e4m3\\) kernel"):
+        flashlab.attention(q, q, q, variant="cuda-fa3-ws", dtype="e4m3", dropout_p=0.1)
+    with pytest.raises(ValueError) as error:
+        flashlab.attention(q, q, q, variant="cuda-fa2", dtype="e4m3")
+    assert str(error.value) == fp8_refusal("cuda-fa2", "f16 or bf16")
+
+
+E4M3_BYTES = dict(dtype="uint8")  # e4m3 bytes as a producer without float8 in its DLPack exports them
+
+
+def fake_fp8(shape=(1, 8, 2, 128), **kwargs):
+    return FakeDeviceTensor(shape, **{"dtype": "float8_e4m3fn", **kwargs})
+
+
+def descales(q_heads=2, kv_heads=2, **kwargs):
+    return dict(q_descale=FakeDeviceTensor((1, q_heads), **kwargs), k_descale=FakeDeviceTensor((1, kv_heads), **kwargs),
+                v_descale=FakeDeviceTensor((1, kv_heads), **kwargs))
+
+
+FP8_DEVICE_INPUTS = [
+    # (what, q, k, v, keyword arguments, the sentence's telling part, whether flashlab.attention refuses it before the
+    # variant is looked up). Every tensor says it is on a GPU; every call is refused before any kernel runs or any
+    # result is allocated.
+    ("uint8 without dtype", fake(**E4M3_BYTES, shape=(1, 8, 2, 128)), fake_fp8(), fake_fp8(), {},
+     "q has dtype uint8: pass dtype='e4m3' to have uint8 tensors read as e4m3 bytes", False),
+    ("int32", fake(dtype="int32"), fake(), fake(), {},
+     "q has dtype int32: supported are float64, float32, float16 and bfloat16, and for the FP8 forward float8_e4m3fn",
+     False),
+    ("float8_e5m2", fake_fp8(dtype="float8_e5m2"), fake_fp8(), fake_fp8(), {}, "q has dtype float8_e5m2: supported are",
+     False),
+    ("e4m3 and bf16", fake_fp8(), fake_fp8(), fake(dtype="bfloat16", shape=(1, 8, 2, 128)), {},
+     "q is e4m3 but v is bf16: pass them in one dtype", False),
+    ("dtype e4m3 on bf16 tensors", *(fake(dtype="bfloat16", shape=(1, 8, 2, 128)) for _ in range(3)), {"dtype": "e4m3"},
+     "dtype is e4m3 but q, k, v are bf16: GPU tensors compute in their own dtype", False),
+    ("descales with bf16 tensors", *(fake(dtype="bfloat16", shape=(1, 8, 2, 128)) for _ in range(3)), descales(),
+     "q_descale, k_descale and v_descale are the FP8 forward's, but q, k, v are bf16", False),
+    ("a CPU variant", fake_fp8(), fake_fp8(), fake_fp8(), {"variant": "cpu-fa2", **descales()},
+     "variant cpu-fa2 runs on the CPU, so its tensors must be in host memory", False),
+    ("non-contiguous e4m3", fake_fp8(strides=(2048, 512, 128, 1)), fake_fp8(), fake_fp8(), descales(),
+     "q is not contiguous (its strides are (2048, 512, 128, 1) elements", False),
+    ("descale in host memory", fake_fp8(), fake_fp8(), fake_fp8(), {"q_descale": np.ones((1, 2), np.float32)},
+     "q_descale is in host memory but q is in device memory", True),
+    ("return_quantized", fake_fp8(), fake_fp8(), fake_fp8(), {"return_quantized": True, **descales()},
+     "return_quantized returns the e4m3 bytes that dtype='e4m3' makes from NumPy values", True),
+]
+
+
+@pytest.mark.parametrize("what, q, k, v, kwargs, sentence, before_variant", FP8_DEVICE_INPUTS,
+                         ids=[d[0] for d in FP8_DEVICE_INPUTS])
+def test_fp8_device_tensors_are_checked_before_any_kernel(what, q, k, v, kwargs, sentence, before_variant):
+    kwargs = {"variant": "cuda-fa3-ws", **kwargs}
+    with pytest.raises(ValueError) as error:
+        flashlab.attention(q, k, v, **kwargs)
+    if not FP8_ROWS and kwargs["variant"] == "cuda-fa3-ws" and not before_variant:
+        # A build without CUDA has no cuda-fa3-ws row: the name is refused before the tensors are read.
+        assert str(error.value).startswith("unknown variant 'cuda-fa3-ws'")
+    else:
+        assert sentence in str(error.value)
+    assert "\n" not in str(error.value)
+    for t in (q, k, v):  # every capsule taken was handed back to its producer
+        assert t.returned == t.taken()
+
+
+@pytest.mark.skipif(not FP8_ROWS, reason="no row with an FP8 forward in a build without CUDA")
+def test_fp8_descales_are_checked_before_the_gpu_is_asked_for():
+    cases = [
+        ({"k_descale": FakeDeviceTensor((1, 2))},
+         "variant cuda-fa3-ws's FP8 (e4m3) forward needs q_descale, k_descale and v_descale (one float32 per (batch, "
+         "head): (B, H_q) for q, (B, H_kv) for k and v; 1 for bytes stored unscaled), and q_descale and v_descale "
+         "are missing"),
+        (descales(q_heads=2), "q_descale has shape (1, 2) but the problem needs (B, H_q) = (1, 4): one descale per "
+                              "(batch, head)"),
+        (descales(q_heads=4, kv_heads=4), "k_descale has shape (1, 4) but the problem needs (B, H_kv) = (1, 2)"),
+        (descales(q_heads=4, dtype="float16"), "q_descale is f16 but descales are float32"),
+        (descales(q_heads=4, device_id=1), "q_descale is on CUDA device 1 but q is on CUDA device 0"),
+        # An axis of extent 1 takes any stride: these descales pass, and the call is refused for the missing GPU, or
+        # on a GPU for q's address (8 bytes past a 16-byte boundary), after every check and before any kernel.
+        (dict(descales(q_heads=4), v_descale=FakeDeviceTensor((1, 2), strides=(7, 1))), None),
+        (dict(descales(q_heads=4), v_descale=FakeDeviceTensor((2, 2), strides=(1, 2))),
+         "v_descale has shape (2, 2) but the problem needs (B, H_kv) = (1, 2)"),
+    ]
+    available = flashlab.variants()[[v["name"] for v in flashlab.variants()].index("cuda-fa3-ws")]["available"]
+    for kwargs, sentence in cases:
+        tensors = [fake_fp8((1, 8, 4, 128), data=0x10008), fake_fp8(), fake_fp8(), *kwargs.values()]
+        with pytest.raises(ValueError) as error:
+            flashlab.attention(*tensors[:3], variant="cuda-fa3-ws", **kwargs)
+        if sentence is None and available:
+            assert str(error.value) == ("q starts at a GPU address that is not a multiple of 16 bytes (a view at an "
+                                        "offset into a larger tensor?): the kernels load 16-byte vectors, so pass a "
+                                        "copy")
+        elif sentence is None:  # no GPU, or not a Hopper one
+            assert str(error.value) == "the tensors are on CUDA device 0 but this machine has no CUDA device" \
+                if flashlab.cuda_device_count() == 0 else "variant cuda-fa3-ws needs a Hopper GPU" in str(error.value)
+        else:
+            assert str(error.value) == sentence if "missing" in sentence else sentence in str(error.value)
+        for t in tensors:
+            assert t.returned == t.taken()
+
+
+@pytest.mark.skipif(not FP8_ROWS, reason="no row with an FP8 forward in a build without CUDA")
+def test_fp8_backward_is_the_registry_sentence_for_gpu_tensors_too():
+    bf16 = lambda shape: fake(dtype="bfloat16", shape=shape)
+    with pytest.raises(ValueError) as error:
+        flashlab.attention_backward(fake_fp8(), fake_fp8(), fake_fp8(), bf16((1, 8, 2, 128)),
+                                    FakeDeviceTensor((1, 2, 8)), bf16((1, 8, 2, 128)), variant="cuda-fa3-ws")
+    assert str(error.value) == ("variant cuda-fa3-ws has no FP8 (e4m3) backward pass (FlashAttention-3 ships no FP8 "
+                                "backward either): FP8 is forward only, so run the backward in bf16")
+
+
+def e4m3_grid_values(shape, rng, power):
+    """Values that quantize_e4m3_per_head keeps exactly: e4m3 values times 2^power, each (batch, head) slice holding
+    +-448 x 2^power as its amax, so its scale is 2^-power and its descale 2^power (both exact). On them the FP8
+    forward's operands ARE the values: the rule's reference is attention on these values."""
+    grid = np.array([x for b in range(256) if not np.isnan(x := e4m3_value(b))])
+    x = rng.choice(grid, size=shape) * 2.0 ** power
+    x[:, 0, :, 0] = 448 * 2.0 ** power
+    return x
+
+
+def e4m3_value(b):
+    e, m, s = (b >> 3) & 0xF, b & 7, -1.0 if b & 0x80 else 1.0
+    if e == 0xF and m == 7:
+        return float("nan")
+    return s * (m * 2.0 ** -9 if e == 0 else (8 + m) * 2.0 ** (e - 10))
+
+
+def test_within_fp8_rule_passes_exact_attention_and_catches_an_error_past_its_limit():
+    rng = np.random.default_rng(21)
+    q = e4m3_grid_values((1, 150, 4, 32), rng, -8)
+    k, v = (e4m3_grid_values((1, 140, 2, 32), rng, -8) for _ in range(2))
+    options = dict(is_causal=True, causal_align="bottom-right")
+    o, lse = flashlab.attention(q, k, v, variant="cpu-naive", return_lse=True, **options)  # exact, in float64
+    result = flashlab.within_fp8_rule(q, k, v, o, lse, **options)
+    assert result["emulation_passes"]
+    assert result["o_max_abs_error"] < 1e-12 and result["lse_max_abs_error"] < 1e-12
+    assert result["o_limit"] == 2 * result["emulation_o_max_abs_error"] > 0 and result["passes"]
+    worse = o.copy()
+    worse[0, 7, 1, 3] += 1.01 * result["o_limit"]
+    assert not flashlab.within_fp8_rule(q, k, v, worse, lse, **options)["passes"]
+    lse_worse = lse.copy()
+    lse_worse[0, 1, 100] += 1.01 * result["lse_limit"]  # (rows below 10 see no key: their LSE is -inf)
+    assert not flashlab.within_fp8_rule(q, k, v, o, lse_worse, **options)["passes"]
+    # The same in (B, H, S, D).
+    to_bhsd = lambda x: np.ascontiguousarray(x.transpose(0, 2, 1, 3))
+    again = flashlab.within_fp8_rule(*map(to_bhsd, (q, k, v, o)), lse, layout="bhsd", **options)
+    assert again == result
+    with pytest.raises(ValueError, match="lse has shape \\(1, 4, 149\\) but the problem needs \\(1, 4, 150\\)"):
+        flashlab.within_fp8_rule(q, k, v, o, lse[..., 1:], **options)

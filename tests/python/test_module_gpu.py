@@ -301,3 +301,95 @@ def test_the_curve_tolerance_catches_attention_that_sees_the_future():
 
     _, losses = nanogpt.train(leaky, device=CUDA, autocast_dtype=torch.bfloat16)
     assert relative_gap(losses, reference) > CURVE_TOLERANCE["bf16"]
+
+
+# --- FP8 (e4m3): the numpy path held to the FP8 rule, the torch path bit-identical to it ------------------------
+
+def fp8_head_dims():
+    return variant_row("cuda-fa3-ws")["e4m3_head_dim_values"]
+
+
+FP8_PROBLEMS = [  # (B, H_q, H_kv, S_q, S_k), causal alignment or None
+    ((2, 4, 2, 300, 300), None),
+    ((1, 3, 1, 77, 1000), None),               # MQA, seq_q != seq_k
+    ((1, 4, 2, 200, 333), "top-left"),
+    ((2, 2, 1, 333, 200), "bottom-right"),     # rows that see no key
+]
+
+
+@pytest.mark.parametrize("problem, causal", FP8_PROBLEMS, ids=["gqa", "mqa-ragged", "top-left", "bottom-right"])
+def test_fp8_numpy_path_within_the_fp8_rule_and_torch_path_bit_identical(problem, causal):
+    require_available("cuda-fa3-ws")
+    b, hq, hkv, sq, sk = problem
+    options = dict(is_causal=causal is not None, causal_align=causal or "top-left")
+    for d in fp8_head_dims():
+        rng = np.random.default_rng(d + sq)
+        q = rng.standard_normal((b, sq, hq, d)).astype(np.float32)
+        k, v = (rng.standard_normal((b, sk, hkv, d)).astype(np.float32) for _ in range(2))
+        o, lse, quantized = flashlab.attention(q, k, v, variant="cuda-fa3-ws", dtype="e4m3", return_lse=True,
+                                               return_quantized=True, **options)
+        assert o.dtype == np.float32 and o.shape == q.shape and lse.dtype == np.float32 and lse.shape == (b, hq, sq)
+        # O holds bf16 values: the low 16 bits of each float32 are zero.
+        assert not np.any(o.view(np.uint32) & 0xFFFF)
+        # The rule flashlab check --dtype e4m3 applies (check_fp8_kernel): within 2x the CPU emulation's error
+        # against attention in float64 on the dequantized inputs, and the rms error too.
+        result = flashlab.within_fp8_rule(q, k, v, o, lse, **options)
+        assert result["emulation_passes"] and result["passes"], (d, result)
+        assert result["o_rmse"] <= 2 * result["emulation_o_rmse"], (d, result)
+
+        # The same bytes and descales through flashlab.torch, in (B, H, S, D) views: the same kernel on the same
+        # operands, so the same bits.
+        to_torch = lambda x: torch.from_numpy(np.ascontiguousarray(x)).to(CUDA)
+        qt, kt, vt = (to_torch(quantized[n]).view(torch.float8_e4m3fn).transpose(1, 2) for n in ("q", "k", "v"))
+        descales = [to_torch(quantized[n]) for n in ("q_descale", "k_descale", "v_descale")]
+        o_t, lse_t = ft.fp8_attention(qt, kt, vt, *descales, **options)
+        call = native.last_device_call()
+        assert (call["q"], call["q_descale"]) == (qt.data_ptr(), descales[0].data_ptr())  # read in place
+        assert o_t.dtype == torch.bfloat16 and o_t.shape == (b, hq, sq, d) and lse_t.dtype == torch.float32
+        assert call["out"] == o_t.data_ptr()
+        assert np.array_equal(host(o_t.transpose(1, 2)), o) and np.array_equal(host(lse_t), lse, equal_nan=True)
+        # and in (B, S, H, D), FlashAttention-3's layout.
+        o_s, lse_s = ft.fp8_attention(*(x.transpose(1, 2) for x in (qt, kt, vt)), *descales, layout="bshd",
+                                      **options)
+        assert np.array_equal(host(o_s), o) and np.array_equal(host(lse_s), lse)
+
+
+def test_fp8_torch_path_on_its_own_quantization_and_what_it_refuses():
+    require_available("cuda-fa3-ws")
+    torch.manual_seed(5)
+    d = fp8_head_dims()[0]
+    q = torch.randn(2, 8, 130, d, device=CUDA)
+    k, v = (torch.randn(2, 2, 130, d, device=CUDA) for _ in range(2))
+
+    def quantize(x):  # per (batch, head) of a (B, H, S, D) tensor, as FlashAttention-3's users do
+        amax = x.abs().amax(dim=(2, 3))
+        scale = 448.0 / amax
+        return (x * scale[:, :, None, None]).to(torch.float8_e4m3fn), (1.0 / scale).float().contiguous()
+
+    (q8, qd), (k8, kd), (v8, vd) = (quantize(x) for x in (q, k, v))
+    o, lse = ft.fp8_attention(q8, k8, v8, qd, kd, vd, is_causal=True)
+    deq = lambda x8, xd: x8.float() * xd[:, :, None, None]
+    ref = pytorch_sdpa(*(deq(a, b).double() for a, b in ((q8, qd), (k8, kd), (v8, vd))), is_causal=True)
+    bf16 = pytorch_sdpa(*(deq(a, b).bfloat16() for a, b in ((q8, qd), (k8, kd), (v8, vd))), is_causal=True)
+    # Beside bf16 attention on the same operands: P rounded to e4m3 (unit roundoff 2^-4 against bf16's 2^-8) makes
+    # FP8's error larger, bounded by fp8_emulation_bounds' worst case, about 0.09 max|V| (cpu_reference/fp8.hpp).
+    err = (o.double() - ref).abs().max().item()
+    assert err <= 0.09 * ref.abs().max().item() + (bf16.double() - ref).abs().max().item(), err
+    refused = [
+        (lambda: ft.fp8_attention(q8, k8, v8, qd, kd), "v_descale is missing"),
+        (lambda: ft.fp8_attention(q8, k8, v8, qd, vd, vd), None),  # shapes fit: runs (k's descale is v's)
+        (lambda: ft.fp8_attention(q8, k8, v8, kd, kd, vd), "q_descale has shape (2, 2) but the problem needs (B, H_q)"),
+        (lambda: ft.fp8_attention(q8, k8, v8, qd.double(), kd, vd), "q_descale is f64 but descales are float32"),
+        (lambda: ft.fp8_attention(q8.float(), k8, v8, qd, kd, vd), "fp8_attention takes torch.float8_e4m3fn"),
+        (lambda: ft.fp8_attention(q8.cpu(), k8, v8, qd, kd, vd), "q is on the cpu"),
+        (lambda: ft.fp8_attention(q8, k8, v8, qd, kd, vd, variant="cuda-fa2"),
+         "variant cuda-fa2 takes f16 or bf16, not e4m3: only cuda-fa3-ws has an FP8 (e4m3) kernel"),
+        (lambda: ft.scaled_dot_product_attention(q8, k8, v8), "use flashlab.torch.fp8_attention"),
+    ]
+    for call, sentence in refused:
+        if sentence is None:
+            call()
+            continue
+        with pytest.raises(ValueError) as error:
+            call()
+        assert sentence in str(error.value)
