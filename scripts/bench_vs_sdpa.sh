@@ -15,7 +15,7 @@
 # the same shapes and prints the ladder table; SEQS, HEAD_DIMS (default "64 128 256"), CAUSAL (0/1
 # lists) narrow the sweep; DTYPES (default "bf16") lists our dtypes: "bf16 e4m3" also times each variant that
 # takes e4m3 (the FP8 forward; forward only) as its own column "VARIANT e4m3", beside the same bf16 peers;
-# SKIP_BUILD=1 reuses build-device; RUN_LABEL goes into the merged JSON's "command" (say which tree ran: the device
+# FORWARD_ONLY=1 times the forward alone, ours and the peers' (half the run); SKIP_BUILD=1 reuses build-device; RUN_LABEL goes into the merged JSON's "command" (say which tree ran: the device
 # copy's git may be stale).
 set -euo pipefail
 out=${1:-${OUT:-bench-out}}
@@ -45,8 +45,9 @@ for variant_dtype in $(for v in $variants; do for t in $dtypes; do echo "$v:$t";
   "$flashlab" bench --device cuda --variants "$variant" --dtype "$dtype" --seq 128 --batch 1 --heads 1 \
     --head-dim 128 --warmup 0 --iters 1 >/dev/null 2>>"$out/ours.log" || continue
   backward=(--backward)
-  "$flashlab" bench --device cuda --variants "$variant" --dtype "$dtype" --seq 128 --batch 1 --heads 1 --head-dim 64 \
-    --backward --warmup 0 --iters 1 >/dev/null 2>&1 || backward=()
+  [ "${FORWARD_ONLY:-0}" = 1 ] && backward=()
+  ((${#backward[@]})) && { "$flashlab" bench --device cuda --variants "$variant" --dtype "$dtype" --seq 128 --batch 1 \
+    --heads 1 --head-dim 64 --backward --warmup 0 --iters 1 >/dev/null 2>&1 || backward=(); }
   parts=$(mktemp -d)
   for d in $head_dims; do
     for c in $causals; do
@@ -83,8 +84,9 @@ PY
 done
 
 # Peers, same shapes, same run.
+sdpa_backward=(); [ "${FORWARD_ONLY:-0}" = 1 ] && sdpa_backward=(--no-backward)
 PYTHONUNBUFFERED=1 python3 .deps/tools/sdpa_bench.py --head-dim $head_dims --seq $seqs --causal $causals \
-  --backends flash cudnn --json "$out/sdpa.json" >"$out/sdpa.log" 2>&1 || { tail -20 "$out/sdpa.log"; exit 1; }
+  --backends flash cudnn "${sdpa_backward[@]}" --json "$out/sdpa.json" >"$out/sdpa.log" 2>&1 || { tail -20 "$out/sdpa.log"; exit 1; }
 
 # Ratio tables (per variant; the ladder's when its steps ran) and one merged JSON of all result sets,
 # the form kept in bench/results/.

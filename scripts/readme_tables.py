@@ -34,6 +34,7 @@ KINDs (every table block ends with a source note naming the files, device and da
   python-overhead FILE            what a call costs beyond its kernel, per N and way of calling, beside PyTorch
   ring-one-gpu FILE... [causal=yes|no]   flashlab bench --ring on one GPU: one-shot ms, efficiency per layout
   ring-gpus FILE...               ring attention over GPUs beside PyTorch's CP (scripts/ring_tables.py's table)
+  fp8-prepass FILE                the FP8 pre-pass from bf16 (quantizing; + the rotation) beside the FP8 forward
   fp8-error FILE [head_dim=N]     the emulated FP8 forward's RMSE of O per kind of input, beside bf16, without
                                   and with the Hadamard rotation (tools/fp8_error_study.cpp)
   fp8-sweep FILE [head_dim=N]     the same against the size of 4 outlier channels, with the RMS error of the
@@ -581,6 +582,25 @@ def fp8_sweep(sources, opts):
                         "O: FP8", "O: FP8 + rotation"], body)
 
 
+def fp8_prepass(sources, opts):
+    """The FP8 forward beside the pre-pass that makes its inputs from bf16 activations, without and with the Hadamard
+    rotation of Q and K (bench_fp8_prepass.sh): the rotation's cost is what it adds to the pre-pass, as a share of the
+    forward's time."""
+    rows = one("fp8-prepass", sources)["rows"]
+    pct = lambda x: f"{100 * x:.1f}%"
+    body = []
+    for r in sorted(rows, key=lambda r: (r["head_dim"], r["causal"] != "none", r["seq"])):
+        if "plain" not in r or "rotated" not in r:
+            continue
+        fwd, plain, rot = r["plain"]["forward_ms"], r["plain"]["prepass_ms"], r["rotated"]["prepass_ms"]
+        body.append([str(r["head_dim"]), yes_no(r["causal"]), str(r["seq"]), fmt_time(fwd), fmt_time(plain),
+                     fmt_time(rot), pct((rot - plain) / fwd), pct(rot / fwd)])
+    if not body:
+        raise Error(f"{sources[0][0]} has no shape timed both with and without the rotation")
+    return table_lines(["d", "causal", "N", "FP8 forward", "pre-pass", "pre-pass + rotation", "the rotation's cost",
+                        "pre-pass + rotation / forward"], body)
+
+
 def strip_blank(lines):
     while lines and not lines[0].strip():
         lines = lines[1:]
@@ -595,6 +615,7 @@ KINDS = {
     "fa2-vs-sdpa": (fa2_vs_sdpa, {"variant"}),
     "fa3-forward": (fa3_forward, set()),
     "fp8-forward": (fp8_forward, set()),
+    "fp8-prepass": (fp8_prepass, set()),
     "timeline-blocks": (timeline_blocks, {"keys"}),
     "fa3-ladder": (fa3_ladder, {"head_dim"}),
     "fa3-backward": (fa3_backward, set()),

@@ -107,9 +107,9 @@ ForwardOut stand_in_e4m3_forward(const Problem& p, const E4m3Qkv& in) {
 }
 
 // cuda-fa3-ws's row as the table has it, for the e4m3 checks, on the CPU (so that check_supported asks for no GPU)
-// and in every build: f16, bf16 and e4m3; head dims 64, 128, 256, and 128, 256 in e4m3 (its timeline at 128).
+// and in every build: f16, bf16 and e4m3; head dims 64, 128, 256, in e4m3 too (its timeline at 64 and 128).
 Variant fp8_row_on_cpu(const std::string& name = "cuda-fa3-ws") {
-  static const int kHeadDims[] = {64, 128, 256}, kE4m3Dims[] = {128, 256}, kE4m3TimelineDims[] = {128};
+  static const int kHeadDims[] = {64, 128, 256}, kE4m3Dims[] = {64, 128, 256}, kE4m3TimelineDims[] = {64, 128};
   Variant v = find_variant("cpu-naive");
   v.name = name;
   v.dtypes = {DType::F16, DType::BF16, DType::E4M3};
@@ -333,6 +333,19 @@ TEST_CASE("bad input: one sentence and exit code 2") {
     expect_bad_input({"check", "--dropout", "1.5"}, "dropout probability must be in [0, 1)");
     expect_bad_input({"check", "--seq-q", "0"}, "seq_q must be at least 1");
     expect_bad_input({"bench", "--seq", "256,abc"}, "'abc' is not one");
+  }
+  SUBCASE("the FP8 pre-pass's options: only for e4m3, from f32, f16 or bf16, the rotation only with them") {
+    expect_bad_input({"bench", "--device", "cuda", "--dtype", "bf16", "--quantize-from", "bf16"},
+                     "--quantize-from makes the inputs of the FP8 forward: give --dtype e4m3 too");
+    expect_bad_input({"bench", "--device", "cuda", "--quantize-from", "f16"},
+                     "--quantize-from makes the inputs of the FP8 forward: give --dtype e4m3 too");
+    expect_bad_input({"bench", "--device", "cuda", "--dtype", "e4m3", "--quantize-from", "f64"},
+                     "--quantize-from f64: the FP8 pre-pass quantizes f32, f16 or bf16 activations");
+    expect_bad_input({"bench", "--device", "cuda", "--dtype", "e4m3", "--quantize-from", "int8"}, "unknown dtype 'int8'");
+    expect_bad_input({"bench", "--device", "cuda", "--dtype", "e4m3", "--rotate"},
+                     "--rotate is done by the FP8 pre-pass: give --dtype e4m3 --quantize-from f32, f16 or bf16 too");
+    expect_bad_input({"bench", "--device", "cuda", "--dtype", "e4m3", "--quantize-from", "bf16", "--one-pass"},
+                     "--one-pass runs the forward alone: it takes no --quantize-from");
   }
 }
 
@@ -810,7 +823,7 @@ TEST_CASE("e4m3: the rows that take it, and one sentence for every row, pass or 
   }
 #ifdef FLASHLAB_HAVE_CUDA
   REQUIRE(fp8_rows == std::vector<std::string>{"cuda-fa3-ws"});
-  CHECK(find_variant("cuda-fa3-ws").e4m3_head_dims->only == std::vector<int>{128, 256});  // as fp8_row_on_cpu
+  CHECK(find_variant("cuda-fa3-ws").e4m3_head_dims->only == std::vector<int>{64, 128, 256});  // as fp8_row_on_cpu
 #else
   CHECK(fp8_rows.empty());
 #endif
@@ -835,7 +848,7 @@ TEST_CASE("e4m3: the rows that take it, and one sentence for every row, pass or 
     }
     CHECK(refused >= 3);  // the CPU rows at least (and cuda-fa2, the ladder steps 1-4 where built)
   }
-  SUBCASE("the FP8 row: forward only, no dropout, head dims 128 and 256") {
+  SUBCASE("the FP8 row: forward only, no dropout, head dims 64, 128 and 256") {
     const Variant fp8 = fp8_row_on_cpu();
     CHECK_NOTHROW(check_supported(fp8, p, DType::E4M3, false));  // causal and GQA are fine
     p.shape.head_dim = 256;
@@ -851,23 +864,25 @@ TEST_CASE("e4m3: the rows that take it, and one sentence for every row, pass or 
     CHECK_THROWS_WITH_AS(check_supported(fp8, dropout, DType::E4M3, false),
                          doctest::Contains("variant cuda-fa3-ws has no dropout in its FP8 (e4m3) kernel"), InputError);
     CHECK_NOTHROW(check_supported(fp8, dropout, DType::BF16, false));
-    for (int d : {64, 32, 96}) {
+    p.shape.head_dim = 64;
+    CHECK_NOTHROW(check_supported(fp8, p, DType::E4M3, false));
+    for (int d : {16, 32, 96}) {
       p.shape.head_dim = d;
       const std::string sentence = "variant cuda-fa3-ws does not support head_dim " + std::to_string(d) +
-                                   " in e4m3: the FP8 kernel takes head dims 128 and 256 (f16 and bf16 take 64, 128, "
-                                   "256)";
+                                   " in e4m3: the FP8 kernel takes head dims 64, 128 and 256 (f16 and bf16 take 64, "
+                                   "128 and 256)";
       CHECK_THROWS_WITH_AS(check_supported(fp8, p, DType::E4M3, false), doctest::Contains(sentence.c_str()), InputError);
     }
+    // The timeline build has the FP8 kernel too (forward only, like every e4m3 run), at d = 64 and 128.
     p.shape.head_dim = 64;
-    CHECK_NOTHROW(check_supported(fp8, p, DType::F16, false));
-    // The timeline build has the FP8 kernel too (forward only, like every e4m3 run), at d = 128.
+    CHECK_NOTHROW(check_records_timeline(fp8, p, DType::E4M3, false));
     p.shape.head_dim = 128;
     CHECK_NOTHROW(check_records_timeline(fp8, p, DType::E4M3, false));
     CHECK_NOTHROW(check_records_timeline(fp8, p, DType::BF16, false));
     p.shape.head_dim = 256;
     CHECK_THROWS_WITH_AS(check_records_timeline(fp8, p, DType::E4M3, false),
-                         doctest::Contains("variant cuda-fa3-ws records its FP8 (e4m3) forward's timeline at head_dim "
-                                           "128 only, not 256"),
+                         doctest::Contains("variant cuda-fa3-ws records its FP8 (e4m3) forward's timeline at head dims "
+                                           "64 and 128 only, not 256"),
                          InputError);
     CHECK_NOTHROW(check_records_timeline(fp8, p, DType::BF16, false));
   }
@@ -876,14 +891,12 @@ TEST_CASE("e4m3: the rows that take it, and one sentence for every row, pass or 
     const Variant& fa3 = find_variant("cuda-fa3-ws");
     CHECK_THROWS_WITH_AS(check_supported(fa3, p, DType::E4M3, true), doctest::Contains("no FP8 (e4m3) backward pass"),
                          InputError);
-    p.shape.head_dim = 64;
+    p.shape.head_dim = 32;
     CHECK_THROWS_WITH_AS(check_supported(fa3, p, DType::E4M3, false),
-                         doctest::Contains("the FP8 kernel takes head dims 128 and 256"), InputError);
+                         doctest::Contains("the FP8 kernel takes head dims 64, 128 and 256"), InputError);
     p.shape.head_dim = 128;
-    // Its device entry points have no place for descales: e4m3 runs from host memory.
-    if (fa3.available())
-      CHECK_THROWS_WITH_AS(fa3.check_device_call(p, DType::E4M3, 0, false),
-                           doctest::Contains("takes e4m3 tensors from host memory only"), InputError);
+    // It has an FP8 entry on device memory (forward_e4m3_on_device, with the descales).
+    if (fa3.available()) CHECK_NOTHROW(fa3.check_device_call(p, DType::E4M3, 0, false));
   }
 #endif
 }
@@ -1009,7 +1022,7 @@ TEST_CASE("e4m3 through the command: refused in one sentence where no FP8 kernel
 #ifdef FLASHLAB_HAVE_CUDA
   // The FP8 row's own refusals come before it asks for a GPU, so they read the same on any machine.
   expect_bad_input(run_args("cuda-fa3-ws", {"--dtype", "e4m3"}),
-                   "variant cuda-fa3-ws does not support head_dim 16 in e4m3: the FP8 kernel takes head dims 128 and 256");
+                   "variant cuda-fa3-ws does not support head_dim 16 in e4m3: the FP8 kernel takes head dims 64, 128 and 256");
   expect_bad_input(run_args("cuda-fa3-ws", {"--dtype", "e4m3", "--dout", dir.file("q.npy"), "--dq", dir.file("a"),
                                             "--dk", dir.file("b"), "--dv", dir.file("c")}),
                    "has no FP8 (e4m3) backward pass (FlashAttention-3 ships no FP8 backward either)");

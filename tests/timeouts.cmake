@@ -27,6 +27,7 @@ set(FLASHLAB_MEASURED_SECONDS
   cuda_fa3_ws_timeline_no_register_spills      1        -
   cuda_fa3_ws_backward_no_register_spills      1        -
   cuda_fa3_ws_e4m3_no_register_spills          1        -
+  cuda_fp8_quantize_no_register_spills         1        -
   cuda_fa3_ws_sass_has_hgmma_and_tma           28       -    # the same: 28 s there, dumping the whole binary's SASS
   verify_example_plugin                        30       23
   verify_planted_mask                          25       8    # the full suite once, the quick one at three seeds; the sanitizer build: one quick seed

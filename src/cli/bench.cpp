@@ -44,6 +44,7 @@ struct Row {
   std::string status = "ok";  // ok | skipped | error
   std::string reason;
   double forward_ms = -1, backward_ms = -1;
+  double prepass_ms = -1;  // --quantize-from: the FP8 pre-pass
   std::int64_t peak_bytes = -1, io_bytes = -1, extra_bytes = -1;
   std::int64_t hbm_forward = -1, hbm_backward = -1;
   Tiling tiling;
@@ -217,6 +218,7 @@ nlohmann::ordered_json to_json(const Row& r, bool backward) {
   if (r.status != "ok") return j;
   j["forward_ms"] = r.forward_ms;
   if (backward) j["backward_ms"] = r.backward_ms;
+  if (r.prepass_ms >= 0) j["prepass_ms"] = r.prepass_ms;
   j["peak_bytes"] = r.peak_bytes;
   j["io_bytes"] = r.io_bytes;
   j["extra_bytes"] = r.extra_bytes;
@@ -265,7 +267,15 @@ void BenchCommand::add_to(CLI::App& app) {
   app.add_option("--dtype", dtype,
                  "f64, f32, f16, bf16 or e4m3 (default: f32 where supported, else the variant's first). e4m3 (fp8) "
                  "times cuda-fa3-ws's FP8 forward on random e4m3 inputs made on the GPU, its V^T pre-pass included "
-                 "(head dims 128 and 256; no --backward; --timeline at 128)");
+                 "(head dims 64, 128 and 256; no --backward; --timeline at 64 and 128)");
+  app.add_option("--quantize-from", quantize_from,
+                 "with --dtype e4m3: make the FP8 inputs as a model would, from random f32, f16 or bf16 activations on "
+                 "the GPU through the quantizing pre-pass (per-head amax and scale, then e4m3), and time that pre-pass "
+                 "too: its column, and its share of the forward")
+      ->type_name("DTYPE");
+  app.add_flag("--rotate", rotate,
+               "with --quantize-from: the pre-pass rotates Q and K first (FlashAttention-3's incoherent processing: a "
+               "random Hadamard rotation of the head dim, seed 1; head dims 64, 128 and 256)");
   app.add_flag("--backward", backward, "also time the backward pass");
   app.add_flag("--deterministic", deterministic,
                "with --backward: time the backward that sums dQ in a fixed order (bit-identical run to run)");
@@ -310,6 +320,18 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
       throw InputError("--one-pass runs exactly one pass for Nsight Compute, --timeline a recording build after the "
                        "timed runs: give one of them");
   }
+  std::optional<DType> prepass_from;
+  if (!quantize_from.empty()) {
+    prepass_from = parse_dtype(quantize_from);
+    if (dtype.empty() || parse_dtype(dtype) != DType::E4M3)
+      throw InputError("--quantize-from makes the inputs of the FP8 forward: give --dtype e4m3 too");
+    if (*prepass_from != DType::F32 && *prepass_from != DType::F16 && *prepass_from != DType::BF16)
+      throw InputError("--quantize-from " + quantize_from +
+                       ": the FP8 pre-pass quantizes f32, f16 or bf16 activations");
+    if (one_pass) throw InputError("--one-pass runs the forward alone: it takes no --quantize-from");
+  }
+  if (rotate && !prepass_from)
+    throw InputError("--rotate is done by the FP8 pre-pass: give --dtype e4m3 --quantize-from f32, f16 or bf16 too");
   if (dev == Device::Cuda && !cuda_device_present())
     throw InputError(std::string("--device cuda needs a CUDA GPU and ") +
                      (cuda_device_name().empty() ? "none is available on this machine" : "it is not usable"));
@@ -407,9 +429,12 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
                                        .iters = one_pass ? 1 : iters,
                                        .backward = backward,
                                        .record_timeline = !timeline_path.empty(),
-                                       .one_pass = one_pass};
+                                       .one_pass = one_pass,
+                                       .fp8_prepass_from = prepass_from,
+                                       .fp8_rotate = rotate};
           const BenchResult b = v->bench(p, r.dtype, settings);
           r.forward_ms = b.forward_ms;
+          r.prepass_ms = b.prepass_ms;
           r.backward_ms = b.backward_ms;
           r.peak_bytes = std::int64_t(b.peak_bytes);
           r.io_bytes = std::int64_t(b.io_bytes);
@@ -468,6 +493,9 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
       << kMaxModeledTiles << " tiles per head, where the count takes longer than the runs)\n\n";
   std::vector<std::string> header = {"variant", "dtype", "N", "fwd ms", "fwd TFLOP/s"};
   if (backward) header.insert(header.end(), {"bwd ms", "bwd TFLOP/s"});
+  if (prepass_from)
+    header.insert(header.end(), {std::string("pre-pass ms (") + to_string(*prepass_from) + (rotate ? ", rotated)" : ")"),
+                                 "pre-pass / fwd"});
   header.insert(header.end(), {"extra memory", "modeled HBM fwd"});
   Table table(header);
   for (const Row& r : rows) {
@@ -482,6 +510,8 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
     if (backward)
       cells.insert(cells.end(), {format_fixed(r.backward_ms, 3),
                                  format_fixed(tflops(backward_flops(r.shape, base.options.causal), r.backward_ms), 4)});
+    if (prepass_from)
+      cells.insert(cells.end(), {format_fixed(r.prepass_ms, 3), format_fixed(100 * r.prepass_ms / r.forward_ms, 3) + "%"});
     cells.insert(cells.end(), {format_bytes(double(r.extra_bytes)),
                                r.hbm_forward >= 0 ? format_bytes(double(r.hbm_forward)) : "-"});
     table.add(cells);
@@ -506,6 +536,7 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
                      {"warmup", one_pass ? 0 : warmup},
                      {"iters", one_pass ? 1 : iters},
                      {"one_pass", one_pass}};
+    if (prepass_from) j["settings"]["fp8_prepass"] = {{"from", to_string(*prepass_from)}, {"rotate", rotate}};
     if (!timeline_path.empty()) j["settings"]["timeline"] = timeline_path;
     if (dev == Device::Cpu) j["load_average_at_start"] = load_average;
     j["notes"] = dev == Device::Cpu

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/problem.hpp"  // DType
 #include "core/timeline_record.hpp"
 
 namespace flashlab {
@@ -24,6 +25,12 @@ struct BenchSettings {
   // bracketed by cudaProfilerStart / cudaProfilerStop, so that `ncu --profile-from-start off` measures that
   // pass and nothing else (the inputs are made before it). The times reported are that one run's.
   bool one_pass = false;
+  // The FP8 forward (DType::E4M3) only. Unset: its inputs are random e4m3 bytes made on the GPU. Set: they are made as
+  // a model would make them, from random activations of this dtype (F32, F16 or BF16) through the quantizing pre-pass
+  // on the GPU (cuda/fp8_quantize.hpp), which is timed too (BenchResult::prepass_ms); with fp8_rotate it rotates Q
+  // and K first (the Hadamard rotation, seed 1).
+  std::optional<DType> fp8_prepass_from{};
+  bool fp8_rotate{};
 };
 
 // What a bench with BenchSettings::record_timeline recorded, and what recording costs. The records are the
@@ -48,6 +55,7 @@ struct BenchResult {
   std::size_t peak_bytes = 0;  // peak device (or host) memory during the run
   std::size_t io_bytes = 0;    // of which inputs and outputs (q, k, v, o, lse, and grads)
   std::optional<BenchTimeline> timeline{};  // set when BenchSettings::record_timeline was
+  double prepass_ms = -1;  // the FP8 pre-pass's median (BenchSettings::fp8_prepass_from); < 0 when not timed
 };
 
 }  // namespace flashlab

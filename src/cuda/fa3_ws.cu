@@ -12,16 +12,18 @@
 // too, so the bench can say what recording costs. The records go back in BenchResult::timeline; the caller
 // writes them (the command line, as Trace Event JSON).
 //
-// The FP8 forward (launch_forward_e4m3, fa3_ws/forward_e4m3.cu) has its own host path here: its tensors are not
-// of one element type (e4m3 inputs with a descale per (batch, head), V^T's scratch, O in bf16), so it has no
-// DeviceAttention; cuda_fa3_ws_forward_e4m3 runs it on quantized host inputs, and the bench in DType::E4M3 on
-// random e4m3 inputs made on the device.
+// The FP8 forward (launch_forward_e4m3, fa3_ws/forward_e4m3.cu) has its own paths here: its tensors are not of one
+// element type (e4m3 inputs with a descale per (batch, head), V^T's scratch, O in bf16), so it has no
+// DeviceAttention. cuda_fa3_ws_forward_e4m3_on_device runs it on the caller's device memory (allocating V^T's
+// scratch per call); cuda_fa3_ws_forward_e4m3 uploads quantized host inputs and runs that same entry; the bench in
+// DType::E4M3 times it on random e4m3 inputs made on the device.
 #include <cuda_fp8.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -33,6 +35,7 @@
 #include "cuda/cuda_variants.hpp"
 #include "cuda/device.hpp"
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
+#include "cuda/fp8_quantize.hpp"
 #include "cuda/host_passes.cuh"
 #include "core/timeline_record.hpp"
 
@@ -214,8 +217,28 @@ BenchResult bench_as(cuda::fa3_ws::LadderStep step, const Problem& p, DType dtyp
 
 // ---- The FP8 forward ------------------------------------------------------------------------------------
 
+// The V^T scratch of one FP8 forward's pre-pass: fp8_vt_bytes of a problem (cudaMalloc's alignment: 256 bytes,
+// past the 16 it needs).
+cuda::DeviceBuffer<std::uint8_t> e4m3_vt_scratch(const Shape& s) {
+  return cuda::DeviceBuffer<std::uint8_t>(
+      static_cast<std::size_t>(cuda::fa3_ws::fp8_vt_bytes(s.batch, s.heads_kv, s.head_dim, s.seq_k)));
+}
+
+// The kernel's view of an FP8 forward's tensors: params_for's fields (the tile counter among them), the descales
+// and the V^T scratch.
+cuda::fa3_ws::Params e4m3_params_for(const Problem& p, const DeviceForwardIo& io, const float* q_descale,
+                                     const float* k_descale, const float* v_descale, void* vt) {
+  cuda::fa3_ws::Params params = params_for(p, io);
+  params.q_descale = q_descale;
+  params.k_descale = k_descale;
+  params.v_descale = v_descale;
+  params.vt = vt;
+  return params;
+}
+
 // The device tensors of one FP8 forward: q, k, v as e4m3 bytes (B, S, H, d), their descales (B, H), the V^T
-// scratch of the pre-pass (cudaMalloc's alignment: 256 bytes, past the 16 it needs), O in bf16, the LSE.
+// scratch of the pre-pass (the bench's; the host path leaves it to the device entry, which allocates its own), O
+// in bf16, the LSE.
 struct DeviceE4m3 {
   cuda::DeviceBuffer<std::uint8_t> q, k, v;
   cuda::DeviceBuffer<float> q_descale, k_descale, v_descale;
@@ -223,12 +246,17 @@ struct DeviceE4m3 {
   cuda::DeviceBuffer<__nv_bfloat16> o;
   cuda::DeviceBuffer<float> lse;
 
-  explicit DeviceE4m3(const Shape& s)
+  DeviceE4m3(const Shape& s, bool with_vt)
       : q(cuda::numel(q_dims(s))), k(cuda::numel(kv_dims(s))), v(cuda::numel(kv_dims(s))),
         q_descale(std::size_t(s.batch) * s.heads_q), k_descale(std::size_t(s.batch) * s.heads_kv),
-        v_descale(std::size_t(s.batch) * s.heads_kv),
-        vt(static_cast<std::size_t>(cuda::fa3_ws::fp8_vt_bytes(s.batch, s.heads_kv, s.head_dim, s.seq_k))),
+        v_descale(std::size_t(s.batch) * s.heads_kv), vt(with_vt ? e4m3_vt_scratch(s) : cuda::DeviceBuffer<std::uint8_t>()),
         o(cuda::numel(q_dims(s))), lse(cuda::numel(lse_dims(s))) {}
+
+  DeviceForwardIo forward_io() {
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    return DeviceForwardIo{dev, q.data(), k.data(), v.data(), o.data(), lse.data()};
+  }
 
   // What BenchResult::io_bytes counts: the inputs (bytes and descales) and the outputs; V^T is scratch.
   std::size_t io_bytes() const {
@@ -237,18 +265,7 @@ struct DeviceE4m3 {
   }
 
   cuda::fa3_ws::Params params(const Problem& p) {
-    cuda::fa3_ws::Params params = make_params(p);
-    params.tile_counter = device_tile_counter();
-    params.q = q.data();
-    params.k = k.data();
-    params.v = v.data();
-    params.o = o.data();
-    params.lse = lse.data();
-    params.q_descale = q_descale.data();
-    params.k_descale = k_descale.data();
-    params.v_descale = v_descale.data();
-    params.vt = vt.data();
-    return params;
+    return e4m3_params_for(p, forward_io(), q_descale.data(), k_descale.data(), v_descale.data(), vt.data());
   }
 };
 
@@ -280,18 +297,56 @@ void fill_random_e4m3(cuda::DeviceBuffer<std::uint8_t>& buf, std::uint64_t seed)
   CUDA_CHECK_LAUNCH();
 }
 
-// The timed pass is launch_forward_e4m3 whole: the V^T pre-pass and the kernel, as every call runs them.
+// Random activations of `dtype` (F32, F16 or BF16), uniform in (-1, 1) as fill_random draws them, and the pre-pass
+// that quantizes them into an FP8 forward's inputs (cuda/fp8_quantize.hpp).
+struct E4m3Activations {
+  cuda::DeviceBuffer<float> f32[3];
+  cuda::DeviceBuffer<__half> f16[3];
+  cuda::DeviceBuffer<__nv_bfloat16> bf16[3];
+  cuda::E4m3QkvPrepassIo io;
+
+  E4m3Activations(const Shape& s, DType dtype, DeviceE4m3& t) {
+    const std::size_t n[3] = {cuda::numel(q_dims(s)), cuda::numel(kv_dims(s)), cuda::numel(kv_dims(s))};
+    const void* x[3] = {};
+    for (int i = 0; i < 3; ++i) {
+      const std::uint64_t seed = static_cast<std::uint64_t>(i + 1);
+      if (dtype == DType::F32) f32[i] = cuda::DeviceBuffer<float>(n[i]), cuda::fill_random(f32[i], seed), x[i] = f32[i].data();
+      else if (dtype == DType::F16) f16[i] = cuda::DeviceBuffer<__half>(n[i]), cuda::fill_random(f16[i], seed), x[i] = f16[i].data();
+      else bf16[i] = cuda::DeviceBuffer<__nv_bfloat16>(n[i]), cuda::fill_random(bf16[i], seed), x[i] = bf16[i].data();
+    }
+    io = cuda::E4m3QkvPrepassIo{.shape = s, .dtype = dtype, .q = x[0], .k = x[1], .v = x[2], .q8 = t.q.data(),
+                                .k8 = t.k.data(), .v8 = t.v.data(), .q_descale = t.q_descale.data(),
+                                .k_descale = t.k_descale.data(), .v_descale = t.v_descale.data()};
+  }
+};
+
+// The timed pass is launch_forward_e4m3 whole: the V^T pre-pass and the kernel, as every call runs them. With
+// BenchSettings::fp8_prepass_from the inputs come from the quantizing pre-pass, timed on its own as well.
 BenchResult bench_e4m3(const Problem& p, const BenchSettings& settings) {
   const cuda::PeakScope scope;
-  DeviceE4m3 t(p.shape);
-  fill_random_e4m3(t.q, 1);
-  fill_random_e4m3(t.k, 2);
-  fill_random_e4m3(t.v, 3);
-  for (cuda::DeviceBuffer<float>* d : {&t.q_descale, &t.k_descale, &t.v_descale})
-    copy_to_device(*d, std::vector<float>(d->size(), kBenchE4m3Descale));
+  DeviceE4m3 t(p.shape, /*with_vt=*/true);
+  std::optional<E4m3Activations> activations;
+  if (settings.fp8_prepass_from) {
+    activations.emplace(p.shape, *settings.fp8_prepass_from, t);
+  } else {
+    fill_random_e4m3(t.q, 1);
+    fill_random_e4m3(t.k, 2);
+    fill_random_e4m3(t.v, 3);
+    for (cuda::DeviceBuffer<float>* d : {&t.q_descale, &t.k_descale, &t.v_descale})
+      copy_to_device(*d, std::vector<float>(d->size(), kBenchE4m3Descale));
+  }
+  const cuda::E4m3Rotation rotation{.enabled = settings.fp8_rotate, .seed = 1};
+  double prepass_ms = -1;
+  if (activations) {  // the forward's inputs, made once (and checked finite); then the pre-pass timed alone
+    cuda::DeviceBuffer<std::uint8_t> scratch(cuda::e4m3_qkv_prepass_scratch_bytes(p.shape));
+    cuda::e4m3_qkv_prepass_on_device(activations->io, rotation, scratch.data(), /*stream=*/0);
+    prepass_ms = settings.one_pass ? -1 : cuda::time_e4m3_qkv_prepass_ms(activations->io, rotation, settings.warmup,
+                                                                          settings.iters);
+  }
   const cuda::fa3_ws::Params params = t.params(p);
   const auto forward = [&] { cuda::fa3_ws::launch_forward_e4m3(params, /*stream=*/0); };
   BenchResult result = cuda::bench_passes(settings, scope, t.io_bytes(), forward, {});
+  result.prepass_ms = prepass_ms;
   if (settings.record_timeline)
     result.timeline = record_timeline(cuda::fa3_ws::kShippedStep, false, p, DType::E4M3, settings, params);
   return result;
@@ -299,8 +354,16 @@ BenchResult bench_e4m3(const Problem& p, const BenchSettings& settings) {
 
 }  // namespace
 
+void cuda_fa3_ws_forward_e4m3_on_device(const Problem& p, const DeviceForwardIo& io, const float* q_descale,
+                                        const float* k_descale, const float* v_descale) {
+  cuda::DeviceBuffer<std::uint8_t> vt = e4m3_vt_scratch(p.shape);  // per call, freed once the device has finished
+  cuda::fa3_ws::launch_forward_e4m3(e4m3_params_for(p, io, q_descale, k_descale, v_descale, vt.data()),
+                                    /*stream=*/0);
+  cuda::finish_on_device();
+}
+
 ForwardOut cuda_fa3_ws_forward_e4m3(const Problem& p, const E4m3Qkv& in) {
-  DeviceE4m3 t(p.shape);
+  DeviceE4m3 t(p.shape, /*with_vt=*/false);  // the device entry allocates V^T's scratch
   copy_to_device(t.q, in.q);
   copy_to_device(t.k, in.k);
   copy_to_device(t.v, in.v);
@@ -309,8 +372,7 @@ ForwardOut cuda_fa3_ws_forward_e4m3(const Problem& p, const E4m3Qkv& in) {
   copy_to_device(t.v_descale, in.v_descale);
   cuda::poison(t.o);  // an element the kernel does not write reads as NaN
   cuda::poison(t.lse);
-  cuda::fa3_ws::launch_forward_e4m3(t.params(p), /*stream=*/0);
-  cuda::finish_on_device();
+  cuda_fa3_ws_forward_e4m3_on_device(p, t.forward_io(), t.q_descale.data(), t.k_descale.data(), t.v_descale.data());
   return ForwardOut{cuda::download(t.o, q_dims(p.shape)), cuda::download(t.lse, lse_dims(p.shape))};
 }
 
