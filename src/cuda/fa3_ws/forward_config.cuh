@@ -20,7 +20,7 @@ inline constexpr float kLn2 = 0.6931471805599453f;
 // schedule per head dim, with wide K/V blocks for long keys (below). tools/fa3_harness builds other
 // schedules from the same parts, to race them against it.
 template <bool kQueryBlocksFastestIn, bool kKAheadIn, bool kThreeStagesIn, bool kWideBlocksIn,
-          int kFp8Exp2PolyEveryIn = 0, bool kFp8OwnOBuffersIn = false>
+          int kExp2PolyEveryIn = 0, bool kFp8OwnOBuffersIn = false, bool kLazyRescaleIn = true>
 struct Schedule {
   // One tile per block (steps 1-4): the query blocks of one (batch, head) are numbered in a row, so the
   // blocks resident at once share a few heads' K/V streams in L2; otherwise heads fastest, which spreads
@@ -34,19 +34,23 @@ struct Schedule {
   static constexpr bool kThreeStages = kThreeStagesIn;
   // Wide K/V blocks at d = 64 and 128 (HeadConfig below).
   static constexpr bool kWideBlocks = kWideBlocksIn;
-  // The FP8 forward only (E4m3HeadConfig): one S column group of 8 in kFp8Exp2PolyEvery has its exponentials computed
-  // by exp2_poly on the FMA pipes instead of the MUFU (0: none), and at d = 256 each consumer gets an O buffer of
-  // its own instead of taking one in turn.
-  static constexpr int kFp8Exp2PolyEvery = kFp8Exp2PolyEveryIn;
+  // FlashAttention-4's two softmax ideas (OnlineSoftmax): one S column group of 8 in kExp2PolyEvery has its
+  // exponentials computed by exp2_poly on the FMA pipes instead of the MUFU (0: none); and with kLazyRescale, O_i is
+  // rescaled only when a row's max has risen by more than 2^8 (16-bit P; FP8's max never lags), else whenever it rises.
+  static constexpr int kExp2PolyEvery = kExp2PolyEveryIn;
+  static constexpr bool kLazyRescale = kLazyRescaleIn;
+  // The FP8 forward only (E4m3HeadConfig): at d = 256 each consumer gets an O buffer of its own instead of taking
+  // one in turn.
   static constexpr bool kFp8OwnOBuffers = kFp8OwnOBuffersIn;
 };
 // What ships: every idea above, and the wide blocks where the launcher takes them (fa3_ws::takes_wide_blocks,
-// cuda/tilings.hpp: long keys, steps 2-5, no dropout). FP8: every exponential on the MUFU, and at d = 256 an O
-// buffer per consumer. Raced on the H200 (tools/fa3_harness/fp8_race, bench/results/h200-fa3-ws-e4m3-notes.md): the
-// own buffers were 1-3% faster from N = 4k to 8k; the exponential split gained at most 1% at d = 128 (N = 4k-16k)
+// cuda/tilings.hpp: long keys, steps 2-5, no dropout); every exponential on the MUFU; the lazy rescale; for FP8 at
+// d = 256 an O buffer per consumer. Raced (tools/fa3_harness/race.sh, bench/results/h200-fa3-ws-e4m3-notes.md):
+// the own buffers were 1-3% faster from N = 4k to 8k; for FP8 at d = 128 the exponential split gained at most 1%
 // and lost 4-7% once half the groups took it, so the MUFU is not what sets the FP8 softmax's pace on Hopper.
 template <bool kWideBlocks>
-using ShippedSchedule = Schedule<true, true, true, kWideBlocks, /*kFp8Exp2PolyEvery=*/0, /*kFp8OwnOBuffers=*/true>;
+using ShippedSchedule = Schedule<true, true, true, kWideBlocks, /*kExp2PolyEvery=*/0, /*kFp8OwnOBuffers=*/true,
+                                 /*kLazyRescale=*/true>;
 
 // Per head dim: Bc, the number of K/V stages, and where O_i leaves. d = 256 takes Bc = 64 so that O_i (128
 // fp32 registers per thread), S_ij (32) and P_ij (16, twice under intra-warpgroup overlap) fit in 240
@@ -71,7 +75,7 @@ struct HeadConfig {
   static constexpr bool kOBufferShared = kORows == kRowsPerConsumer;
   static constexpr int kStages = D == 64 || (D == 128 && kBc == 128 && Sched::kThreeStages && kORows == 0) ? 3 : 2;
   static constexpr bool kOverlapFits = true;  // step 4's intra-warpgroup overlap fits the registers
-  static constexpr int kExp2PolyEvery = 0;     // every exponential on the MUFU
+  static constexpr int kExp2PolyEvery = Sched::kExp2PolyEvery;
 };
 
 // The FP8 forward (e4m3 Q, K, V; the persistent step only). K_j is (Bc, d) and V_j is stored as V^T (d, Bc), both
@@ -95,7 +99,7 @@ struct E4m3HeadConfig {
   static constexpr bool kOBufferShared = kORows == kRowsPerConsumer;
   static constexpr int kStages = D == 64 ? 4 : D == 128 ? 3 : 2;
   static constexpr bool kOverlapFits = D <= 128;
-  static constexpr int kExp2PolyEvery = Sched::kFp8Exp2PolyEvery;
+  static constexpr int kExp2PolyEvery = Sched::kExp2PolyEvery;
 };
 // The head configuration of element type T: HeadConfig for 16-bit types, E4m3HeadConfig for e4m3.
 template <class T, int D, class Sched, bool kPersistent>

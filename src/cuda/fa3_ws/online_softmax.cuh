@@ -22,7 +22,9 @@ namespace flashlab::cuda::fa3_ws {
 // (accumulator n-tile i with i % kPolyEvery == kPolyEvery - 1) exp2 runs on the FMA and integer pipes instead
 // (core/exp2_poly.hpp). Its degree follows what P is rounded to: 2 for e4m3 (relative error 2.0e-3 beside e4m3's
 // 2^-4), 3 for 16-bit P. 0: every exponential on the MUFU.
-template <int kCols, bool kE4m3P = false, int kPolyEvery = 0>
+// kLazyRescale: FlashAttention-4's conditional rescaling, for 16-bit P: the max a row exponentiates against may lag
+// its running max by up to kMaxLag, so O_i is rescaled only when the max rises by more. Off: whenever it rises.
+template <int kCols, bool kE4m3P = false, int kPolyEvery = 0, bool kLazyRescale = true>
 struct OnlineSoftmax {
   static constexpr int kN = kCols / 2;  // accumulator floats per thread
   float m[2];  // m_i: running max of scale * S_ij, in log2 units
@@ -36,7 +38,7 @@ struct OnlineSoftmax {
   // The max a row exponentiates against may lag its true running max by up to this much (log2 units: P
   // entries up to 2^8 = 256, far inside fp32 sums and fp16 / bf16 P): O_i and l_i need rescaling only when
   // some row's max rises by more, which on most rows happens only in the first block or two.
-  static constexpr float kMaxLag = kE4m3P ? 0.f : 8.f;
+  static constexpr float kMaxLag = kE4m3P || !kLazyRescale ? 0.f : 8.f;
   // The FP8 forward's P scale, 448 = e4m3's largest finite value, and its log2.
   static constexpr float kE4m3PScale = 448.f;
   static constexpr float kLog2E4m3PScale = 8.807354922057604f;
