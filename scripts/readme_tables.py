@@ -34,6 +34,7 @@ KINDs (every table block ends with a source note naming the files, device and da
   python-overhead FILE            what a call costs beyond its kernel, per N and way of calling, beside PyTorch
   ring-one-gpu FILE... [causal=yes|no]   flashlab bench --ring on one GPU: one-shot ms, efficiency per layout
   ring-gpus FILE...               ring attention over GPUs beside PyTorch's CP (scripts/ring_tables.py's table)
+  lazy-rescale FILE               how often the online softmax rescales O, lazily and exactly (lazy_rescale_study)
   fp8-prepass FILE                the FP8 pre-pass from bf16 (quantizing; + the rotation) beside the FP8 forward
   fp8-error FILE [head_dim=N]     the emulated FP8 forward's RMSE of O per kind of input, beside bf16, without
                                   and with the Hadamard rotation (tools/fp8_error_study.cpp)
@@ -601,6 +602,18 @@ def fp8_prepass(sources, opts):
                         "pre-pass + rotation / forward"], body)
 
 
+def lazy_rescale(sources, opts):
+    """How often the online softmax rescales O (lazy_rescale_study): the share of (row, block) and (16-row warp,
+    block) pairs, from the second block on, with the lag of 2^8 and without."""
+    rows = one("lazy-rescale", sources)["rows"]
+    pct = lambda x: f"{100 * x:.1f}%"
+    body = [[str(r["head_dim"]), str(r["block_keys"]), r["inputs"], yes_no(r["causal"]), pct(r["lazy_row_fraction"]),
+             pct(r["lazy_warp_fraction"]), pct(r["exact_row_fraction"]), pct(r["exact_warp_fraction"])]
+            for r in sorted(rows, key=lambda r: (r["head_dim"], r["drift_log2"], r["causal"]))]
+    return table_lines(["d", "Bc", "inputs", "causal", "lazy: rows", "lazy: warps", "exact: rows", "exact: warps"],
+                       body)
+
+
 def strip_blank(lines):
     while lines and not lines[0].strip():
         lines = lines[1:]
@@ -616,6 +629,7 @@ KINDS = {
     "fa3-forward": (fa3_forward, set()),
     "fp8-forward": (fp8_forward, set()),
     "fp8-prepass": (fp8_prepass, set()),
+    "lazy-rescale": (lazy_rescale, set()),
     "timeline-blocks": (timeline_blocks, {"keys"}),
     "fa3-ladder": (fa3_ladder, {"head_dim"}),
     "fa3-backward": (fa3_backward, set()),
