@@ -1,11 +1,13 @@
-// Lesson 08, exercise: the mbarrier ring of a warp-specialized kernel, and the 128-byte swizzle with
-// wgmma's matrix descriptor.
+// Lesson 08, exercise: the mbarrier ring of a warp-specialized kernel, the 128-byte swizzle with
+// wgmma's matrix descriptor, and FlashAttention-4's two softmax ideas.
 //
-// Fill in the four TODOs (README.md draws the ring and the swizzle), then build and test YOUR file:
+// Fill in the six TODOs (README.md draws the ring and the swizzle), then build and test YOUR file:
 //   cmake -S . -B build -DFLASHLAB_LESSON_SOLUTIONS=OFF
 //   cmake --build build --target lesson08_warp_specialization
 //   ctest --test-dir build -L lesson -R 08 --output-on-failure
 // Delete each `(void)x;` line once your code uses x (it only silences "unused" warnings).
+#include <cmath>
+
 #include "lesson.hpp"
 
 namespace flashlab::lesson08 {
@@ -53,6 +55,22 @@ std::uint64_t make_descriptor(std::uint32_t address, std::uint32_t lbo, std::uin
   (void)lbo;
   (void)sbo;
   (void)swizzle;
+  return 0;
+}
+
+float exp2_by_polynomial(float x) {
+  // TODO 5 (about 6 lines): return 0 unless x >= kPolyMinInput (-inf fails that test too); else j =
+  // std::nearbyint(x), f = x - j, p = 1 + f (c1 + f (c2 + f c3)) with std::fma, and return std::ldexp(p, int(j)).
+  (void)x;
+  return 1.0f;
+}
+
+int count_rescales(const float* block_maxes, int blocks, float lag) {
+  // TODO 6 (about 8 lines): walk the blocks with m = -inf. A block moves m when its max > m + lag (-inf + lag is
+  // -inf, so the first finite block moves it); count the moves that happen while m is already finite.
+  (void)block_maxes;
+  (void)blocks;
+  (void)lag;
   return 0;
 }
 

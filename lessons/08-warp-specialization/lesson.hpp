@@ -11,6 +11,9 @@
 // Part 2, the shared-memory layout: where element (row, col) of a (rows x 64) bf16 tile sits under
 // the 128-byte swizzle that TMA writes and wgmma reads, and the 64-bit matrix descriptor that tells
 // wgmma where the tile is and how it is laid out.
+//
+// Part 3, FlashAttention-4's two ideas for the softmax (README section 9): an exp2 computed with a polynomial on the
+// FMA units instead of the exponential unit, and the lazy rescale of O.
 #include <cstddef>
 #include <cstdint>
 
@@ -102,5 +105,23 @@ enum class Swizzle : std::uint32_t { None = 0, B128 = 1, B64 = 2, B32 = 3 };
 //   bits 62-63  swizzle mode
 // Every other bit is 0. `address`, `lbo` and `sbo` are byte values, multiples of 16.
 std::uint64_t make_descriptor(std::uint32_t address, std::uint32_t lbo, std::uint32_t sbo, Swizzle swizzle);
+
+// ---- Part 3: FlashAttention-4's two softmax ideas -----------------------------------------------
+
+// 2^x without the exponential unit, for x >= kPolyMinInput: round x to the nearest integer j, f = x - j in
+// [-1/2, 1/2], 2^f by the cubic p(f) = 1 + f (c1 + f (c2 + f c3)) (Horner: three multiply-adds), then 2^x = 2^j p(f)
+// (std::ldexp does the 2^j exactly). Below kPolyMinInput, and at -inf, the result is 0: a masked score's P.
+// The coefficients were fitted for the least maximum relative error on [-1/2, 1/2]; the test holds the result to
+// kPolyMaxRelError of std::exp2 over every input the kernel's softmax can see.
+inline constexpr float kPolyC1 = 6.932829022e-01f, kPolyC2 = 2.422109693e-01f, kPolyC3 = 5.500892922e-02f;
+inline constexpr float kPolyMinInput = -125.0f;
+inline constexpr double kPolyMaxRelError = 1.1e-4;
+float exp2_by_polynomial(float x);
+
+// The lazy rescale, for one row: the maxima of its K/V blocks in order (log2 units; -inf for a block it sees no key
+// of). The running max m starts at -inf and moves to a block's max only when that max exceeds m + lag; every move
+// after the first one (while O is still 0) rescales O. Returns how many times O is rescaled. lag = 0 is the exact
+// online softmax, which rescales whenever the max rises.
+int count_rescales(const float* block_maxes, int blocks, float lag);
 
 }  // namespace flashlab::lesson08

@@ -1,4 +1,6 @@
 // Lesson 08, reference solution (see exercise.cpp for the guided version).
+#include <cmath>
+
 #include "lesson.hpp"
 
 namespace flashlab::lesson08 {
@@ -30,6 +32,26 @@ std::uint64_t make_descriptor(std::uint32_t address, std::uint32_t lbo, std::uin
          | (((std::uint64_t(lbo) >> 4) & k14) << 16)  // bits 16-29
          | (((std::uint64_t(sbo) >> 4) & k14) << 32)  // bits 32-45
          | (std::uint64_t(swizzle) << 62);            // bits 62-63; base offset 0
+}
+
+float exp2_by_polynomial(float x) {
+  if (!(x >= kPolyMinInput)) return 0.0f;  // below the range, and -inf: a masked score's P is 0
+  const float j = std::nearbyint(x);
+  const float f = x - j;  // exact, in [-1/2, 1/2]
+  const float p = std::fma(std::fma(std::fma(kPolyC3, f, kPolyC2), f, kPolyC1), f, 1.0f);
+  return std::ldexp(p, static_cast<int>(j));
+}
+
+int count_rescales(const float* block_maxes, int blocks, float lag) {
+  float m = -INFINITY;
+  int rescales = 0;
+  for (int j = 0; j < blocks; ++j) {
+    if (block_maxes[j] > m + lag) {
+      rescales += m != -INFINITY;  // the first move only sets m: O is still 0
+      m = block_maxes[j];
+    }
+  }
+  return rescales;
 }
 
 }  // namespace flashlab::lesson08

@@ -7,7 +7,9 @@
 // the address bits (as the hardware applies it), the bank groups, and make_descriptor field by field.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <set>
 #include <sstream>
@@ -438,4 +440,81 @@ TEST_CASE("lesson 08: stepping k inside a swizzled tile moves the descriptor by 
                     << " (32 bytes in 16-byte units)");
     CHECK(d == first + 2 * kk);
   }
+}
+
+// ---- Part 3: FlashAttention-4's two softmax ideas ---------------------------------------------------
+
+namespace {
+// x rounded to bf16 (nearest, ties to even) and back: what a kernel stores P as.
+float to_bf16(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  float r;
+  std::memcpy(&r, &u, sizeof r);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("Part 3: exp2_by_polynomial within its bound of 2^x over every input the softmax sees") {
+  // The softmax exponentiates scale * s - m <= 0 (and up to 2^8 above it under the lazy rescale): [-125, 9] covers it.
+  int checked = 0;
+  for (double xd = -125.0; xd <= 9.0; xd += 1.0 / 1024) {
+    const float x = static_cast<float>(xd);
+    const double exact = std::exp2(double(x)), got = exp2_by_polynomial(x);
+    const double rel = std::fabs(got / exact - 1.0);
+    if (!(rel <= kPolyMaxRelError)) {
+      FAIL_CHECK("exp2_by_polynomial(" << x << ") = " << got << " but 2^x = " << exact << ": relative error " << rel
+                                       << " is above " << kPolyMaxRelError
+                                       << ". Check the range reduction (j the nearest integer, f = x - j in [-1/2, "
+                                          "1/2]), the Horner order (c3 innermost) and the scaling by 2^j");
+      return;
+    }
+    ++checked;
+  }
+  CHECK(checked > 130000);
+  // Integers are exact: f = 0, p(0) = 1, and 2^j is a power of two.
+  for (int j = -125; j <= 9; ++j) CHECK_MESSAGE(exp2_by_polynomial(float(j)) == std::ldexp(1.0f, j), "at x = " << j);
+}
+
+TEST_CASE("Part 3: exp2_by_polynomial is 0 for a masked score and below its range") {
+  CHECK_MESSAGE(exp2_by_polynomial(-INFINITY) == 0.0f, "a masked score (-inf) must give P = 0");
+  CHECK_MESSAGE(exp2_by_polynomial(-126.0f) == 0.0f, "below kPolyMinInput the result is 0");
+  CHECK_MESSAGE(exp2_by_polynomial(-1000.0f) == 0.0f, "below kPolyMinInput the result is 0");
+  CHECK(exp2_by_polynomial(kPolyMinInput) > 0.0f);
+}
+
+TEST_CASE("Part 3: rounding P to bf16 hides the polynomial's error") {
+  // bf16 keeps 8 significant bits: a relative error of 1.1e-4 is 1/36 of its unit roundoff 2^-8. The rounded P can
+  // differ from the rounded 2^x only where 2^x sits within that error of a rounding boundary, and then by one step.
+  int differing = 0, total = 0;
+  for (double xd = -20.0; xd <= 9.0; xd += 1.0 / 4096) {
+    const float x = static_cast<float>(xd);
+    const float a = to_bf16(exp2_by_polynomial(x)), b = to_bf16(static_cast<float>(std::exp2(double(x))));
+    ++total;
+    if (a != b) {
+      ++differing;
+      const float step = std::ldexp(1.0f, std::ilogb(b) - 7);  // one bf16 step at b
+      REQUIRE_MESSAGE(std::fabs(a - b) <= step, "at x = " << x << " the rounded P is " << a << ", the rounded 2^x "
+                                                          << b << ": more than one bf16 step apart");
+    }
+  }
+  // Expected share: about twice the error over the step, 2 x 1.1e-4 / 2^-8 = 5.6%; at most that.
+  CHECK_MESSAGE(differing <= total * 2 * kPolyMaxRelError * 256, differing << " of " << total << " rounded values differ");
+}
+
+TEST_CASE("Part 3: count_rescales, lazy and exact") {
+  // Block maxima rising by 3 (log2 units) a block, 13 blocks.
+  std::vector<float> rising;
+  for (int j = 0; j < 13; ++j) rising.push_back(3.0f * float(j));
+  CHECK_MESSAGE(count_rescales(rising.data(), 13, 0.0f) == 12,
+                "the exact online softmax (lag 0) rescales at every block whose max rises: 12 of the 13 (not the first)");
+  CHECK_MESSAGE(count_rescales(rising.data(), 13, 8.0f) == 4,
+                "with lag 8 the max moves only past m + 8: at blocks 3, 6, 9 and 12 (9 > 0 + 8, 18 > 9 + 8, ...)");
+  std::vector<float> falling = {5, 4, 3, 2, 1};
+  CHECK_MESSAGE(count_rescales(falling.data(), 5, 0.0f) == 0, "a falling max never rescales");
+  std::vector<float> masked_first = {-INFINITY, 1.0f, 2.0f};
+  CHECK_MESSAGE(count_rescales(masked_first.data(), 3, 0.0f) == 1,
+                "a first block with no visible key leaves m at -inf; the move from -inf (block 1) is no rescale, "
+                "block 2's is");
 }
