@@ -17,6 +17,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/exp2_poly.hpp"  // the cubic's coefficients, range and bound
+
 namespace flashlab::lesson08 {
 
 // ---- Part 1: mbarrier pipeline ------------------------------------------------------------------
@@ -111,11 +113,12 @@ std::uint64_t make_descriptor(std::uint32_t address, std::uint32_t lbo, std::uin
 // 2^x without the exponential unit, for x >= kPolyMinInput: round x to the nearest integer j, f = x - j in
 // [-1/2, 1/2], 2^f by the cubic p(f) = 1 + f (c1 + f (c2 + f c3)) (Horner: three multiply-adds), then 2^x = 2^j p(f)
 // (std::ldexp does the 2^j exactly). Below kPolyMinInput, and at -inf, the result is 0: a masked score's P.
-// The coefficients were fitted for the least maximum relative error on [-1/2, 1/2]; the test holds the result to
-// kPolyMaxRelError of std::exp2 over every input the kernel's softmax can see.
-inline constexpr float kPolyC1 = 6.932829022e-01f, kPolyC2 = 2.422109693e-01f, kPolyC3 = 5.500892922e-02f;
-inline constexpr float kPolyMinInput = -125.0f;
-inline constexpr double kPolyMaxRelError = 1.1e-4;
+// The coefficients, the range and the bound are the project's (src/core/exp2_poly.hpp, which the kernel uses): fitted
+// for the least maximum relative error on [-1/2, 1/2]; the test holds the result to kPolyMaxRelError of std::exp2
+// over every input the kernel's softmax can see.
+inline constexpr float kPolyC1 = kExp2PolyCubicC1, kPolyC2 = kExp2PolyCubicC2, kPolyC3 = kExp2PolyCubicC3;
+inline constexpr float kPolyMinInput = kExp2PolyMinInput;
+inline constexpr double kPolyMaxRelError = kExp2PolyMaxRelError<3>;
 float exp2_by_polynomial(float x);
 
 // The lazy rescale, for one row: the maxima of its K/V blocks in order (log2 units; -inf for a block it sees no key

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/lazy_rescale.hpp"
 #include "lesson.hpp"
 
 using namespace flashlab::lesson08;
@@ -517,4 +518,18 @@ TEST_CASE("Part 3: count_rescales, lazy and exact") {
   CHECK_MESSAGE(count_rescales(masked_first.data(), 3, 0.0f) == 1,
                 "a first block with no visible key leaves m at -inf; the move from -inf (block 1) is no rescale, "
                 "block 2's is");
+  // Random rows against the project's count (core/lazy_rescale.hpp, which the lazy-rescale study runs): one key a
+  // block, so the block maxima are the scores themselves; some blocks masked.
+  std::mt19937 rng(8);
+  std::normal_distribution<float> score(0.0f, 4.0f);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<float> row(1 + trial % 40);
+    for (std::size_t j = 0; j < row.size(); ++j) row[j] = j % 7 == 3 ? -INFINITY : score(rng) + 0.5f * float(j);
+    for (const float lag : {0.0f, 2.0f, 8.0f}) {
+      const int want = int(flashlab::count_rescales(row, 1, int(row.size()), 1, lag, 1).row_rescales);
+      REQUIRE_MESSAGE(count_rescales(row.data(), int(row.size()), lag) == want,
+                      "on a random row of " << row.size() << " blocks with lag " << lag << " the project counts " << want
+                                            << " rescales");
+    }
+  }
 }

@@ -32,6 +32,10 @@ namespace flashlab {
 // stays a normal float.
 inline constexpr float kExp2PolyMinInput = -125.0f;
 
+// The cubic's coefficients c1, c2, c3 (lesson 08's exercise evaluates the same cubic).
+inline constexpr float kExp2PolyCubicC1 = 6.932829022e-01f, kExp2PolyCubicC2 = 2.422109693e-01f,
+                       kExp2PolyCubicC3 = 5.500892922e-02f;
+
 // p(f) = 1 + f (c1 + f (c2 + f (c3 + f c4))), to the degree given (Horner: one FMA a degree).
 template <int kDegree>
 FLASHLAB_HD float exp2_poly_fraction(float f) {
@@ -39,7 +43,7 @@ FLASHLAB_HD float exp2_poly_fraction(float f) {
   if constexpr (kDegree == 2) {
     return fmaf(fmaf(2.398640513e-01f, f, 7.029418945e-01f), f, 1.0f);
   } else if constexpr (kDegree == 3) {
-    return fmaf(fmaf(fmaf(5.500892922e-02f, f, 2.422109693e-01f), f, 6.932829022e-01f), f, 1.0f);
+    return fmaf(fmaf(fmaf(kExp2PolyCubicC3, f, kExp2PolyCubicC2), f, kExp2PolyCubicC1), f, 1.0f);
   } else {
     return fmaf(fmaf(fmaf(fmaf(9.582852945e-03f, f, 5.590642616e-02f), f, 2.402409911e-01f), f, 6.931241751e-01f), f,
                 1.0f);

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "core/flops.hpp"
+#include "cuda/common.cuh"  // random_uniform_pm1
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
 
 namespace flashlab::cuda::fa3_ws {
@@ -49,13 +51,12 @@ void check(cudaError_t e, const char* what) {
   }
 }
 
-// Element i uniform in (-1, 1) under `seed`: stored as e4m3(448 x) (`e4m3`), else as bf16 (two bytes an element).
-__global__ void fill_random(unsigned char* out, std::size_t n, unsigned seed, bool e4m3) {
+// Element i uniform in (-1, 1) under `seed` (cuda::random_uniform_pm1, the bench's draw): stored as e4m3(448 x)
+// (`e4m3`), else as bf16 (two bytes an element).
+__global__ void fill_random(unsigned char* out, std::size_t n, std::uint64_t seed, bool e4m3) {
   const std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  unsigned x = static_cast<unsigned>(i) * 2654435761u ^ seed * 0x9E3779B9u;
-  x ^= x >> 15; x *= 0x2c1b3c6du; x ^= x >> 12; x *= 0x297a2d39u; x ^= x >> 15;
-  const float u = (x >> 8) * (2.0f / 16777216.0f) - 1.0f;  // (-1, 1)
+  const float u = flashlab::cuda::random_uniform_pm1(i, seed);
   if (e4m3) out[i] = __nv_cvt_float_to_fp8(448.0f * u, __NV_SATFINITE, __NV_E4M3);
   else reinterpret_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16(u);
 }
@@ -117,7 +118,9 @@ int main(int argc, char** argv) {
           p.tile_counter = counter;
           if (e4m3) transpose_v_e4m3(v, vt, batch, n, heads, d, 0);
           check(cudaDeviceSynchronize(), "inputs");
-          const double flops = 4.0 * batch * heads * double(n) * n * d * (causal ? 0.5 : 1.0);
+          const double flops = flashlab::forward_flops(
+              flashlab::Shape{.batch = batch, .heads_q = heads, .heads_kv = heads, .seq_q = n, .seq_k = n, .head_dim = d},
+              p.align);
           std::vector<__nv_bfloat16> first(elems), mine(elems);
           bool have_first = false;
           cudaEvent_t e0, e1;
