@@ -26,6 +26,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -308,11 +309,17 @@ struct E4m3Activations {
   E4m3Activations(const Shape& s, DType dtype, DeviceE4m3& t) {
     const std::size_t n[3] = {cuda::numel(q_dims(s)), cuda::numel(kv_dims(s)), cuda::numel(kv_dims(s))};
     const void* x[3] = {};
+    // Buffer i of the dtype's array, filled with seed i + 1; x[i] is its address.
+    const auto make = [&](auto& buffers, int i) {
+      using Buffer = std::remove_reference_t<decltype(buffers[i])>;
+      buffers[i] = Buffer(n[i]);
+      cuda::fill_random(buffers[i], static_cast<std::uint64_t>(i + 1));
+      x[i] = buffers[i].data();
+    };
     for (int i = 0; i < 3; ++i) {
-      const std::uint64_t seed = static_cast<std::uint64_t>(i + 1);
-      if (dtype == DType::F32) f32[i] = cuda::DeviceBuffer<float>(n[i]), cuda::fill_random(f32[i], seed), x[i] = f32[i].data();
-      else if (dtype == DType::F16) f16[i] = cuda::DeviceBuffer<__half>(n[i]), cuda::fill_random(f16[i], seed), x[i] = f16[i].data();
-      else bf16[i] = cuda::DeviceBuffer<__nv_bfloat16>(n[i]), cuda::fill_random(bf16[i], seed), x[i] = bf16[i].data();
+      if (dtype == DType::F32) make(f32, i);
+      else if (dtype == DType::F16) make(f16, i);
+      else make(bf16, i);
     }
     io = cuda::E4m3QkvPrepassIo{.shape = s, .dtype = dtype, .q = x[0], .k = x[1], .v = x[2], .q8 = t.q.data(),
                                 .k8 = t.k.data(), .v8 = t.v.data(), .q_descale = t.q_descale.data(),

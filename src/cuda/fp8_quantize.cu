@@ -53,7 +53,10 @@ namespace {
 
 constexpr int kWarps = 8, kThreads = 32 * kWarps;
 constexpr int kMinBlocks = 4;  // 1024 threads an SM (at most 64 registers each): enough loads in flight
-constexpr int kMinBlocksRotating = 2;  // 32 values a lane and the butterflies: 3 blocks (85 registers) spill at d = 256
+// The values of a rotated row a lane holds from d = 128 on (lanes_per_row; tools/fp8_prepass_race races 16 and 32).
+constexpr int kRotateValuesPerLane = 32;
+// 32 values a lane and the butterflies: 3 blocks (85 registers) spill at d = 256. 16 values fit 4 blocks.
+constexpr int kMinBlocksRotating = kRotateValuesPerLane == 16 ? 4 : 2;
 constexpr int kIters = 4;  // row groups per warp per block: a block reads 64 KiB of bf16 (128 KiB of f32)
 
 constexpr std::uint64_t kInputBit = 1ull << 63;
@@ -65,7 +68,7 @@ constexpr std::uint32_t kInfBits = 0x7f800000u;
 // d = 128 (4 lanes at 128, 8 at 256), since every lane stage costs a shuffle per element and the shuffles, not the
 // bytes, then bound the pass; at d = 64 16 each (4 lanes) measured faster than 32 (2 lanes).
 constexpr int lanes_per_row(int d, bool rotate) {
-  if (rotate) return d == 64 ? 4 : d / 32;
+  if (rotate) return d == 64 ? 4 : d / kRotateValuesPerLane;
   return d == 192 ? 8 : d / 16;
 }
 
@@ -133,6 +136,21 @@ __device__ __forceinline__ void load_row(const T* row, bool valid, int l, float 
   unpack_row<T, D, kRotate>(raw, y);
 }
 
+// The Walsh-Hadamard stages whose pairs sit in one lane's registers: for each span s (register-index distance
+// kFrom, 2 kFrom, ... below kTo), y[j], y[j + s] <- y[j] + y[j + s], y[j] - y[j + s].
+template <int kFrom, int kTo, int kN>
+__device__ __forceinline__ void butterflies_in_lane(float (&y)[kN]) {
+#pragma unroll
+  for (int s = kFrom; s < kTo; s *= 2)
+#pragma unroll
+    for (int j = 0; j < kN; ++j)
+      if (!(j & s)) {
+        const float a = y[j], b = y[j + s];
+        y[j] = a + b;
+        y[j + s] = a - b;
+      }
+}
+
 // y <- H D y / sqrt(d) in fp32, on the kLanes lanes that hold the row. `signs`: bit j is D's sign of element j.
 template <class T, int D, bool kRotate>
 __device__ __forceinline__ void rotate_row(float (&y)[RowMap<T, D, kRotate>::kPerLane], int l, std::uint32_t signs) {
@@ -140,16 +158,7 @@ __device__ __forceinline__ void rotate_row(float (&y)[RowMap<T, D, kRotate>::kPe
   constexpr float kNorm = D == 64 ? 0.125f : D == 128 ? 0.08838834764831844055f : 0.0625f;  // fp32(1/sqrt(d))
 #pragma unroll
   for (int j = 0; j < M::kPerLane; ++j) y[j] = __uint_as_float(__float_as_uint(y[j]) ^ (((signs >> j) & 1u) << 31));
-  // Spans 1 .. kVec / 2: within a lane's 16-byte chunks.
-#pragma unroll
-  for (int s = 1; s < M::kVec; s *= 2)
-#pragma unroll
-    for (int j = 0; j < M::kPerLane; ++j)
-      if (!(j & s)) {
-        const float a = y[j], b = y[j + s];
-        y[j] = a + b;
-        y[j + s] = a - b;
-      }
+  butterflies_in_lane<1, M::kVec>(y);  // spans 1 .. kVec / 2: within a lane's 16-byte chunks
   // Spans kVec .. kVec kLanes / 2: across the lanes. The lane holding the upper element computes a - b as (-b) + a.
 #pragma unroll
   for (int m = 1; m < M::kLanes; m *= 2) {
@@ -160,33 +169,29 @@ __device__ __forceinline__ void rotate_row(float (&y)[RowMap<T, D, kRotate>::kPe
       y[j] = __uint_as_float(__float_as_uint(y[j]) ^ flip) + other;
     }
   }
-  // Spans kVec kLanes .. d / 2: between a lane's chunks.
-#pragma unroll
-  for (int s = M::kVec; s < M::kPerLane; s *= 2)
-#pragma unroll
-    for (int j = 0; j < M::kPerLane; ++j)
-      if (!(j & s)) {
-        const float a = y[j], b = y[j + s];
-        y[j] = a + b;
-        y[j + s] = a - b;
-      }
+  butterflies_in_lane<M::kVec, M::kPerLane>(y);  // spans kVec kLanes .. d / 2: between a lane's chunks
 #pragma unroll
   for (int j = 0; j < M::kPerLane; ++j) y[j] *= kNorm;
 }
 
-// Lane l's sign bits, from the whole row's (selected by unrolled compares: no dynamic index into the parameter).
+// Lane l's sign bits, from the whole row's. The row's words pass through shared memory: picked from the kernel
+// parameter by an index that depends on the lane, they made the compiler copy the parameter to local memory and
+// branch per lane (at d = 256 the quantizing pass ran at half its speed, diverged; ncu, 2026-11-28). Every thread of
+// the block calls it (it synchronizes the block).
 template <class T, int D, bool kRotate>
 __device__ __forceinline__ std::uint32_t lane_signs(const E4m3SignBits& bits, int l) {
   using M = RowMap<T, D, kRotate>;
+  __shared__ std::uint32_t words[D / 32];
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int w = 0; w < D / 32; ++w) words[w] = bits.words[w];
+  }
+  __syncthreads();
   std::uint32_t out = 0;
 #pragma unroll
   for (int j = 0; j < M::kPerLane; ++j) {
     const int c = M::column(j, l);
-    std::uint32_t word = 0;
-#pragma unroll
-    for (int w = 0; w < D / 32; ++w)
-      if ((c >> 5) == w) word = bits.words[w];
-    out |= ((word >> (c & 31)) & 1u) << j;
+    out |= ((words[c >> 5] >> (c & 31)) & 1u) << j;
   }
   return out;
 }
