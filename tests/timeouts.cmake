@@ -38,6 +38,7 @@ set(FLASHLAB_MEASURED_SECONDS
   verify_planted_lse_base2                     21       6
   verify_planted_group_sum                     21       6
   verify_planted_scale                         22       6
+  verify_cuda_memory_stub                      1        1    # one refusal (no CUDA), or one quick suite of a stub that fails at once
   layers_point_down                            1        1
   layers_check_catches_upward_include          1        1
   docs_generated_blocks                        1        1

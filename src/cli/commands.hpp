@@ -29,6 +29,9 @@ struct VerifyCommand {
   std::uint64_t seed = 0;
   CLI::Option* seed_option = nullptr;
   bool no_backward = false;
+  bool bench = false;     // after the verdict, time the plugin beside FlashLab's variants (verify_bench.cpp)
+  std::string bench_seq;  // --bench-seq: the lengths it times (empty: the defaults)
+  CLI::Option* bench_seq_option = nullptr;
   void add_to(CLI::App& app);
   int run(std::ostream& out, std::ostream& err) const;
 };
