@@ -8,19 +8,26 @@
 //    on the dequantized inputs, by check_fp8_kernel's rule: O within 2x the error of the CPU emulation of the same FP8
 //    arithmetic (FlashAttention's rule, the emulation as the baseline), the LSE within its stated slack;
 //  * the timeline build at d = 64 (tests/gpu/test_cuda_fa3_ws.cpp reads d = 128's file back in full): every
-//    recording block has its producer's and both consumers' lanes, with loads, GEMMs, softmax and an epilogue.
+//    recording block has its producer's and both consumers' lanes, with loads, GEMMs, softmax and an epilogue;
+//  * the same forward with V transposed in shared memory by the producer (launch_forward_e4m3_vt_in_smem, raced
+//    against the pre-pass, not what ships), on the same shape families at every head dim: its O and LSE bit for bit
+//    the shipped launcher's (the same arithmetic on the same V^T bytes, in the same order), and within
+//    check_fp8_kernel's rule on their own.
 #include <doctest/doctest.h>
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <random>
 #include <stdexcept>
 #include <vector>
 
+#include "core/half.hpp"
 #include "cpu_reference/fp8.hpp"
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
 #include "gpu/fresh_inputs.hpp"
@@ -212,5 +219,142 @@ TEST_CASE("the FP8 forward's timeline build at d = 64: every recording block's t
       CHECK(count(block, wg, PipelineEvent::Epilogue) == 1);        // one tile per block
       CHECK(count(block, wg, PipelineEvent::TmaIssue) == 0);
     }
+  }
+}
+
+namespace {
+
+// A device allocation for the length of a test (none for 0 bytes).
+struct DeviceBytes {
+  void* p = nullptr;
+  explicit DeviceBytes(std::size_t n) {
+    if (n > 0) require_cuda(cudaMalloc(&p, n));
+  }
+  ~DeviceBytes() { cudaFree(p); }
+  DeviceBytes(const DeviceBytes&) = delete;
+  DeviceBytes& operator=(const DeviceBytes&) = delete;
+};
+
+template <class T>
+void upload(DeviceBytes& dst, const std::vector<T>& src) {
+  require_cuda(cudaMemcpy(dst.p, src.data(), src.size() * sizeof(T), cudaMemcpyHostToDevice));
+}
+
+// What one FP8 forward wrote: O's bf16 bits (B, S_q, H_q, d) and the LSE (B, H_q, S_q).
+struct Fp8Outputs {
+  std::vector<std::uint16_t> o;
+  std::vector<float> lse;
+};
+
+// The FP8 forward on quantized inputs, launched directly: through launch_forward_e4m3 (the V^T pre-pass, then the
+// kernel) or launch_forward_e4m3_vt_in_smem (no V^T scratch: Params::vt stays null). O and the LSE are poisoned
+// with NaN bytes first.
+Fp8Outputs run_fp8_forward(const flashlab::Problem& problem, const flashlab::E4m3Qkv& in, bool vt_in_smem) {
+  const flashlab::Shape& s = problem.shape;
+  const std::size_t o_elems = std::size_t(s.batch) * s.seq_q * s.heads_q * s.head_dim;
+  const std::size_t lse_elems = std::size_t(s.batch) * s.heads_q * s.seq_q;
+  DeviceBytes q(in.q.size()), k(in.k.size()), v(in.v.size());
+  DeviceBytes q_descale(in.q_descale.size() * sizeof(float)), k_descale(in.k_descale.size() * sizeof(float)),
+      v_descale(in.v_descale.size() * sizeof(float));
+  DeviceBytes o(o_elems * 2), lse(lse_elems * sizeof(float)), counter(2 * sizeof(int));
+  const auto vt_bytes = static_cast<std::size_t>(cuda::fa3_ws::fp8_vt_bytes(s.batch, s.heads_kv, s.head_dim, s.seq_k));
+  DeviceBytes vt(vt_in_smem ? 0 : vt_bytes);
+  upload(q, in.q);
+  upload(k, in.k);
+  upload(v, in.v);
+  upload(q_descale, in.q_descale);
+  upload(k_descale, in.k_descale);
+  upload(v_descale, in.v_descale);
+  require_cuda(cudaMemset(counter.p, 0, 2 * sizeof(int)));
+  require_cuda(cudaMemset(o.p, 0xff, o_elems * 2));  // NaN in bf16 and in fp32: an element not written fails
+  require_cuda(cudaMemset(lse.p, 0xff, lse_elems * sizeof(float)));
+  cuda::fa3_ws::Params params;
+  params.q = q.p;
+  params.k = k.p;
+  params.v = v.p;
+  params.o = o.p;
+  params.lse = static_cast<float*>(lse.p);
+  params.batch = s.batch;
+  params.heads_q = s.heads_q;
+  params.heads_kv = s.heads_kv;
+  params.seq_q = s.seq_q;
+  params.seq_k = s.seq_k;
+  params.head_dim = s.head_dim;
+  params.align = problem.options.causal;
+  params.scale = static_cast<float>(problem.softmax_scale());
+  params.scale_log2 = static_cast<float>(problem.softmax_scale() * 1.4426950408889634);
+  params.tile_counter = static_cast<int*>(counter.p);
+  params.q_descale = static_cast<const float*>(q_descale.p);
+  params.k_descale = static_cast<const float*>(k_descale.p);
+  params.v_descale = static_cast<const float*>(v_descale.p);
+  params.vt = vt.p;
+  if (vt_in_smem) cuda::fa3_ws::launch_forward_e4m3_vt_in_smem(params, nullptr);
+  else cuda::fa3_ws::launch_forward_e4m3(params, nullptr);
+  require_cuda(cudaGetLastError());
+  require_cuda(cudaDeviceSynchronize());
+  Fp8Outputs out{std::vector<std::uint16_t>(o_elems), std::vector<float>(lse_elems)};
+  require_cuda(cudaMemcpy(out.o.data(), o.p, o_elems * 2, cudaMemcpyDeviceToHost));
+  require_cuda(cudaMemcpy(out.lse.data(), lse.p, lse_elems * sizeof(float), cudaMemcpyDeviceToHost));
+  return out;
+}
+
+// Elements whose bytes differ (NaN equals NaN only with the same bits).
+template <class T>
+std::size_t differing(const std::vector<T>& a, const std::vector<T>& b) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(T)) != 0 ? 1 : 0;
+  return n + (a.size() > b.size() ? a.size() - b.size() : b.size() - a.size());
+}
+
+// One problem at each head dim, the V transpose in the producer against the pre-pass's and against the emulation.
+void check_fp8_vt_in_smem(flashlab::Shape shape, flashlab::CausalAlign align) {
+  using namespace flashlab;
+  for (const int d : {64, 128, 256}) {
+    shape.head_dim = d;
+    Options options;
+    options.causal = align;
+    const Problem p{.shape = shape, .options = options};
+    const std::uint64_t seed = fresh_seed();
+    INFO(describe(p, DType::F32, seed));
+    const Qkv in = random_qkv(shape, DType::F32, seed);
+    const E4m3Qkv quantized = quantize_e4m3_qkv(in);
+    const Fp8Outputs pre_pass = run_fp8_forward(p, quantized, /*vt_in_smem=*/false);
+    const Fp8Outputs in_smem = run_fp8_forward(p, quantized, /*vt_in_smem=*/true);
+    CHECK(differing(in_smem.o, pre_pass.o) == 0);
+    CHECK(differing(in_smem.lse, pre_pass.lse) == 0);
+    ForwardOut out{HostTensor(q_dims(shape)), HostTensor(lse_dims(shape))};
+    REQUIRE(out.o.data.size() == in_smem.o.size());
+    REQUIRE(out.lse.data.size() == in_smem.lse.size());
+    std::transform(in_smem.o.begin(), in_smem.o.end(), out.o.data.begin(),
+                   [](std::uint16_t bits) { return double(bf16_bits_to_float(bits)); });
+    std::copy(in_smem.lse.begin(), in_smem.lse.end(), out.lse.data.begin());
+    const Fp8KernelCheck c = check_fp8_kernel(p, fp8_attention_emulated(p, in, fp8_kernel_order()), out);
+    REQUIRE(c.emulation.passes());
+    MESSAGE("V^T in shared memory, d=" << d << ": O max " << c.o.max_abs << " (emulation " << c.emulation.o.max_abs
+                                       << "); LSE max " << c.lse.max_abs << " (limit " << c.lse_limit << ")");
+    CHECK(c.o.max_abs <= c.o_limit);
+    CHECK(c.lse.max_abs <= c.lse_limit);
+    CHECK(c.o.rmse <= kFp8KernelFactor * c.emulation.o.rmse);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the FP8 forward with V transposed in the producer: the pre-pass's O and LSE bit for bit, unmasked, GQA, "
+          "ragged lengths, many K/V blocks and tiles") {
+  if (skip_unless_hopper()) return;
+  check_fp8_vt_in_smem(fp8_shape(2, 4, 2, 300, 300), flashlab::CausalAlign::None);
+  check_fp8_vt_in_smem(fp8_shape(1, 3, 1, 77, 1000), flashlab::CausalAlign::None);  // MQA; 8 K/V blocks a tile
+  check_fp8_vt_in_smem(fp8_shape(1, 2, 2, 1, 1), flashlab::CausalAlign::None);      // one key: 127 zero-filled
+  // 168 tiles over at most 132 blocks: the staging buffers' and V^T stages' phases run on from tile to tile.
+  check_fp8_vt_in_smem(fp8_shape(4, 6, 3, 800, 256), flashlab::CausalAlign::None);
+}
+
+TEST_CASE("the FP8 forward with V transposed in the producer: causal, both alignments, seq_q != seq_k both ways") {
+  if (skip_unless_hopper()) return;
+  for (const auto align : {flashlab::CausalAlign::TopLeft, flashlab::CausalAlign::BottomRight}) {
+    check_fp8_vt_in_smem(fp8_shape(1, 4, 2, 200, 333), align);
+    check_fp8_vt_in_smem(fp8_shape(2, 2, 1, 333, 200), align);  // bottom-right: rows (and tiles) that see no key
+    check_fp8_vt_in_smem(fp8_shape(1, 2, 2, 513, 513), align);
   }
 }

@@ -1,10 +1,13 @@
 // Races candidate schedules of cuda-fa3-ws's persistent forward (Schedule's knobs, forward_config.cuh; the list is
 // race_candidates.inc) on random inputs, x uniform in (-1, 1): bf16 as `flashlab bench` makes them, e4m3 as
-// `flashlab bench --dtype e4m3` does (e4m3(448 x), descale 1/448); B N = 16k and H d = 2048. Each candidate's O is
-// compared with the first's of its element type and head dim: the candidates change where and when the softmax
-// computes, not what, so O may differ only by P's rounding of a slightly different exp2 or rescale (a few bf16 steps
-// at most), never by a wrong block. Timing: (e4m3: the V^T pre-pass once, then) the kernel launches alone, median of
-// 15 after 3 warm-ups. A winner is promoted by making it ShippedSchedule's. Build and run: tools/fa3_harness/race.sh.
+// `flashlab bench --dtype e4m3` does (e4m3(448 x), descale 1/448); B N = 16k and H d = 2048. Each candidate's O
+// (poisoned with NaN before its launches) is compared with the first's of its element type and head dim: the
+// candidates change where and when the softmax computes, not what, so O may differ only by P's rounding of a slightly
+// different exp2 or rescale (a few bf16 steps at most), never by a wrong block; where V is transposed changes
+// nothing at all. Timing: each candidate's launcher whole, median of 15 after 3 warm-ups: an FP8 candidate that reads
+// the pre-pass's V^T runs that pre-pass in every call (race_kernels.cu), one that transposes V in the producer gets
+// no V^T scratch (Params::vt null). A winner is promoted by making it ShippedSchedule's. Build and run:
+// tools/fa3_harness/race.sh (which writes race_selected.inc: race_candidates.inc's lines, or those RACE_ONLY picks).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -21,8 +24,8 @@
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
 
 namespace flashlab::cuda::fa3_ws {
-#define RACE_CANDIDATE(name, type, d, wide, poly, own_o, lazy, what) void name(const Params&, cudaStream_t);
-#include "race_candidates.inc"
+#define RACE_CANDIDATE(name, type, d, wide, poly, own_o, lazy, vt_smem, what) void name(const Params&, cudaStream_t);
+#include "race_selected.inc"
 #undef RACE_CANDIDATE
 }  // namespace flashlab::cuda::fa3_ws
 
@@ -33,14 +36,16 @@ struct Candidate {
   const char* name;
   bool e4m3;  // else bf16
   int d;
+  bool vt_smem;  // FP8: V transposed in the producer, no V^T scratch
   const char* what;
   void (*launch)(const Params&, cudaStream_t);
 };
 template <class T>
 constexpr bool is_e4m3 = sizeof(T) == 1;
 const Candidate kCandidates[] = {
-#define RACE_CANDIDATE(name, type, d, wide, poly, own_o, lazy, what) {#name, is_e4m3<type>, d, what, &name},
-#include "race_candidates.inc"
+#define RACE_CANDIDATE(name, type, d, wide, poly, own_o, lazy, vt_smem, what) \
+  {#name, is_e4m3<type>, d, vt_smem, what, &name},
+#include "race_selected.inc"
 #undef RACE_CANDIDATE
 };
 
@@ -116,7 +121,6 @@ int main(int argc, char** argv) {
           p.scale = 1.0f / std::sqrt(static_cast<float>(d));
           p.scale_log2 = p.scale * 1.4426950408889634f;
           p.tile_counter = counter;
-          if (e4m3) transpose_v_e4m3(v, vt, batch, n, heads, d, 0);
           check(cudaDeviceSynchronize(), "inputs");
           const double flops = flashlab::forward_flops(
               flashlab::Shape{.batch = batch, .heads_q = heads, .heads_kv = heads, .seq_q = n, .seq_k = n, .head_dim = d},
@@ -128,10 +132,13 @@ int main(int argc, char** argv) {
           check(cudaEventCreate(&e1), "event");
           for (const Candidate& c : kCandidates) {
             if (c.e4m3 != e4m3 || c.d != d) continue;
+            Params pc = p;
+            if (c.vt_smem) pc.vt = nullptr;  // it must not need the scratch
+            check(cudaMemset(o, 0xff, elems * sizeof(__nv_bfloat16)), "poison O");  // NaN: an unwritten O fails
             std::vector<float> ms;
             for (int r = 0; r < 18; ++r) {
               check(cudaEventRecord(e0), "record");
-              c.launch(p, 0);
+              c.launch(pc, 0);
               check(cudaEventRecord(e1), "record");
               check(cudaEventSynchronize(e1), c.name);
               float t = 0;

@@ -165,6 +165,11 @@ std::int64_t fp8_vt_bytes(int batch, int heads_kv, int head_dim, int seq_k);
 // kE4m3HeadDims, compute capability 9.0, no dropout, the descales and p.vt set. Checks the launches, does not
 // synchronize.
 void launch_forward_e4m3(const Params&, cudaStream_t stream);
+// The same forward with V transposed in shared memory by the producer warpgroup instead of by the pre-pass (no V^T
+// scratch: p.vt is not read), to race against it (tools/fa3_harness/race.sh) and test it; not what ships. At d = 256
+// its two consumers take one O buffer in turn (forward_config.cuh, WithFp8TransposeInKernel). Asserted as
+// launch_forward_e4m3 is, less p.vt.
+void launch_forward_e4m3_vt_in_smem(const Params&, cudaStream_t stream);
 // The same with the timeline hook compiled in (forward_timeline.cu), recording as launch_forward_timeline does.
 void launch_forward_e4m3_timeline(const Params&, cudaStream_t stream);
 

@@ -42,15 +42,30 @@ struct Schedule {
   // The FP8 forward only (E4m3HeadConfig): at d = 256 each consumer gets an O buffer of its own instead of taking
   // one in turn.
   static constexpr bool kFp8OwnOBuffers = kFp8OwnOBuffersIn;
+  // The FP8 forward only: V_j^T is made in shared memory by the producer warpgroup (fp8_transpose_v_smem.cuh) from
+  // V_j as TMA lands it, instead of read from the V^T the pre-pass wrote (fp8_transpose_v.cu). Off here; a schedule
+  // turns it on as WithFp8TransposeInKernel<Schedule<...>> (below), which keeps every other kernel's name and code.
+  static constexpr bool kFp8TransposeInKernel = false;
+};
+// A schedule with the FP8 V transpose in the producer (Schedule::kFp8TransposeInKernel). At d = 256 it needs the O
+// buffer taken in turn (kFp8OwnOBuffers off): its staging buffer takes the second O buffer's 32 KiB (E4m3HeadConfig).
+template <class Sched>
+struct WithFp8TransposeInKernel : Sched {
+  static constexpr bool kFp8TransposeInKernel = true;
 };
 // What ships: every idea above, and the wide blocks where the launcher takes them (fa3_ws::takes_wide_blocks,
 // cuda/tilings.hpp: long keys, steps 2-5, no dropout); every exponential on the MUFU; the lazy rescale; for FP8 at
-// d = 256 an O buffer per consumer. Raced (tools/fa3_harness/race.sh, bench/results/h200-fa3-ws-e4m3-notes.md):
+// d = 256 an O buffer per consumer, and V^T from the pre-pass. Raced (tools/fa3_harness/race.sh, bench/results/h200-fa3-ws-e4m3-notes.md):
 // the own buffers were 1-3% faster from N = 4k to 8k; for FP8 at d = 128 the exponential split gained at most 1%
 // and lost 4-7% once half the groups took it, so the MUFU is not what sets the FP8 softmax's pace on Hopper.
 template <bool kWideBlocks>
 using ShippedSchedule = Schedule<true, true, true, kWideBlocks, /*kExp2PolyEvery=*/0, /*kFp8OwnOBuffers=*/true,
                                  /*kLazyRescale=*/true>;
+// The FP8 forward with V transposed in the producer at head dim D (launch_forward_e4m3_vt_in_smem): the shipped
+// schedule, but at d = 256 with one O buffer taken in turn (WithFp8TransposeInKernel says why).
+template <int D>
+using Fp8InKernelTransposeSchedule = WithFp8TransposeInKernel<std::conditional_t<
+    D == 256, Schedule<true, true, true, false, 0, /*kFp8OwnOBuffers=*/false, true>, ShippedSchedule<false>>>;
 
 // Per head dim: Bc, the number of K/V stages, and where O_i leaves. d = 256 takes Bc = 64 so that O_i (128
 // fp32 registers per thread), S_ij (32) and P_ij (16, twice under intra-warpgroup overlap) fit in 240
@@ -76,6 +91,7 @@ struct HeadConfig {
   static constexpr int kStages = D == 64 || (D == 128 && kBc == 128 && Sched::kThreeStages && kORows == 0) ? 3 : 2;
   static constexpr bool kOverlapFits = true;  // step 4's intra-warpgroup overlap fits the registers
   static constexpr int kExp2PolyEvery = Sched::kExp2PolyEvery;
+  static constexpr int kStagingStages = 0;  // V_j lands where the consumers read it (E4m3HeadConfig has the other case)
 };
 
 // The FP8 forward (e4m3 Q, K, V; the persistent step only). K_j is (Bc, d) and V_j is stored as V^T (d, Bc), both
@@ -87,6 +103,10 @@ struct HeadConfig {
 // d = 64 a stage is half of d = 128's (K 8 + V^T 8 KiB) and a block's two GEMMs
 // take half as long, so the producer runs further ahead: four stages, Q 8 + 4 x (8 + 8) + O 16 = 88 KiB (chosen from
 // the copies' sizes, not raced yet).
+// With V transposed in the producer (Schedule::kFp8TransposeInKernel), V_j first lands in a staging buffer of its own
+// (Bc, d): two of them at d = 64 and 128 (104 and 176 KiB), so that TMA fills one while the producer's warps transpose
+// the other; at d = 256 one (Q 32 + 2 x (32 + 32) + O 32 (taken in turn) + 32 = 224 KiB: an O buffer per consumer
+// would leave no room for it).
 // At d = 256 the intra-warpgroup overlap does not fit the registers: O_i (128), S_ij (64, twice bf16's with its
 // Bc = 64) and P_ij (16) live at once spilled 8 bytes (ptxas -v); without it the consumers' ping-pong still hides
 // each one's softmax behind the other's GEMMs, which at d = 256 are the longest of any head dim. At d = 64 (O_i 32
@@ -100,6 +120,9 @@ struct E4m3HeadConfig {
   static constexpr int kStages = D == 64 ? 4 : D == 128 ? 3 : 2;
   static constexpr bool kOverlapFits = D <= 128;
   static constexpr int kExp2PolyEvery = Sched::kExp2PolyEvery;
+  static constexpr int kStagingStages = !Sched::kFp8TransposeInKernel ? 0 : D <= 128 ? 2 : 1;
+  static_assert(!Sched::kFp8TransposeInKernel || D <= 128 || !Sched::kFp8OwnOBuffers,
+                "at d = 256 the FP8 V transpose in the producer takes the O buffer in turn (kFp8OwnOBuffers off)");
 };
 // The head configuration of element type T: HeadConfig for 16-bit types, E4m3HeadConfig for e4m3.
 template <class T, int D, class Sched, bool kPersistent>
@@ -119,10 +142,12 @@ struct StepConfig {
 };
 
 // Shared memory: Q_i (Br, d), kStages x K_j (Bc, d), kStages x V_j (Bc, d; e4m3: V_j^T (d, Bc)), O_i's buffer
-// (kORows, d, in T's output type) if any, each as swizzled panels 128 bytes wide (64 for e4m3 Q_i and K_j at d = 64:
-// hopper.cuh); then the mbarriers and the
-// tile slot (the persistent producer's word to the consumers: which tile Q_i belongs to).
-template <class T, int D, int kBr, int kBcIn, int kStagesIn, int kORowsIn>
+// (kORows, d, in T's output type) if any, kStagingStages x V_j (Bc, d) as TMA lands it (e4m3 with V transposed in the
+// producer, else none), each as swizzled panels 128 bytes wide (64 for e4m3 Q_i, K_j and staged V_j at d = 64:
+// hopper.cuh); then the mbarriers, the
+// tile slot (the persistent producer's word to the consumers: which tile Q_i belongs to) and, with staging, one word
+// per staging buffer (1: a V_j is in it; 0: no more, the transposing warps stop).
+template <class T, int D, int kBr, int kBcIn, int kStagesIn, int kORowsIn, int kStagingStagesIn = 0>
 struct SmemLayout {
   static constexpr int kElemBytes = ElementTraits<T>::kBytes;
   static constexpr int kOutBytes = sizeof(typename ElementTraits<T>::Output);
@@ -134,13 +159,19 @@ struct SmemLayout {
   static constexpr int kVOffset = kKOffset + kStages * kKVBytes;
   static constexpr int kOOffset = kORowsIn > 0 ? kVOffset + kStages * kKVBytes : kQOffset;
   static constexpr int kOPanelRows = kORowsIn > 0 ? kORowsIn : kBr;  // rows of a panel where O_i is staged
-  static constexpr int kBarOffset = kVOffset + kStages * kKVBytes + kORowsIn * D * kOutBytes;
-  // Barriers: Q full / empty, then K full, K empty, V full, V empty per stage.
+  static constexpr int kStagingStages = kStagingStagesIn;
+  static constexpr int kStagingOffset = kVOffset + kStages * kKVBytes + kORowsIn * D * kOutBytes;
+  static constexpr int kBarOffset = kStagingOffset + kStagingStages * kKVBytes;
+  // Barriers: Q full / empty, then K full, K empty, V full, V empty per stage; then staged V full / empty per
+  // staging buffer.
   static constexpr int kQFull = 0, kQEmpty = 1, kKFull = 2, kKEmpty = kKFull + kStages, kVFull = kKEmpty + kStages,
-                       kVEmpty = kVFull + kStages, kNumBarriers = kVEmpty + kStages;
+                       kVEmpty = kVFull + kStages, kStagedFull = kVEmpty + kStages,
+                       kStagedEmpty = kStagedFull + kStagingStages, kNumBarriers = kStagedEmpty + kStagingStages;
   static constexpr int kTileSlotOffset = kBarOffset + kNumBarriers * 8;
+  static constexpr int kStagingWordsOffset = kTileSlotOffset + 8;
   // + what aligning the dynamic shared window up to a swizzle atom may skip (swizzle_atom_pad).
-  static constexpr int kBytes = kTileSlotOffset + 8 + kSmemAlignSlack;
+  static constexpr int kBytes = kStagingWordsOffset + (kStagingStages > 0 ? 8 : 0) + kSmemAlignSlack;
+  static_assert(kStagingStages <= 2, "the staging words take 8 bytes: two buffers at most");
   static_assert(kQBytes % kSwizzleAtomBytes == 0 && kKVBytes % kSwizzleAtomBytes == 0, "tiles stay 1024-aligned");
   static_assert(kBytes <= kMaxSmemBytes, "Q, the K/V stages, O and the barriers must fit 227 KiB");
 };
@@ -154,7 +185,15 @@ struct KernelConfig : StepConfig<kStep>, HeadConfigOf<T, D, Sched, StepConfig<kS
   static constexpr bool kE4m3 = ElementTraits<T>::kBytes == 1;
   // e4m3's O_i (bf16) is wider than Q_i and cannot leave through Q_i's space: only the persistent step has it.
   static_assert(!kE4m3 || Step::kPersistent, "the FP8 forward is built at the persistent step only");
-  using Smem = SmemLayout<T, D, Step::kBr, Head::kBc, Head::kStages, Head::kORows>;
+  static_assert(kE4m3 || !Sched::kFp8TransposeInKernel, "V is transposed in the producer for the FP8 forward only");
+  using Smem = SmemLayout<T, D, Step::kBr, Head::kBc, Head::kStages, Head::kORows, Head::kStagingStages>;
+  // V_j^T made in shared memory by producer warps 1 .. kTransposeWarps (fp8_transpose_v_smem.cuh): V_j's full barrier
+  // then counts one arrival per transposing warp instead of the TMA issuer's one, and the registers are split
+  // differently (warp_roles.cuh).
+  static constexpr bool kTransposesV = Head::kStagingStages > 0;
+  static constexpr int kVFullArrivals = kTransposesV ? kTransposeWarps : 1;
+  static constexpr int kProducerRegisters = kTransposesV ? kTransposingProducerRegs : kProducerRegs;
+  static constexpr int kConsumerRegisters = kTransposesV ? kTransposingConsumerRegs : kConsumerRegs;
   // The shipped step is what cuda/tilings.hpp describes to the traffic model (fa3_ws::forward_tiling).
   static_assert(kStep != static_cast<int>(kShippedStep) ||
                     (Step::kBr == forward_tiling(D, 0, false).Br &&

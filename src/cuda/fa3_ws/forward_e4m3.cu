@@ -3,7 +3,10 @@
 // takes half the instructions, and each tile is half the bytes to move. What had to change for it, each in the part
 // that owns it:
 //  * both operands of an 8-bit wgmma are K-major, so V is read as V^T (d, keys): fp8_transpose_v.cu writes it once
-//    per call, before the forward, and the producer loads V_j^T boxes of 128 keys (producer.cuh);
+//    per call, before the forward, and the producer loads V_j^T boxes of 128 keys (producer.cuh). The other way,
+//    launch_forward_e4m3_vt_in_smem, loads V_j as it is stored and has the producer's warps transpose it in shared
+//    memory (fp8_transpose_v_smem.cuh): no pass over V and no scratch, but shared-memory traffic in every block;
+//    tools/fa3_harness/race.sh races the two;
 //  * P is rounded to e4m3 straight from S's accumulator registers, with V^T's keys permuted to match, so no value
 //    moves between threads (fp8_layout.cuh);
 //  * P needs no dynamic scale: the running max never lags (P <= 1), so 448 P fills e4m3's range, and the 448,
@@ -30,6 +33,15 @@ void launch_forward_e4m3(const Params& p, cudaStream_t stream) {
   transpose_v_e4m3(p.v, p.vt, p.batch, p.seq_k, p.heads_kv, p.head_dim, stream);
   dispatch_head_dim<kE4m3HeadDims>(p.head_dim, "cuda-fa3-ws FP8 forward", [&]<int D>() {
     launch_config<__nv_fp8_e4m3, D, static_cast<int>(kShippedStep), false, false, ShippedSchedule<false>>(p, stream);
+  });
+}
+
+void launch_forward_e4m3_vt_in_smem(const Params& p, cudaStream_t stream) {
+  check_launch_e4m3(p, /*needs_vt=*/false);
+  if (p.seq_q == 0 || p.batch == 0 || p.heads_q == 0) return;
+  dispatch_head_dim<kE4m3HeadDims>(p.head_dim, "cuda-fa3-ws FP8 forward, V transposed in the producer", [&]<int D>() {
+    launch_config<__nv_fp8_e4m3, D, static_cast<int>(kShippedStep), false, false, Fp8InKernelTransposeSchedule<D>>(
+        p, stream);
   });
 }
 

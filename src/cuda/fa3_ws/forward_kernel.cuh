@@ -36,7 +36,8 @@
 //   element.cuh           ElementTraits (width, wgmma K, TMA type, pack), with_element (both passes)
 //   head_dims.hpp         the head-dim lists of cuda/constraints.hpp as the launchers assert them (both passes)
 //   tile_scheduler.cuh    which tile a block takes, in what order; the persistent grid's counter
-//   producer.cuh          the TMA copies of Q_i, K_j, V_j (Loader)
+//   producer.cuh          the TMA copies of Q_i, K_j, V_j (Loader); the FP8 V transpose's loop (transpose_v_blocks)
+//   fp8_transpose_v_smem.cuh  FP8: one warp's share of V_j -> V_j^T in shared memory (ldmatrix, stmatrix)
 //   online_softmax.cuh    m_i, l_i, P_ij, the rescale of O_i, L_i (OnlineSoftmax)
 //   forward_consumer.cuh  the mainloop (the GEMMs and their order) and the tile loop (Consumer)
 //   forward_epilogue.cuh  O_i and L_i out
@@ -86,9 +87,13 @@ __global__ void __launch_bounds__(StepConfig<kStep>::kThreads, 1)
     mbar_init(&bars[Smem::kQEmpty], kReleases);
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbar_init(&bars[Smem::kKFull + s], 1);
-      mbar_init(&bars[Smem::kVFull + s], 1);
+      mbar_init(&bars[Smem::kVFull + s], Cfg::kVFullArrivals);
       mbar_init(&bars[Smem::kKEmpty + s], kReleases);
       mbar_init(&bars[Smem::kVEmpty + s], kReleases);
+    }
+    for (int s = 0; s < Smem::kStagingStages; ++s) {  // V transposed in the producer: TMA fills, its warps empty
+      mbar_init(&bars[Smem::kStagedFull + s], 1);
+      mbar_init(&bars[Smem::kStagedEmpty + s], kTransposeWarps);
     }
     mbar_init_fence();
   }
@@ -100,8 +105,14 @@ __global__ void __launch_bounds__(StepConfig<kStep>::kThreads, 1)
   const int lane = tid % 32;
   if constexpr (Cfg::kWarpSpecialized) {
     if (wg == 0) {
-      // ---- producer: one elected thread of warp 0 issues every copy; warps 1-3 only give back registers.
-      enter_producer_role();
+      // ---- producer: one elected thread of warp 0 issues every copy; warps 1-3 only give back registers, or
+      // (Cfg::kTransposesV) make each V_j^T from the V_j that thread stages (transpose_v_blocks).
+      enter_producer_role<Cfg::kProducerRegisters>();
+      if constexpr (Cfg::kTransposesV) {  // first, so that nothing it holds stays live through the issuer's code
+        static_assert(Cfg::kPersistent, "V is transposed in the producer at the persistent step only");
+        const auto warp = static_cast<unsigned>(tid / 32);
+        if (warp > 0) transpose_v_blocks<Cfg>(smem, warp - 1, static_cast<unsigned>(lane));
+      }
       if (tid / 32 == 0 && elect_one()) {
         TimelineLane<kTimeline> tl;
         tl.start(p, true);
@@ -145,6 +156,7 @@ __global__ void __launch_bounds__(StepConfig<kStep>::kThreads, 1)
             kv_iter += tile.n_blocks;
             ti = next;
           }
+          if constexpr (Cfg::kTransposesV) loader.end_v_staging(kv_iter);
           finish_tiles(p);
         } else {
           const Tile tile = make_tile<Cfg::kBr, Cfg::kBc, tile_order<Sched, false>()>(p, static_cast<int>(blockIdx.x));
@@ -154,7 +166,7 @@ __global__ void __launch_bounds__(StepConfig<kStep>::kThreads, 1)
       }
     } else {
       // ---- consumers
-      enter_consumer_role();
+      enter_consumer_role<Cfg::kConsumerRegisters>();
       const Consumer<T, D, kStep, kDropout, kTimeline, Sched> consumer{p, &loader, smem, bars, wg - 1, wg, tid, tid / 32, lane / 4, lane % 4};
       consumer.tl.start(p, tid == 0);
       consumer.run(total_tiles);
@@ -190,7 +202,7 @@ void launch_config(const Params& p, cudaStream_t stream, int heads_per_group_giv
   TmaMaps maps;
   maps.q = make_bshd_tensor_map(p.q, E::kTensorMapType, E::kBytes, p.batch, p.seq_q, p.heads_q, D, Cfg::kBr);
   maps.k = make_bshd_tensor_map(p.k, E::kTensorMapType, E::kBytes, p.batch, p.seq_k, p.heads_kv, D, Cfg::kBc);
-  if constexpr (Cfg::kE4m3)  // V^T, written by the pre-pass (launch_forward_e4m3): boxes of 128 keys by d
+  if constexpr (Cfg::kE4m3 && !Cfg::kTransposesV)  // V^T, from the pre-pass (launch_forward_e4m3): 128 keys by d
     maps.v = make_vt_tensor_map(p.vt, p.batch, p.heads_kv, D, fp8_vt_keys(p.seq_k), D);
   else maps.v = make_bshd_tensor_map(p.v, E::kTensorMapType, E::kBytes, p.batch, p.seq_k, p.heads_kv, D, Cfg::kBc);
   auto kernel = fa3_ws_kernel<T, D, kStep, kDropout, kTimeline, Sched>;
@@ -244,8 +256,8 @@ inline void check_launch(DType dtype, const Params& p) {
   expect(on_hopper(), "the GPU has compute capability 9.0");
 }
 // The same for the FP8 forward (launch_forward_e4m3 and its timeline build): its head dims, no dropout, the
-// descales and V^T's scratch.
-inline void check_launch_e4m3(const Params& p) {
+// descales and V^T's scratch (`needs_vt`: not with V transposed in the producer, launch_forward_e4m3_vt_in_smem).
+inline void check_launch_e4m3(const Params& p, bool needs_vt = true) {
   expect(lists_head_dim<kE4m3HeadDims>(p.head_dim), "the FP8 forward's head dim is one of " +
                                                         listed_head_dims<kE4m3HeadDims>() + ", not " +
                                                         std::to_string(p.head_dim));
@@ -253,7 +265,7 @@ inline void check_launch_e4m3(const Params& p) {
   expect(!p.dropout, "the FP8 forward has no dropout");
   expect(p.q_descale != nullptr && p.k_descale != nullptr && p.v_descale != nullptr,
          "the FP8 forward needs Q's, K's and V's descales");
-  expect(p.vt != nullptr, "the FP8 forward needs V^T's scratch (fp8_vt_bytes)");
+  expect(!needs_vt || p.vt != nullptr, "the FP8 forward needs V^T's scratch (fp8_vt_bytes)");
 }
 
 }  // namespace flashlab::cuda::fa3_ws

@@ -1,8 +1,9 @@
 // FP8 forward, the pre-pass that lays out V for O += P V. An 8-bit wgmma reads its B operand K-major only, so the
 // forward reads V^T (d, keys) rather than V (keys, d); and it packs P straight from S's accumulator, so V^T holds
 // its keys in the order that packing implies (fp8_layout.cuh, fp8_v_key). This kernel writes that V^T once per
-// call, before the forward; the other way, a transpose in shared memory inside the producer, costs no pass over
-// V but shared-memory traffic in every block that reads it.
+// call, before the forward; the other way, a transpose in shared memory inside the producer (fp8_transpose_v_smem.cuh,
+// launch_forward_e4m3_vt_in_smem; tools/fa3_harness/race.sh races the two), costs no pass over V but shared-memory
+// traffic in every block that reads it.
 //   V   (B, S_k, H_kv, d)       e4m3, the project's layout
 //   V^T (B, H_kv, d, S_k pad)   e4m3, S_k rounded up to 32 (fp8_vt_keys); column k holds key fp8_v_key(k),
 //                               zero where that key is past S_k

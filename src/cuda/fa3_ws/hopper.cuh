@@ -3,7 +3,8 @@
 //  * TMA and mbarriers through cuda::ptx (CCCL 3.0): bulk tensor copies that complete on an mbarrier
 //    with a transaction-byte count, and parity waits on those barriers.
 //  * Inline PTX for what CCCL 3.0 does not wrap: wgmma (fence / commit / wait and the mma_async
-//    shapes in wgmma_ops.cuh), setmaxnreg, named barriers (bar.sync / bar.arrive), elect.sync.
+//    shapes in wgmma_ops.cuh), setmaxnreg, named barriers (bar.sync / bar.arrive), elect.sync, and ldmatrix /
+//    stmatrix (the FP8 forward's V transpose in shared memory).
 //  * The swizzles: where TMA puts element (row, col) of a tile, and the wgmma shared-memory matrix descriptor
 //    that reads it back.
 // Tiles are stored as panels 128 bytes wide (the widest box a 128B swizzle allows: 64 columns of 16-bit
@@ -189,6 +190,34 @@ __device__ __forceinline__ std::uint64_t global_timer_ns() {
   std::uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
   return t;
+}
+
+// ---- ldmatrix / stmatrix (the FP8 forward's V transpose in shared memory) ----------------------------------
+
+// Loads four 8 x 8 matrices of 16-bit elements, transposed, from shared memory (ldmatrix .trans): lane l gives the
+// address of row l % 8 of matrix l / 8 (16 bytes); each thread gets one word per matrix, the elements at column
+// lane / 4 of rows 2 (lane % 4) (low half) and 2 (lane % 4) + 1 (high half).
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t addr, std::uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+// Stores four 8 x 8 matrices of 16-bit elements to shared memory (stmatrix, not transposed): lane l gives the
+// address of row l % 8 of matrix l / 8 (16 bytes); word i of each thread goes to matrix i, row lane / 4, bytes
+// 4 (lane % 4) .. 4 (lane % 4) + 3.
+__device__ __forceinline__ void stmatrix_x4(std::uint32_t addr, std::uint32_t r0, std::uint32_t r1, std::uint32_t r2,
+                                            std::uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+// Where TMA puts byte `offset` of a tile whose rows are kRowBytes long (128 or 64) under that width's swizzle: the
+// 16-byte chunk bits XORed with the bits three above them (the rule above; the tile 1024-byte aligned).
+template <int kRowBytes>
+__host__ __device__ constexpr std::uint32_t swizzled_offset(std::uint32_t offset) {
+  static_assert(kRowBytes == 128 || kRowBytes == 64, "cuda-fa3-ws swizzles 128- or 64-byte panel rows");
+  return offset ^ (((offset >> 7) & (kRowBytes / 16 - 1)) << 4);
 }
 
 // ---- small numeric helpers ---------------------------------------------------------------------------

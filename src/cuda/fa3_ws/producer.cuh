@@ -3,9 +3,13 @@
 // by one thread, each after its stage is released and announced on its full barrier. A (rows, d) tile goes in as
 // panels of kPanelRowBytesOf<T, d> bytes a row (hopper.cuh: 128, or 64 for e4m3 at d = 64), one box per panel, the
 // width the launcher's tensor maps were made with (make_bshd_tensor_map); the e4m3 V_j^T as 128-key panels.
+// With the FP8 V transposed in the producer (Schedule::kFp8TransposeInKernel), V_j goes into a staging buffer
+// instead, and the producer's other three warps make the V_j^T stage from it (transpose_v_blocks, below).
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
+#include "cuda/fa3_ws/fp8_transpose_v_smem.cuh"
 #include "cuda/fa3_ws/hopper.cuh"
 #include "cuda/fa3_ws/tile_scheduler.cuh"
+#include "cuda/fa3_ws/warp_roles.cuh"
 #include "model/timeline.hpp"
 
 namespace flashlab::cuda::fa3_ws {
@@ -51,6 +55,10 @@ struct Loader {
   // K_j or V_j (Bc, d) into stage (iter % kStages); `iter` counts K/V blocks over the block's whole life.
   template <bool kIsK, class Lane>
   __device__ void load_kv(const Tile& tile, int j, std::uint32_t iter, Lane& tl, const Params& p) const {
+    if constexpr (Cfg::kTransposesV && !kIsK) {
+      stage_v(tile, j, iter, tl, p);
+      return;
+    }
     const int stage = static_cast<int>(iter % kStages);
     const std::uint32_t phase = (iter / kStages) & 1;
     const int empty = (kIsK ? Smem::kKEmpty : Smem::kVEmpty) + stage, full = (kIsK ? Smem::kKFull : Smem::kVFull) + stage;
@@ -74,7 +82,67 @@ struct Loader {
         tma_load_4d(dst + pnl * kBc * kRowBytes, map, pnl * kCols, tile.h_kv, j * kBc, tile.b, &bars[full]);
     }
   }
+
+  // With V transposed in the producer (Cfg::kTransposesV): V_j (Bc, d) as it is stored (the plain tensor map, zeros
+  // past S_k) into staging buffer (iter % kStagingStages), once the transposing warps have released it, with that
+  // buffer's word set to 1 (published by the full barrier's arrival, as the tile slot is by Q_i's).
+  template <class Lane>
+  __device__ void stage_v(const Tile& tile, int j, std::uint32_t iter, Lane& tl, const Params& p) const {
+    constexpr int kStaging = Smem::kStagingStages;
+    const int buf = static_cast<int>(iter % kStaging);
+    const std::uint32_t phase = (iter / kStaging) & 1;
+    unsigned char* dst = smem + Smem::kStagingOffset + buf * Smem::kKVBytes;
+    const std::uint64_t t0 = Lane::now();
+    mbar_wait(&bars[Smem::kStagedEmpty + buf], phase ^ 1);
+    const std::uint64_t t1 = Lane::now();
+    tl.waited(p, t0, t1);
+    tl.instant(p, PipelineEvent::TmaIssue, t1);
+    reinterpret_cast<volatile int*>(smem + Smem::kStagingWordsOffset)[buf] = 1;
+    mbar_arrive_expect_tx(&bars[Smem::kStagedFull + buf], Smem::kKVBytes);
+#pragma unroll
+    for (int pnl = 0; pnl < kPanels; ++pnl)
+      tma_load_4d(dst + pnl * kBc * kRowBytes, &maps->v, pnl * kCols, tile.h_kv, j * kBc, tile.b,
+                  &bars[Smem::kStagedFull + buf]);
+  }
+  // After the last V_j: the next staging buffer's word set to 0 and its full barrier's phase completed without a
+  // copy, which tells the transposing warps to stop. `iter` counts the V blocks staged before.
+  __device__ void end_v_staging(std::uint32_t iter) const {
+    constexpr int kStaging = Smem::kStagingStages;
+    const int buf = static_cast<int>(iter % kStaging);
+    mbar_wait(&bars[Smem::kStagedEmpty + buf], ((iter / kStaging) & 1) ^ 1);
+    reinterpret_cast<volatile int*>(smem + Smem::kStagingWordsOffset)[buf] = 0;
+    mbar_arrive(&bars[Smem::kStagedFull + buf]);
+  }
 };
+
+// Producer warp `warp` (0 .. kTransposeWarps - 1 among the transposing ones) of the FP8 forward with V transposed in
+// the producer: for every V_j the issuer stages, in order, waits for it to land and for its V_j^T stage to be free,
+// writes its share of V_j^T there (transpose_v_block_e4m3), and then counts one arrival, once every lane is done, on
+// the staging buffer's empty barrier and on the stage's full one (the consumers wait there as they do for a TMA copy).
+// The generic-proxy stores are fenced before the arrival that hands them to the consumers' wgmma (the async proxy).
+template <class Cfg>
+__device__ void transpose_v_blocks(unsigned char* smem, unsigned warp, unsigned lane) {
+  using Smem = typename Cfg::Smem;
+  constexpr int kStaging = Smem::kStagingStages, kStages = Cfg::kStages;
+  constexpr int kD = Smem::kQBytes / Cfg::kBr;  // e4m3: one byte an element
+  auto* bars = reinterpret_cast<std::uint64_t*>(smem + Smem::kBarOffset);
+  for (std::uint32_t iter = 0;; ++iter) {
+    const int buf = static_cast<int>(iter % kStaging), stage = static_cast<int>(iter % kStages);
+    mbar_wait(&bars[Smem::kStagedFull + buf], (iter / kStaging) & 1);
+    // the issuer's "no more V blocks"
+    if (reinterpret_cast<const volatile int*>(smem + Smem::kStagingWordsOffset)[buf] == 0) break;
+    mbar_wait(&bars[Smem::kVEmpty + stage], ((iter / kStages) & 1) ^ 1);
+    transpose_v_block_e4m3<kD, Cfg::kBc, kPanelRowBytesOf<__nv_fp8_e4m3, kD>>(
+        smem_u32(smem + Smem::kStagingOffset + buf * Smem::kKVBytes),
+        smem_u32(smem + Smem::kVOffset + stage * Smem::kKVBytes), warp, kTransposeWarps, lane);
+    fence_proxy_async_smem();
+    __syncwarp();
+    if (lane == 0) {
+      mbar_arrive(&bars[Smem::kStagedEmpty + buf]);
+      mbar_arrive(&bars[Smem::kVFull + stage]);
+    }
+  }
+}
 
 // ---- softmax ----------------------------------------------------------------------------------------------------
 
