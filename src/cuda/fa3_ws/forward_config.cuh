@@ -42,6 +42,10 @@ struct Schedule {
   // The FP8 forward only (E4m3HeadConfig): at d = 256 each consumer gets an O buffer of its own instead of taking
   // one in turn.
   static constexpr bool kFp8OwnOBuffers = kFp8OwnOBuffersIn;
+  // The online softmax's row max and row sum as balanced trees instead of one dependent chain each (OnlineSoftmax's
+  // kTreeReductions): -1 leaves it to the head config (where it was raced faster), 0 or 1 forces it
+  // (WithSoftmaxTrees, for the race).
+  static constexpr int kSoftmaxTrees = -1;
   // The FP8 forward only: V_j^T is made in shared memory by the producer warpgroup (fp8_transpose_v_smem.cuh) from
   // V_j as TMA lands it, instead of read from the V^T the pre-pass wrote (fp8_transpose_v.cu). Off here; a schedule
   // turns it on as WithFp8TransposeInKernel<Schedule<...>> (below), which keeps every other kernel's name and code.
@@ -52,6 +56,11 @@ struct Schedule {
 template <class Sched>
 struct WithFp8TransposeInKernel : Sched {
   static constexpr bool kFp8TransposeInKernel = true;
+};
+// A schedule with the softmax's reductions forced to trees (kOn) or chains, whatever the head config says.
+template <class Sched, bool kOn>
+struct WithSoftmaxTrees : Sched {
+  static constexpr int kSoftmaxTrees = kOn ? 1 : 0;
 };
 // What ships: every idea above, and the wide blocks where the launcher takes them (fa3_ws::takes_wide_blocks,
 // cuda/tilings.hpp: long keys, steps 2-5, no dropout); every exponential on the MUFU; the lazy rescale; for FP8 at
@@ -92,6 +101,10 @@ struct HeadConfig {
   static constexpr bool kOverlapFits = true;  // step 4's intra-warpgroup overlap fits the registers
   static constexpr int kExp2PolyEvery = Sched::kExp2PolyEvery;
   static constexpr int kStagingStages = 0;  // V_j lands where the consumers read it (E4m3HeadConfig has the other case)
+  // The softmax's reductions as trees where they were raced faster: the shipped (persistent) kernel at d = 64, +7% and
+  // +11% unmasked at N = 4k and 16k on an H100, 0 to +2% causal; at d = 128 and 256 -3.4% to +0.6%
+  // (bench/results/h100-fa3-ws-race-softmax-trees_2026-11-28.txt).
+  static constexpr bool kTreeReductions = Sched::kSoftmaxTrees >= 0 ? Sched::kSoftmaxTrees == 1 : kPersistent && D == 64;
 };
 
 // The FP8 forward (e4m3 Q, K, V; the persistent step only). K_j is (Bc, d) and V_j is stored as V^T (d, Bc), both
@@ -120,6 +133,9 @@ struct E4m3HeadConfig {
   static constexpr int kStages = D == 64 ? 4 : D == 128 ? 3 : 2;
   static constexpr bool kOverlapFits = D <= 128;
   static constexpr int kExp2PolyEvery = Sched::kExp2PolyEvery;
+  // The softmax's reductions as trees at d = 256 only: +0.9 to +1.9% there, -1.4 to -5.3% at d = 64 and 128 (H100,
+  // bench/results/h100-fa3-ws-race-softmax-trees_2026-11-28.txt).
+  static constexpr bool kTreeReductions = Sched::kSoftmaxTrees >= 0 ? Sched::kSoftmaxTrees == 1 : D == 256;
   static constexpr int kStagingStages = !Sched::kFp8TransposeInKernel ? 0 : D <= 128 ? 2 : 1;
   static_assert(!Sched::kFp8TransposeInKernel || D <= 128 || !Sched::kFp8OwnOBuffers,
                 "at d = 256 the FP8 V transpose in the producer takes the O buffer in turn (kFp8OwnOBuffers off)");

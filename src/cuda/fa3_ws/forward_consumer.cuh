@@ -37,7 +37,7 @@ struct Consumer {
   static constexpr bool kE4m3 = Cfg::kE4m3;  // the FP8 forward: e4m3 Q, K, V^T and P, per-head descales
   // A panel row of Q_i and K_j (hopper.cuh): 128 bytes, or 64 for e4m3 at d = 64 (the 64-byte swizzle).
   static constexpr int kQkRowBytes = kPanelRowBytesOf<T, D>;
-  using Softmax = OnlineSoftmax<kBc, kE4m3, Cfg::kExp2PolyEvery, Sched::kLazyRescale>;
+  using Softmax = OnlineSoftmax<kBc, kE4m3, Cfg::kExp2PolyEvery, Sched::kLazyRescale, Cfg::kTreeReductions>;
   // Step 4's intra-warpgroup overlap, where the head's registers allow it (E4m3HeadConfig: not e4m3 at d = 256).
   static constexpr bool kIntraOverlap = Cfg::kIntraOverlap && Cfg::kOverlapFits;
 

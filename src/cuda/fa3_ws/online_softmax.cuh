@@ -24,7 +24,11 @@ namespace flashlab::cuda::fa3_ws {
 // 2^-4), 3 for 16-bit P. 0: every exponential on the MUFU.
 // kLazyRescale: FlashAttention-4's conditional rescaling, for 16-bit P: the max a row exponentiates against may lag
 // its running max by up to kMaxLag, so O_i is rescaled only when the max rises by more. Off: whenever it rises.
-template <int kCols, bool kE4m3P = false, int kPolyEvery = 0, bool kLazyRescale = true>
+// kTreeReductions: the row max and the row sum as balanced trees instead of one chain each. One warp per scheduler
+// runs a consumer's softmax while the other consumer's GEMMs run, so the softmax is paced by its longest dependent
+// chain more than by its instruction count: a chain of kN / 2 maxima or adds costs about 4 cycles a link, a tree
+// log2 of that. Where it pays depends on the head dim and the type (forward_config.cuh says where it is on).
+template <int kCols, bool kE4m3P = false, int kPolyEvery = 0, bool kLazyRescale = true, bool kTreeReductions = false>
 struct OnlineSoftmax {
   static constexpr int kN = kCols / 2;  // accumulator floats per thread
   float m[2];  // m_i: running max of scale * S_ij, in log2 units
@@ -58,6 +62,7 @@ struct OnlineSoftmax {
   // lane, so the branch on it does not diverge). The scale is folded into one FFMA per element. For a
   // negative scale the row's largest scaled score is its smallest raw one (mask_val is +inf then).
   __device__ bool online_softmax(float (&s)[kN], float scale_log2, float (&corr)[2]) {
+    if constexpr (kTreeReductions) return online_softmax_trees(s, scale_log2, corr);
     const bool positive = scale_log2 >= 0.f;
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
@@ -73,16 +78,8 @@ struct OnlineSoftmax {
         raw = fminf(raw, __shfl_xor_sync(0xffffffffu, raw, 1));
         raw = fminf(raw, __shfl_xor_sync(0xffffffffu, raw, 2));
       }
-      const bool all_masked = positive ? raw == -INFINITY : raw == INFINITY;
-      const float block_max = all_masked ? -INFINITY : raw * scale_log2;
-      const bool moves = block_max > m[hf] + kMaxLag;  // -inf + kMaxLag = -inf: the first visible key moves it
-      const float m_new = moves ? block_max : m[hf];
-      // A row that has seen only masked keys keeps m = -inf: subtract 0 then, so exp2 gives 0, not NaN.
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      corr[hf] = moves ? fast_exp2(m[hf] - m_use) : 1.f;
-      m[hf] = m_new;
       float sum = 0.f;
-      const float offset = kE4m3P ? kLog2E4m3PScale - m_use : -m_use;  // exp2(x - m) times the P scale
+      const float offset = move_max(hf, raw, positive, scale_log2, corr);
       [&]<int... i>(std::integer_sequence<int, i...>) {
         ((s[4 * i + 2 * hf] = exp2_of_group<i>(fmaf(s[4 * i + 2 * hf], scale_log2, offset)),
           s[4 * i + 2 * hf + 1] = exp2_of_group<i>(fmaf(s[4 * i + 2 * hf + 1], scale_log2, offset)),
@@ -92,6 +89,79 @@ struct OnlineSoftmax {
       l[hf] = l[hf] * corr[hf] + sum;
     }
     return __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f);
+  }
+
+  // The same with kTreeReductions: the row max and the row sum as balanced trees (depth log2 of kN / 2, not kN / 2),
+  // the thread's two rows side by side, every exponential before the sums.
+  __device__ bool online_softmax_trees(float (&s)[kN], float scale_log2, float (&corr)[2]) {
+    const bool positive = scale_log2 >= 0.f;
+    float raw[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) raw[hf] = positive ? row_reduce<Max>(s, hf) : row_reduce<Min>(s, hf);
+#pragma unroll
+    for (int lanes = 1; lanes <= 2; lanes *= 2)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const float other = __shfl_xor_sync(0xffffffffu, raw[hf], lanes);
+        raw[hf] = positive ? fmaxf(raw[hf], other) : fminf(raw[hf], other);
+      }
+    float offset[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) offset[hf] = move_max(hf, raw[hf], positive, scale_log2, corr);
+    [&]<int... i>(std::integer_sequence<int, i...>) {
+      ((s[4 * i] = exp2_of_group<i>(fmaf(s[4 * i], scale_log2, offset[0])),
+        s[4 * i + 1] = exp2_of_group<i>(fmaf(s[4 * i + 1], scale_log2, offset[0])),
+        s[4 * i + 2] = exp2_of_group<i>(fmaf(s[4 * i + 2], scale_log2, offset[1])),
+        s[4 * i + 3] = exp2_of_group<i>(fmaf(s[4 * i + 3], scale_log2, offset[1]))),
+       ...);
+    }(std::make_integer_sequence<int, kN / 4>{});
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) l[hf] = l[hf] * corr[hf] + row_reduce<Sum>(s, hf);
+    return __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f);
+  }
+
+  // Row hf's block max (raw: its extreme raw score, quad-reduced) against m_i: m_i and corr[hf] updated; returns the
+  // offset of its exponentials, exp2(scale_log2 S + offset) = P (times the P scale for e4m3).
+  __device__ float move_max(int hf, float raw, bool positive, float scale_log2, float (&corr)[2]) {
+    const bool all_masked = positive ? raw == -INFINITY : raw == INFINITY;
+    const float block_max = all_masked ? -INFINITY : raw * scale_log2;
+    const bool moves = block_max > m[hf] + kMaxLag;  // -inf + kMaxLag = -inf: the first visible key moves it
+    const float m_new = moves ? block_max : m[hf];
+    // A row that has seen only masked keys keeps m = -inf: subtract 0 then, so exp2 gives 0, not NaN.
+    const float m_use = m_new == -INFINITY ? 0.f : m_new;
+    corr[hf] = moves ? fast_exp2(m[hf] - m_use) : 1.f;
+    m[hf] = m_new;
+    return kE4m3P ? kLog2E4m3PScale - m_use : -m_use;  // exp2(x - m) times the P scale
+  }
+
+  // Row hf's kN / 2 values of this thread (s[4 i + 2 hf] and s[4 i + 2 hf + 1]) reduced by Op as a balanced tree.
+  struct Max {
+    __device__ static float apply(float a, float b) { return fmaxf(a, b); }
+  };
+  struct Min {
+    __device__ static float apply(float a, float b) { return fminf(a, b); }
+  };
+  struct Sum {
+    __device__ static float apply(float a, float b) { return a + b; }
+  };
+  template <class Op>
+  __device__ static float row_reduce(const float (&s)[kN], int hf) {
+    float v[kN / 4];
+#pragma unroll
+    for (int i = 0; i < kN / 4; ++i) v[i] = Op::apply(s[4 * i + 2 * hf], s[4 * i + 2 * hf + 1]);
+    return tree<Op, kN / 4>(v);
+  }
+  // v[0] op ... op v[kLen - 1]: pairs (i, i + ceil(kLen / 2)) first, then the same on the first half.
+  template <class Op, int kLen>
+  __device__ static float tree(float* v) {
+    if constexpr (kLen == 1) {
+      return v[0];
+    } else {
+      constexpr int kHalf = (kLen + 1) / 2;
+#pragma unroll
+      for (int i = 0; i < kLen / 2; ++i) v[i] = Op::apply(v[i], v[i + kHalf]);
+      return tree<Op, kHalf>(v);
+    }
   }
 
   // O_i = diag(corr) O_i (D/2 FMULs per thread), when online_softmax says some row of the warp needs it.
