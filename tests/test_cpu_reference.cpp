@@ -15,6 +15,7 @@
 #include "registry/variants.hpp"
 #include "cpu_reference/cpu_variants.hpp"
 #include "cpu_reference/naive.hpp"
+#include "cpu_reference/reference.hpp"
 #include "cpu_reference/tiled.hpp"
 
 using namespace flashlab;
@@ -478,5 +479,33 @@ TEST_CASE("bad input is an InputError with one sentence") {
     CHECK_THROWS_AS(tiled_backward<double>(Algorithm::FA2, p, in, f, HostTensor({1, 16, 2, 4}), Tiling{.Br = 8, .Bc = 8}),
                     InputError);
     CHECK_THROWS_AS(tiled_backward<double>(Algorithm::FA1, p, in, ForwardOut{}, in.q, Tiling{.Br = 8, .Bc = 8}), InputError);
+  }
+}
+
+// With one key every row's P is 1 and dS = P o (dP - D) cancels: dQ and dK are exactly zero, and so is the error of
+// naive attention in any precision (its D = rowsum(P o dP) cancels exactly). A kernel's D = rowsum(dO o O) cancels
+// to fp32 roundoff only, so the rule judges such a gradient at the scale of the case's other gradients.
+TEST_CASE("an exactly-zero gradient (one key) is judged at the scale of the case's gradients, not at zero") {
+  Problem p;
+  p.shape = Shape{.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 200, .seq_k = 1, .head_dim = 64};
+  for (const DType dtype : {DType::F32, DType::BF16}) {
+    CAPTURE(to_string(dtype));
+    const Reference r = seeded_reference(p, dtype, /*backward=*/true);
+    double dk_max = 0, dv_max = 0;
+    for (double x : r.grads.dk.data) dk_max = std::max(dk_max, std::abs(x));
+    for (double x : r.grads.dv.data) dv_max = std::max(dv_max, std::abs(x));
+    REQUIRE(dk_max == 0.0);  // the premise: dK is exactly zero
+    REQUIRE(dv_max > 1.0);   // while dV, a sum over 200 queries, is not
+    HostTensor roundoff = r.grads.dk, wrong = r.grads.dk;
+    for (std::size_t n = 0; n < roundoff.data.size(); ++n) {
+      roundoff.data[n] = (n % 2 ? 1 : -1) * 2e-5;  // over 1e-5 absolute: failed before, as fp32 roundoff does
+      wrong.data[n] = (n % 2 ? 1 : -1) * 5e-2 * dv_max;  // a real error at the case's scale
+    }
+    CHECK(check_output("dK", roundoff, r.grads.dk, Quantity::Gradient, dtype, r).passes());
+    CHECK_FALSE(check_output("dK", wrong, r.grads.dk, Quantity::Gradient, dtype, r).passes());
+    // A gradient that is not zero keeps its own scale.
+    HostTensor dv = r.grads.dv;
+    dv.data[0] += 5e-2 * dv_max;
+    CHECK_FALSE(check_output("dV", dv, r.grads.dv, Quantity::Gradient, dtype, r).passes());
   }
 }
