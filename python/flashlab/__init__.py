@@ -220,7 +220,7 @@ def within_fp8_rule(q, k, v, out, lse, *, is_causal=False, causal_align="top-lef
 
 
 def verify(fn, *, backward=None, dtypes=("f32", "f16", "bf16"), head_dims=(32, 64, 128), suite="quick", seed=None,
-           layout="bshd", name=None):
+           layout="bshd", name=None, device=None, bench=False):
     """Check your own attention function the way FlashLab checks its kernels (`flashlab verify`): about 20 cases
     (suite="full": about 200) of odd lengths, seq_q != seq_k both ways, many K/V blocks, both causal alignments,
     GQA and MQA, each on fresh random inputs, judged by FlashLab's rule, and when some fail, a diagnosis of
@@ -228,51 +228,91 @@ def verify(fn, *, backward=None, dtypes=("f32", "f16", "bf16"), head_dims=(32, 6
     LSE's base, the GQA sum of dK/dV, the scale).
 
     fn(q, k, v, *, is_causal, causal_align, scale) returns O, or (O, LSE). q is (B, S_q, H_q, D), k and v
-    (B, S_k, H_kv, D) with H_q a multiple of H_kv, as NumPy arrays in `layout` ("bshd" or "bhsd"): float32 for
-    "f32", float16 for "f16", and float32 holding bfloat16 values for "bf16" (NumPy has no bfloat16). O comes
-    back in the same layout; the LSE is (B, H_q, S_q), natural log, -inf for a row that sees no key. Raise
-    NotImplementedError for what fn does not run (a dtype, a head dim): the case is listed as refused.
-    backward: None, or backward(q, k, v, out, lse, grad_out, *, is_causal, causal_align, scale) returning
-    (dq, dk, dv); it gets FlashLab's reference out and lse, so it is judged on its own. A function on PyTorch
-    tensors is wrapped the same way: convert the arrays with torch.from_numpy(...).to(device) and back with
-    .cpu().numpy().
+    (B, S_k, H_kv, D) with H_q a multiple of H_kv, in `layout` ("bshd" or "bhsd"), contiguous. O comes back in the
+    same layout; the LSE is (B, H_q, S_q), natural log, -inf for a row that sees no key. Raise NotImplementedError
+    for what fn does not run (a dtype, a head dim): the case is listed as refused.
+
+    device: None (the default) hands fn NumPy arrays: float32 for "f32", float16 for "f16", and float32 holding
+    bfloat16 values for "bf16" (NumPy has no bfloat16). A PyTorch device ("cuda", "cuda:1", "cpu") hands fn torch
+    tensors on it instead, torch.float32, float16 or bfloat16, holding exactly the values verify drew; fn returns
+    tensors (read back as float64).
+
+    backward: None; or backward(q, k, v, out, lse, grad_out, *, is_causal, causal_align, scale) returning
+    (dq, dk, dv), arrays or tensors as fn's (lse float32), which gets FlashLab's reference out and lse, so it is
+    judged on its own; or "autograd" (with a device): dQ, dK and dV are torch.autograd.grad of fn's own O for
+    FlashLab's dO, so a wrong forward makes them wrong too, and the report says how many failing cases that
+    explains.
+
+    bench: with device="cuda", also time fn beside FlashLab's cuda-fa2 and cuda-fa3-ws (through flashlab.torch)
+    and PyTorch's scaled_dot_product_attention (its flash and cuDNN backends), each where it runs the problem, on the
+    FlashAttention-2 paper's shapes (B*N = 16384 tokens, H*d = 2048, N = 1024, 4096, 16384, causal and not), for
+    each bf16 / f16 (dtype, head dim) pair fn passed: forward, and forward+backward when fn has a backward; the
+    median of several calls between CUDA events, in TFLOP/s as FlashAttention counts them. The table is printed
+    after the report, and is .as_dict()["bench"].
 
     Returns a VerifyReport: true when every case passed; print it for the table; .as_dict() for the data.
     """
     if not callable(fn):
         raise ValueError(f"fn must be a callable, got {type(fn).__name__}")
-    if backward == "autograd":
-        raise ValueError("backward='autograd' needs PyTorch tensors, and verify passes NumPy arrays: give a backward "
-                         "function that runs torch.autograd.grad on your forward")
-    if backward is not None and not callable(backward):
-        raise ValueError(f"backward must be None or a callable, got {type(backward).__name__}")
+    if backward is not None and backward != "autograd" and not callable(backward):
+        raise ValueError(f"backward must be None, a callable or 'autograd', got {backward!r}")
     layout = _text("layout", layout)
     if layout not in ("bshd", "bhsd"):
         raise ValueError(f"layout is bshd or bhsd, not {layout!r}")
-    return _verify(_numpy_calls(fn, backward, layout), name or getattr(fn, "__name__", "fn"), dtypes, head_dims,
-                   suite, seed)
+    if not isinstance(bench, bool):
+        raise ValueError(f"bench must be True or False, got {bench!r}")
+    name = name or getattr(fn, "__name__", "fn")
+    if device is None:
+        if backward == "autograd":
+            raise ValueError("backward='autograd' needs PyTorch tensors: pass device='cuda' (or 'cpu') so that fn gets "
+                             "torch tensors, or give a backward function")
+        if bench:
+            raise ValueError("bench=True times fn on a CUDA GPU with CUDA events: pass device='cuda'")
+        return _verify(_numpy_calls(fn, backward, layout), name, dtypes, head_dims, suite, seed)
+
+    device = _torch_device(device)
+    if bench and device.type != "cuda":
+        raise ValueError(f"bench=True times fn on a CUDA GPU with CUDA events, not on the {device.type}: pass "
+                         "device='cuda'")
+    from . import _verify_torch
+    calls = _verify_torch.TorchCalls(fn, backward, layout, device)
+    report = _verify((calls.forward, None if backward is None else calls.backward), name, dtypes, head_dims, suite,
+                     seed)
+    if calls.not_differentiable:
+        raise ValueError(calls.not_differentiable)
+    if backward == "autograd":
+        report._add_notes(_verify_torch.autograd_notes(report.as_dict()))
+    if bench:
+        report._add_bench(_verify_torch.bench(fn, backward, layout, device, report.as_dict(), name))
+    return report
 
 
 class VerifyReport:
-    """What verify found: true when every case passed. str(report) is the table `flashlab verify` prints;
-    .as_dict() the data (cases, refused, diagnosis, first_failure, seed); .raise_on_failure() raises
-    AssertionError with the table, for a test."""
+    """What verify found: true when every case passed. str(report) is the table `flashlab verify` prints (then, for
+    backward='autograd', how many failures the forward explains, and with bench=True the bench's table);
+    .as_dict() the data (cases, refused, diagnosis, first_failure, seed, notes, and bench: settings, rows, notes);
+    .raise_on_failure() raises AssertionError with the table, for a test."""
 
     def __init__(self, report):
-        self._report = report
+        self._report = dict(report, notes=[], bench=None)
 
     def __bool__(self):
         return bool(self._report["ok"])
 
     def __str__(self):
-        return self._report["text"]
+        text = self._report["text"] + "".join(note + "\n" for note in self._report["notes"])
+        bench = self._report["bench"]
+        return text if bench is None else text + "\n" + bench["text"]
 
     def __repr__(self):
         return (f"<VerifyReport {self._report['kernel']}: {self._report['passed']} pass, "
                 f"{self._report['failed']} fail, seed {self._report['seed']}>")
 
     def as_dict(self):
-        return {k: v for k, v in self._report.items() if k != "text"}
+        data = {k: v for k, v in self._report.items() if k != "text"}
+        if data["bench"] is not None:
+            data["bench"] = {k: v for k, v in data["bench"].items() if k != "text"}
+        return data
 
     @property
     def diagnosis(self):
@@ -283,6 +323,12 @@ class VerifyReport:
             raise AssertionError(str(self))
         return self
 
+    def _add_notes(self, notes):
+        self._report["notes"] += notes
+
+    def _add_bench(self, bench):
+        self._report["bench"] = bench
+
 
 def _verify(calls, name, dtypes, head_dims, suite, seed):
     """The engine on (forward, backward) that take and return float64 (B, S, H, D) arrays."""
@@ -292,6 +338,29 @@ def _verify(calls, name, dtypes, head_dims, suite, seed):
     forward, backward = calls
     return VerifyReport(_native.verify(forward, backward, _text("name", name), dtypes, head_dims,
                                        _text("suite", suite), seed))
+
+
+def _torch_device(device):
+    """device as a torch.device where fn's tensors can be made, or ValueError with one sentence."""
+    try:
+        import torch
+    except ImportError:
+        raise ValueError(f"device={device!r} hands fn PyTorch tensors, but this Python cannot import torch: install "
+                         "PyTorch, or leave device out to get NumPy arrays") from None
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"device must name a PyTorch device such as 'cuda', 'cuda:1' or 'cpu', got {device!r}") from None
+    if device.type not in ("cuda", "cpu"):
+        raise ValueError(f"verify hands fn tensors on 'cuda' or 'cpu', not on {device.type!r}")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {str(device)!r} is missing: this PyTorch sees no CUDA device "
+                             "(torch.cuda.is_available() is False); device='cpu' hands fn tensors in host memory")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"device {str(device)!r} is missing: this PyTorch sees {torch.cuda.device_count()} CUDA "
+                             "device(s), numbered from 0")
+    return device
 
 
 _NUMPY_DTYPES = {"f32": _np.float32, "f16": _np.float16, "bf16": _np.float32}

@@ -6,6 +6,7 @@ of the same build (CTest sets it)."""
 import os
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -470,14 +471,68 @@ def test_verify_bad_arguments_are_one_sentence():
     fwd, _ = kernel_with(None)
     with pytest.raises(ValueError, match="fn must be a callable"):
         flashlab.verify(42)
-    with pytest.raises(ValueError, match="needs PyTorch tensors"):
+    with pytest.raises(ValueError, match="backward='autograd' needs PyTorch tensors: pass device='cuda'"):
         flashlab.verify(fwd, backward="autograd")
+    with pytest.raises(ValueError, match="backward must be None, a callable or 'autograd', got 'autograd2'"):
+        flashlab.verify(fwd, backward="autograd2")
+    with pytest.raises(ValueError, match="bench=True times fn on a CUDA GPU with CUDA events: pass device='cuda'"):
+        flashlab.verify(fwd, bench=True)
+    with pytest.raises(ValueError, match="bench must be True or False"):
+        flashlab.verify(fwd, bench="yes")
     with pytest.raises(ValueError, match="layout is bshd or bhsd"):
         flashlab.verify(fwd, layout="sbhd")
     with pytest.raises(ValueError, match="unknown suite 'huge'"):
         flashlab.verify(fwd, suite="huge")
     with pytest.raises(ValueError, match="not f64"):
         flashlab.verify(fwd, dtypes="f64")
+
+
+def test_verify_on_torch_tensors_without_pytorch_is_one_sentence(monkeypatch):
+    # PyTorch made unimportable in this process (whether or not it is installed): the NumPy path runs as before,
+    # and each option that needs torch says so before any case runs.
+    monkeypatch.setitem(sys.modules, "torch", None)
+    fwd, _ = kernel_with(None)
+    assert flashlab.verify(fwd, dtypes="f32", head_dims=(32,), seed=3)
+    sentence = "hands fn PyTorch tensors, but this Python cannot import torch: install PyTorch, or leave device out"
+    for options in (dict(device="cuda"), dict(device="cpu", backward="autograd"), dict(device="cuda", bench=True)):
+        with pytest.raises(ValueError, match=sentence):
+            flashlab.verify(fwd, **options)
+
+
+class _FakeTorch(types.ModuleType):
+    """Just enough of `torch` for verify's device check: devices named as PyTorch names them, and `gpus` CUDA
+    devices (0: this PyTorch sees none)."""
+
+    def __init__(self, gpus):
+        super().__init__("torch")
+        self.cuda = types.SimpleNamespace(is_available=lambda: gpus > 0, device_count=lambda: gpus)
+
+    class device:  # noqa: N801 (torch's name)
+        def __init__(self, name):
+            kind, _, index = str(name).partition(":")
+            if kind not in ("cpu", "cuda", "meta", "mps") or (index and not index.isdigit()):
+                raise RuntimeError(f"Invalid device string: '{name}'")
+            self.type, self.index = kind, int(index) if index else None
+
+        def __str__(self):
+            return self.type if self.index is None else f"{self.type}:{self.index}"
+
+
+def test_verify_on_a_missing_device_is_one_sentence(monkeypatch):
+    fwd, _ = kernel_with(None)
+    monkeypatch.setitem(sys.modules, "torch", _FakeTorch(gpus=0))
+    with pytest.raises(ValueError, match="device 'cuda' is missing: this PyTorch sees no CUDA device"):
+        flashlab.verify(fwd, device="cuda")
+    with pytest.raises(ValueError, match="device must name a PyTorch device such as 'cuda', 'cuda:1' or 'cpu', "
+                                         "got 'gpu0'"):
+        flashlab.verify(fwd, device="gpu0")
+    with pytest.raises(ValueError, match="verify hands fn tensors on 'cuda' or 'cpu', not on 'meta'"):
+        flashlab.verify(fwd, device="meta")
+    with pytest.raises(ValueError, match="bench=True times fn on a CUDA GPU with CUDA events, not on the cpu"):
+        flashlab.verify(fwd, device="cpu", bench=True)
+    monkeypatch.setitem(sys.modules, "torch", _FakeTorch(gpus=2))
+    with pytest.raises(ValueError, match="device 'cuda:2' is missing: this PyTorch sees 2 CUDA device"):
+        flashlab.verify(fwd, device="cuda:2")
 
 
 # --- FP8 (e4m3): what is refused before any GPU is asked for, and the rule it is held to -------------------------

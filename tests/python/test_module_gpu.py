@@ -8,9 +8,16 @@ skipped where there is no device):
     causal or not, MHA and GQA, bf16 and f16, head dims 64, 128 and 256;
   * a nanoGPT-style model (tests/python/nanogpt.py) trained 300 steps with PyTorch's attention and with
     each FlashLab variant that has a backward follows the same loss curve, within a stated tolerance
-    that a model whose attention sees the future breaks.
+    that a model whose attention sees the future breaks;
+  * flashlab.verify on torch tensors (device="cuda"): the values verify drew reach fn exactly, in the dtype and
+    layout asked; a correct torch function passes the full suite at several seeds with backward="autograd"; each
+    planted bug (tests/python/verify_kernels_torch.py, one per diagnosis, the GQA sum planted in autograd's path)
+    is caught and named; a forward bug seen through autograd is named as the forward's, and the report says how
+    many failures it explains; FlashLab's own CUDA variants pass through flashlab.torch; bench=True returns the
+    table with fn, FlashLab's variants and SDPA's backends, in FlashAttention's TFLOP/s.
 """
 import functools
+import math
 
 import numpy as np
 import pytest
@@ -20,6 +27,7 @@ import torch.nn.functional as F
 import flashlab
 import flashlab.torch as ft
 import nanogpt
+import verify_kernels_torch as vkt
 from flashlab import _flashlab as native
 
 assert torch.cuda.is_available(), ("this PyTorch has no CUDA, but the machine has a CUDA device: the GPU suite "
@@ -368,13 +376,14 @@ def test_fp8_torch_path_on_its_own_quantization_and_what_it_refuses():
 
     (q8, qd), (k8, kd), (v8, vd) = (quantize(x) for x in (q, k, v))
     o, lse = ft.fp8_attention(q8, k8, v8, qd, kd, vd, is_causal=True)
-    deq = lambda x8, xd: x8.float() * xd[:, :, None, None]
-    ref = pytorch_sdpa(*(deq(a, b).double() for a, b in ((q8, qd), (k8, kd), (v8, vd))), is_causal=True)
-    bf16 = pytorch_sdpa(*(deq(a, b).bfloat16() for a, b in ((q8, qd), (k8, kd), (v8, vd))), is_causal=True)
-    # Beside bf16 attention on the same operands: P rounded to e4m3 (unit roundoff 2^-4 against bf16's 2^-8) makes
-    # FP8's error larger, bounded by fp8_emulation_bounds' worst case, about 0.09 max|V| (cpu_reference/fp8.hpp).
-    err = (o.double() - ref).abs().max().item()
-    assert err <= 0.09 * ref.abs().max().item() + (bf16.double() - ref).abs().max().item(), err
+    # The project's FP8 rule (flashlab check --dtype e4m3) on the operands the kernel was given: within_fp8_rule
+    # quantizes the dequantized values per head again, which gives back the same e4m3 bytes (each block's largest
+    # value maps to 448 once more) with descales equal to these up to float rounding, and holds O and the LSE to
+    # twice the CPU emulation's error against attention in float64 on those operands.
+    deq = lambda x8, xd: host(x8.float() * xd[:, :, None, None])
+    result = flashlab.within_fp8_rule(deq(q8, qd), deq(k8, kd), deq(v8, vd), host(o), host(lse), is_causal=True,
+                                      layout="bhsd")
+    assert result["emulation_passes"] and result["passes"], result
     refused = [
         (lambda: ft.fp8_attention(q8, k8, v8, qd, kd), "v_descale is missing"),
         (lambda: ft.fp8_attention(q8, k8, v8, qd, vd, vd), None),  # shapes fit: runs (k's descale is v's)
@@ -393,3 +402,164 @@ def test_fp8_torch_path_on_its_own_quantization_and_what_it_refuses():
         with pytest.raises(ValueError) as error:
             call()
         assert sentence in str(error.value)
+
+
+# --- flashlab.verify on torch tensors: autograd, the planted bugs in torch, FlashLab's own variants, the bench ------
+
+VERIFY_DEVICE = "cuda"
+VERIFY_IDS = {"mask": "mask", "alignment": "alignment", "tail": "tail", "rescale": "rescale",
+              "lse_base2": "lse-base-2", "group_sum": "group-sum", "scale": "scale"}
+TORCH_DTYPE_NAME = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+
+
+def through_flashlab_torch(row):
+    """A FlashLab variant as a verify function on (B, S, H, D) torch tensors, through the public API: O from
+    flashlab.torch.FlashLabAttention (autograd runs the variant's backward), the LSE from flashlab.attention. What the
+    variant does not run (a dtype, a head dim of its backward) is refused, and verify lists it."""
+    name = row["name"]
+
+    def attend(q, k, v, *, is_causal, causal_align, scale):
+        if TORCH_DTYPE_NAME[q.dtype] not in row["dtypes"]:
+            raise NotImplementedError(f"{name} computes in {', '.join(row['dtypes'])}")
+        if q.shape[-1] not in row["backward_head_dim_values"]:
+            raise NotImplementedError(f"{name}'s backward runs head dims {row['backward_head_dims']}")
+        o = ft.FlashLabAttention.apply(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), name, is_causal,
+                                       causal_align, scale, 0.0, 0, False)
+        _, lse = flashlab.attention(q.detach(), k.detach(), v.detach(), variant=name, is_causal=is_causal,
+                                    causal_align=causal_align, scale=scale, return_lse=True)
+        return o.transpose(1, 2), torch.from_dlpack(lse)
+
+    attend.__name__ = name
+    return attend
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_verify_hands_fn_the_drawn_values_on_the_device_in_the_dtype_and_layout(dtype):
+    # The first case as fn gets it from the torch path and from the NumPy path (same seed): the same values, on the
+    # device, in the torch dtype asked, (B, H, S, D) and contiguous.
+    seen = {}
+
+    def recorder(path):
+        def fn(q, k, v, **options):
+            seen.setdefault(path, ([x.detach().clone() if path == "torch" else x.copy() for x in (q, k, v)], options))
+            raise NotImplementedError("recorded")
+        return fn
+
+    for path, device in (("torch", VERIFY_DEVICE), ("numpy", None)):
+        report = flashlab.verify(recorder(path), dtypes=dtype, head_dims=(64,), layout="bhsd", seed=46, device=device)
+        assert not report.as_dict()["cases"] and len(report.as_dict()["refused"]) == 20
+    (tensors, torch_options), (arrays, numpy_options) = seen["torch"], seen["numpy"]
+    assert torch_options == numpy_options
+    for t, a in zip(tensors, arrays):
+        assert t.device.type == torch.device(VERIFY_DEVICE).type and t.dtype == TORCH_DTYPE[dtype]
+        assert t.is_contiguous() and tuple(t.shape) == a.shape
+        assert np.array_equal(t.float().cpu().numpy(), a.astype(np.float32))
+
+
+@pytest.mark.parametrize("seed", [31, 32, 33])
+def test_verify_passes_a_correct_torch_function_with_autograd_at_every_seed(seed):
+    report = flashlab.verify(vkt.forward, backward="autograd", device=VERIFY_DEVICE, dtypes=("f32", "f16", "bf16"),
+                             head_dims=(32, 64), suite="full", seed=seed, name="torch-online-softmax")
+    data = report.as_dict()
+    assert report and data["failed"] == 0 and not data["refused"], str(report)
+    assert data["passed"] == len(data["cases"]) >= 200
+    assert all({o["name"] for o in c["outputs"]} == {"O", "LSE", "dQ", "dK", "dV"} for c in data["cases"])
+    assert data["notes"] == [] and data["bench"] is None
+
+
+@pytest.mark.parametrize("bug", vkt.BUGS)
+def test_verify_catches_and_names_each_planted_torch_bug(bug):
+    fwd = functools.partial(vkt.forward, bug=bug)
+    for seed in (41, 42):
+        report = flashlab.verify(fwd, backward="autograd", device=VERIFY_DEVICE, dtypes=("f32", "bf16"),
+                                 head_dims=(32, 64), seed=seed)
+        assert not report, str(report)
+        assert report.diagnosis["id"] == VERIFY_IDS[bug], str(report)
+        first = report.as_dict()["first_failure"]
+        assert first is not None and first["ours"] != first["reference"]
+
+
+def test_verify_with_autograd_names_a_forward_bug_as_the_forwards_and_says_so():
+    # The mask left out: autograd differentiates that wrong forward, so the gradients of the masked cases fail too;
+    # the diagnosis still names the mask, and the report says the failures in O explain the gradients'.
+    report = flashlab.verify(functools.partial(vkt.forward, bug="mask"), backward="autograd", device=VERIFY_DEVICE,
+                             dtypes="bf16", head_dims=(64,), seed=44)
+    data = report.as_dict()
+    failing = [c for c in data["cases"] if not c["passes"]]
+    assert report.diagnosis["id"] == "mask", str(report)
+    assert failing and all(any(o["name"] == "O" and not o["passes"] for o in c["outputs"]) for c in failing)
+    assert any(o["name"].startswith("d") and not o["passes"] for c in failing for o in c["outputs"])
+    n = len(failing)
+    assert len(data["notes"]) == 1 and data["notes"][0].startswith(f"autograd: {n} of the {n} failing cases fail in O")
+    assert data["notes"][0].endswith("0 fail in the gradients alone.") and data["notes"][0] in str(report)
+    # A bug in the backward alone (the GQA sum, inside autograd's path): O passes everywhere, and there is no note.
+    report = flashlab.verify(functools.partial(vkt.forward, bug="group_sum"), backward="autograd",
+                             device=VERIFY_DEVICE, dtypes="bf16", head_dims=(64,), seed=44)
+    assert report.diagnosis["id"] == "group-sum" and report.as_dict()["notes"] == [], str(report)
+
+
+def test_verify_takes_a_backward_function_on_torch_tensors():
+    report = flashlab.verify(vkt.forward, backward=vkt.backward, device=VERIFY_DEVICE, dtypes=("f32", "bf16"),
+                             head_dims=(32, 64), seed=45)
+    assert report, str(report)
+    assert {o["name"] for o in report.as_dict()["cases"][0]["outputs"]} == {"O", "LSE", "dQ", "dK", "dV"}
+    planted = flashlab.verify(vkt.forward, backward=functools.partial(vkt.backward, bug="group_sum"),
+                              device=VERIFY_DEVICE, dtypes=("f32", "bf16"), head_dims=(32, 64), seed=45)
+    assert planted.diagnosis["id"] == "group-sum", str(planted)
+
+
+def test_verify_autograd_refuses_a_function_autograd_cannot_see_through():
+    def detached(q, k, v, **options):  # as a Triton kernel without a backward looks to autograd
+        with torch.no_grad():
+            return vkt.forward(q, k, v, **options)
+
+    with pytest.raises(ValueError, match="fn returned an O that does not require grad"):
+        flashlab.verify(detached, backward="autograd", device=VERIFY_DEVICE, dtypes="bf16", head_dims=(64,), seed=47)
+    assert flashlab.verify(detached, device=VERIFY_DEVICE, dtypes="bf16", head_dims=(64,), seed=47)  # forward only
+
+
+@pytest.mark.parametrize("variant", ["cuda-fa2", "cuda-fa3-ws"])
+def test_verify_passes_flashlabs_cuda_variants_through_flashlab_torch(variant):
+    require_available(variant)
+    report = flashlab.verify(through_flashlab_torch(variant_row(variant)), backward="autograd", device=VERIFY_DEVICE,
+                             dtypes=("f32", "bf16", "f16"), head_dims=(64, 128), seed=48)
+    data = report.as_dict()
+    assert report, str(report)
+    # f32 is refused, case by case, with the variant's reason; the other pairs pass.
+    assert data["refused"] and all(r["dtype"] == "f32" and "computes in f16, bf16" in r["why"] for r in data["refused"])
+    assert data["passed"] + len(data["refused"]) == 20
+
+
+def test_verify_bench_times_fn_beside_flashlab_and_sdpa():
+    require_available("cuda-fa2")
+    fn = through_flashlab_torch(variant_row("cuda-fa2"))
+    report = flashlab.verify(fn, backward="autograd", device=VERIFY_DEVICE, dtypes=("bf16", "f32"), head_dims=(64,),
+                             seed=49, bench=True, name="mine")
+    assert report, str(report)
+    bench = report.as_dict()["bench"]
+    assert bench["settings"]["pairs"] == [["bf16", 64]]  # the pairs fn passed, bf16 and f16 only
+    rows = bench["rows"]
+    by_candidate = {}
+    for r in rows:
+        by_candidate.setdefault(r["candidate"], []).append(r)
+    assert set(by_candidate) == {"mine", "cuda-fa2", "cuda-fa3-ws", "sdpa-flash", "sdpa-cudnn"}
+    for label, timed in by_candidate.items():
+        assert {(r["causal"], r["seq"]) for r in timed} == {(c, n) for c in (False, True) for n in (1024, 4096, 16384)}
+        for r in timed:
+            assert r["batch"] * r["seq"] == 16384 and r["heads"] * r["head_dim"] == 2048 and r["dtype"] == "bf16"
+            if label in ("mine", "cuda-fa2", "sdpa-flash"):  # these run every shape here
+                assert r["forward_ms"] > 0 and r["forward_backward_ms"] > 0, r
+            elif r["forward_ms"] is None:  # cuda-fa3-ws off Hopper, cuDNN where this PyTorch has none: said why
+                assert r["note"] and any(note.startswith(label) for note in bench["notes"]), r
+            if r["forward_ms"] is not None:
+                # FlashAttention's count (core/flops.hpp): 4 B H N^2 d, halved when causal; 3.5x with the backward.
+                flops = 4 * r["batch"] * r["heads"] * r["seq"] ** 2 * r["head_dim"] / (2 if r["causal"] else 1)
+                assert math.isclose(r["forward_tflops"], flops / r["forward_ms"] / 1e9, rel_tol=1e-9)
+            if r["forward_backward_ms"] is not None:
+                assert math.isclose(r["forward_backward_tflops"], 3.5 * flops / r["forward_backward_ms"] / 1e9,
+                                    rel_tol=1e-9)
+    # str(report): the CLI's table, then the bench's, with a column per candidate.
+    table, bench_table = str(report).split("\nbench on ", 1)
+    passed = report.as_dict()["passed"]  # the bf16 cases (f32 is refused, case by case)
+    assert f"\n{passed} cases: {passed} pass, 0 fail" in table
+    assert all(label in bench_table.splitlines()[2] for label in by_candidate)
