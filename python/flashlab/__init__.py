@@ -23,18 +23,24 @@ FP8: attention(..., dtype="e4m3") runs cuda-fa3-ws's FP8 forward, on NumPy value
 e4m3 GPU tensors with their descales (flashlab.torch.fp8_attention from PyTorch); within_fp8_rule is the rule
 FlashLab holds it to.
 
+variant="auto" picks the first variant of AUTO_ORDER (fastest first, as measured) that can run the problem where
+its tensors are (NumPy arrays: a CPU variant; GPU tensors: a CUDA one); flashlab.explain(q, k, v, ...) says which,
+and why not each other variant.
+
 Bad input raises ValueError with one sentence saying what is wrong and what is supported; a failure on
 the GPU raises RuntimeError. flashlab.torch (imported only where PyTorch is present) wraps the CUDA
 variants as a torch.autograd.Function and a drop-in for torch.nn.functional.scaled_dot_product_attention.
 """
+import dataclasses as _dataclasses
 import os as _os
 
 import numpy as _np
 
 from . import _flashlab as _native
 
-__all__ = ["attention", "attention_backward", "variants", "check", "within_tolerance", "within_fp8_rule", "verify",
-           "VerifyReport", "DeviceArray", "cuda_device_count", "cuda_device_name", "built_with_cuda"]
+__all__ = ["attention", "attention_backward", "explain", "Explanation", "AUTO_ORDER", "variants", "check",
+           "within_tolerance", "within_fp8_rule", "verify", "VerifyReport", "DeviceArray", "cuda_device_count",
+           "cuda_device_name", "built_with_cuda"]
 
 DeviceArray = _native.DeviceArray
 built_with_cuda = _native.built_with_cuda
@@ -72,7 +78,8 @@ def cuda_device_name():
 def attention(q, k, v, *, variant="cpu-fa2", is_causal=False, causal_align="top-left", scale=None,
               dropout_p=0.0, seed=0, return_lse=False, layout="bshd", out=None, dtype=None, q_descale=None,
               k_descale=None, v_descale=None, return_quantized=False):
-    """Attention O = softmax(scale Q K^T [+ causal mask]) V with dropout on P, computed by `variant`.
+    """Attention O = softmax(scale Q K^T [+ causal mask]) V with dropout on P, computed by `variant` ("auto": the
+    variant flashlab.explain(q, k, v, ...) names for this problem, among those on the tensors' device).
 
     is_causal: mask keys after each query; causal_align says which diagonal: "top-left" (query i sees
     keys j <= i, as PyTorch's is_causal) or "bottom-right" (j <= i + S_k - S_q, as FlashAttention >= 2.1).
@@ -105,6 +112,9 @@ def attention(q, k, v, *, variant="cpu-fa2", is_causal=False, causal_align="top-
     variant, layout = _text("variant", variant), _text("layout", layout)
     dtype = None if dtype is None else _text("dtype", dtype)
     place, (q, k, v) = _inputs_in_one_place(q=q, k=k, v=v)
+    if variant == "auto":
+        variant = _auto_variant(q, k, v, place, is_causal=is_causal, dropout_p=dropout_p, backward=False,
+                                deterministic=False, dtype=dtype, layout=layout)
     descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
     if place == "host":
         _refuse_out_on_host(out, "out")
@@ -142,7 +152,8 @@ def attention_backward(q, k, v, out, lse, grad_out, *, variant="cpu-fa2", is_cau
     """The gradients (dq, dk, dv) of attention(q, k, v, ...) for the upstream gradient grad_out (dL/dO).
 
     out and lse are what attention(..., return_lse=True) returned for the same inputs and options
-    (dropout_p and seed included: the backward redraws the same mask). Returns dq, dk, dv shaped, laid
+    (dropout_p and seed included: the backward redraws the same mask). variant="auto": the variant
+    flashlab.explain(q, k, v, backward=True, deterministic=deterministic, ...) names. Returns dq, dk, dv shaped, laid
     out and typed like q, k, v, in the same place as the inputs.
 
     grads_out: for tensors in GPU memory, (dq, dk, dv) tensors to write the gradients into (shaped, typed
@@ -159,12 +170,234 @@ def attention_backward(q, k, v, out, lse, grad_out, *, variant="cpu-fa2", is_cau
     variant, layout = _text("variant", variant), _text("layout", layout)
     dtype = None if dtype is None else _text("dtype", dtype)
     place, tensors = _inputs_in_one_place(q=q, k=k, v=v, out=out, lse=lse, grad_out=grad_out)
+    if variant == "auto":
+        variant = _auto_variant(*tensors[:3], place, is_causal=is_causal, dropout_p=dropout_p, backward=True,
+                                deterministic=deterministic, dtype=dtype, layout=layout)
     if place == "host":
         _refuse_out_on_host(grads_out, "grads_out")
         return tuple(_np.asarray(g) for g in _native.backward_host(*tensors, variant, layout, *options, dtype))
     given = _given_buffers(grads_out, ("dq", "dk", "dv"), "grads_out")
     made = _native.backward_device(*_capsules(*tensors), *_capsules(*given), variant, layout, *options, dtype)
     return tuple(m if g is None else g for m, g in zip(made, given))
+
+
+# --- variant="auto" and explain: which variant runs a problem, and why not the others -----------------------------
+
+# The order variant="auto" tries the variants in, fastest first: it takes the first that can run the problem where its
+# tensors are. Each entry says why it sits above the ones after it; a variant competes only with those that take the
+# same dtypes on the same device, so the order matters within those groups alone. The measurements are
+# docs/RESULTS.md's tables (from bench/results/); where a pair was never measured the entry says "by construction".
+# A new row of the variant table belongs here too (a test checks that every row is listed).
+AUTO_ORDER = (
+    ("cuda-fa3-ws", "the Hopper kernel: ahead of cuda-fa2 in every row of RESULTS.md's Hopper forward table, and the "
+                    "only one with an FP8 forward"),
+    ("cuda-fa3-ws-step4", "a rung of cuda-fa3-ws's ladder (forward only, Hopper only, kept for teaching); the rungs "
+                          "measured mostly, not always, faster one step up, and only ever compete with cuda-fa3-ws, "
+                          "which runs every problem they run"),
+    ("cuda-fa3-ws-step3", "a rung of cuda-fa3-ws's ladder, below step 4 (one idea fewer)"),
+    ("cuda-fa3-ws-step2", "a rung of cuda-fa3-ws's ladder, below step 3 (one idea fewer)"),
+    ("cuda-fa3-ws-step1", "a rung of cuda-fa3-ws's ladder, below step 2 (no warp specialization, the big step)"),
+    ("cuda-fa2", "f16 and bf16 on tensor cores on any GPU: below cuda-fa3-ws as measured on Hopper; it never competes "
+                 "with the fp32 kernels below (other dtypes)"),
+    ("cuda-fa2-simt", "the fastest fp32 CUDA kernel from N = 1k on in RESULTS.md's readable-kernel table (level with "
+                      "cuda-cublas below that), head dims up to 128"),
+    ("cuda-cublas", "ahead of cuda-naive and cuda-fa1 at every length of the same table, head dims up to 256"),
+    ("cuda-naive", "ahead of cuda-fa1 at every length of the same table (it refuses sizes whose S and P do not fit)"),
+    ("cuda-fa1", "the slowest fp32 CUDA kernel at every length of the same table"),
+    ("cpu-fa2", "ahead of cpu-naive at every length of RESULTS.md's CPU table (and of bench/results' CPU backward "
+                "run)"),
+    ("cpu-fa1", "not in the CPU table: below cpu-fa2 by construction (its K/V-outer loop rereads and rewrites O for "
+                "every K/V block), above cpu-naive by construction (no N x N S and P)"),
+    ("cpu-naive", "below cpu-fa2 as measured, and below cpu-fa1 by construction (S and P materialized)"),
+)
+
+_DTYPE_NAMES = {"float64": "f64", "float32": "f32", "float16": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3"}
+_DLPACK_CUDA, _DLPACK_CUDA_MANAGED = 2, 13
+
+# How far a variant got through the checks before one ruled it out: the problem's own needs first, then where it runs.
+# The closest variants (furthest stage) name the refusal when nothing can run a problem.
+_NOT_BUILT, _DTYPE, _HEAD_DIM, _MASK, _DROPOUT, _BACKWARD, _DEVICE, _AVAILABLE, _CAN_RUN = range(9)
+
+
+def explain(q, k, v, *, is_causal=False, causal_align="top-left", dropout_p=0.0, backward=False, dtype=None,
+            layout="bshd", deterministic=False):
+    """Which variant variant="auto" picks for this problem on this machine, and why not each other one.
+
+    q, k, v as attention takes them (NumPy arrays, PyTorch tensors on the CPU or a GPU, other DLPack tensors); only
+    their shapes, dtypes and place are read. backward=True (and deterministic) asks for a variant whose backward pass
+    runs the problem, as attention_backward(..., variant="auto") does. Tensors in host memory go to CPU variants and
+    tensors on a GPU to CUDA variants: auto never moves them.
+
+    Returns an Explanation: .choice (the variant's name, None when no variant can run the problem), .reasons (every
+    variant of AUTO_ORDER and of the table, in that order, -> one sentence: why it is chosen, what rules it out, or
+    why it ranks below the choice), .problem (what was read off the tensors) and .refusal (the ValueError sentence
+    attention(variant="auto") raises when .choice is None). print() it for a table.
+    """
+    named = {}
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        named[name] = x.detach() if getattr(x, "requires_grad", False) and hasattr(x, "detach") else x
+    place, (q, k, v) = _inputs_in_one_place(**named)
+    _options(is_causal, causal_align, None, dropout_p, 0)
+    return _explain(q, k, v, place, is_causal=is_causal, dropout_p=dropout_p, backward=backward,
+                    deterministic=deterministic, dtype=None if dtype is None else _text("dtype", dtype),
+                    layout=_text("layout", layout))
+
+
+@_dataclasses.dataclass(frozen=True)
+class Explanation:
+    """What explain found: choice (a variant's name, or None), reasons (name -> one sentence, in auto's order),
+    problem (dtype, head_dim, heads_q, heads_kv, causal, dropout_p, backward, deterministic, where), refusal (the
+    sentence attention(variant="auto") raises when choice is None, else "")."""
+    choice: object
+    reasons: dict
+    problem: dict
+    refusal: str
+
+    def __str__(self):
+        p = self.problem
+        heads = f"{p['heads_q']} heads" if p["heads_q"] == p["heads_kv"] else f"{p['heads_q']}/{p['heads_kv']} heads"
+        what = ", ".join([p["dtype"], f"head dim {p['head_dim']}", heads, "causal" if p["causal"] else "no mask",
+                          f"dropout {p['dropout_p']:g}" if p["dropout_p"] > 0 else "no dropout",
+                          "forward and backward" + (" (deterministic)" if p["deterministic"] else "")
+                          if p["backward"] else "forward", f"tensors in {p['where']}"])
+        head = f"variant='auto' picks {self.choice}" if self.choice else "variant='auto' finds no variant"
+        width = max(len("variant"), *map(len, self.reasons))
+        lines = [f"{head} for: {what}", f"{'variant':<{width}}  why", f"{'-' * width}  ---"]
+        lines += [f"{name:<{width}}  {sentence}" for name, sentence in self.reasons.items()]
+        return "\n".join(lines + ([self.refusal] if self.refusal else []))
+
+
+def _explain(q, k, v, place, *, is_causal, dropout_p, backward, deterministic, dtype, layout):
+    """explain on tensors already read by _inputs_in_one_place."""
+    problem = _problem(q, k, v, place, is_causal=is_causal, dropout_p=dropout_p, backward=backward,
+                       deterministic=deterministic, dtype=dtype, layout=layout)
+    rows = {row["name"]: row for row in variants()}
+    why = dict(AUTO_ORDER)
+    names = [name for name, _ in AUTO_ORDER] + [name for name in rows if name not in why]
+    verdicts = {name: _rule_out(rows[name], problem) if name in rows else _not_built(name, problem)
+                for name in names}
+    choice = next((name for name in names if verdicts[name] is None), None)
+    reasons = {}
+    for name in names:
+        if name == choice:
+            reasons[name] = f"chosen: the first in auto's order that can run this problem ({why.get(name, '')})"
+        elif verdicts[name] is None:
+            reasons[name] = (f"{name} can run this problem too, but ranks below {choice} in auto's order "
+                             f"({choice}: {why.get(choice)}; {name}: {why[name]})" if name in why else
+                             f"{name} can run this problem too, but is not in auto's order (AUTO_ORDER)")
+        else:
+            reasons[name] = _sentence(name, verdicts[name][1])
+    return Explanation(choice, reasons, problem, "" if choice else _refusal(verdicts))
+
+
+def _refusal(verdicts):
+    """One sentence from the variants that got furthest through the checks, those ruled out for one reason together."""
+    furthest = max(stage for stage, _ in verdicts.values())
+    alike = {}  # reason -> the variants it rules out, in auto's order
+    for name, (stage, reason) in verdicts.items():
+        if stage == furthest:
+            alike.setdefault(reason, []).append(name)
+    clauses = [_sentence(names[0], reason) + (f" (likewise {_spoken(names[1:], 'and')})" if names[1:] else "")
+               for reason, names in list(alike.items())[:3]]
+    return "variant='auto' finds no variant that can run this problem here: " + "; ".join(clauses)
+
+
+def _sentence(name, reason):
+    """The variant's name and the reason, which starts with a verb or with "'s"."""
+    return name + ("" if reason.startswith("'") else " ") + reason
+
+
+def _auto_variant(q, k, v, place, **problem):
+    """The name variant="auto" resolves to, or ValueError with explain's refusal."""
+    explanation = _explain(q, k, v, place, **problem)
+    if explanation.choice is None:
+        raise ValueError(explanation.refusal)
+    return explanation.choice
+
+
+def _problem(q, k, v, place, *, is_causal, dropout_p, backward, deterministic, dtype, layout):
+    """What the choice depends on, read off the tensors' shapes, dtypes and place."""
+    if layout.lower() not in ("bshd", "bhsd"):
+        raise ValueError(f"unknown layout '{layout}': supported are bshd (batch, seq, heads, head_dim) and bhsd "
+                         "(batch, heads, seq, head_dim)")
+    spelled = "(batch, seq, heads, head_dim)" if layout.lower() == "bshd" else "(batch, heads, seq, head_dim)"
+    shapes = {}
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        shapes[name] = tuple(int(n) for n in x.shape)
+        if len(shapes[name]) != 4:
+            raise ValueError(f"{name} has shape {shapes[name]} but inputs must be 4-d, in layout {spelled}")
+    heads = 2 if layout.lower() == "bshd" else 1
+    own = str(q.dtype).removeprefix("torch.")
+    return dict(dtype=dtype or _DTYPE_NAMES.get(own, own), head_dim=shapes["q"][3], heads_q=shapes["q"][heads],
+                heads_kv=shapes["k"][heads], causal=bool(is_causal), dropout_p=float(dropout_p),
+                backward=bool(backward), deterministic=bool(deterministic), where=_memory(q, place))
+
+
+def _memory(x, place):
+    if place == "host":
+        return "host memory"
+    kind = int(x.__dlpack_device__()[0])
+    return {_DLPACK_CUDA: "CUDA device memory", _DLPACK_CUDA_MANAGED: "CUDA managed memory"}.get(
+        kind, f"memory of DLPack device type {kind}")
+
+
+def _not_built(name, p):
+    """A variant of AUTO_ORDER that this build lacks: for tensors on a GPU, a missing CUDA variant is the closest
+    reason there is (the CPU ones are ruled out for their device)."""
+    if not built_with_cuda and name.startswith("cuda-"):
+        stage = _AVAILABLE if p["where"] == "CUDA device memory" else _NOT_BUILT
+        return stage, "is not in this build (it was built without CUDA)"
+    return _NOT_BUILT, "is not in this build"
+
+
+def _spoken(items, conjunction="or"):
+    items = [str(i) for i in items]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" {conjunction} " + items[-1]
+
+
+def _rule_out(row, p):
+    """None when the row can run problem p here, else (stage, what rules it out: a sentence without its
+    subject, the variant's name)."""
+    e4m3 = p["dtype"] == "e4m3"
+    if p["dtype"] not in row["dtypes"]:
+        return _DTYPE, f"computes in {_spoken(row['dtypes'])}, not {p['dtype']}"
+    dims, text = ((row["e4m3_head_dim_values"], row["e4m3_head_dims"]) if e4m3 else
+                  (row["head_dim_values"], row["head_dims"]))
+    if p["head_dim"] not in dims:
+        return _HEAD_DIM, f"{'in e4m3 ' if e4m3 else ''}takes head dims {text}, not {p['head_dim']}"
+    if p["causal"] and not row["causal"]:
+        return _MASK, "has no causal mask"
+    if p["heads_q"] != p["heads_kv"] and not row["gqa"]:
+        return _MASK, (f"needs as many key/value heads as query heads (no grouped-query attention), and this "
+                       f"problem has {p['heads_q']} and {p['heads_kv']}")
+    if p["dropout_p"] > 0 and (e4m3 or not row["dropout"]):
+        return _DROPOUT, (f"has no dropout{' in its FP8 (e4m3) forward' if e4m3 else ''}, and dropout_p is "
+                          f"{p['dropout_p']:g}")
+    if p["backward"]:
+        if e4m3:
+            return _BACKWARD, "has no FP8 (e4m3) backward pass"
+        if not row["backward"]:
+            return _BACKWARD, "has no backward pass (it is forward only)"
+        if p["head_dim"] not in row["backward_head_dim_values"]:
+            return _BACKWARD, f"'s backward takes head dims {row['backward_head_dims']}, not {p['head_dim']}"
+        if p["deterministic"] and not row["deterministic"]:
+            return _BACKWARD, "'s backward adds dQ with atomics and has no deterministic mode"
+    if row["device"] == "cpu" and p["where"] != "host memory":
+        return _DEVICE, f"runs on the CPU, and the tensors are in {p['where']}: auto never moves them"
+    if row["device"] != "cpu" and p["where"] == "host memory":
+        return _DEVICE, ("runs on a CUDA GPU, and the tensors are in host memory: auto keeps them there (naming "
+                         "the variant copies them to the GPU and back)")
+    if row["device"] != "cpu" and p["where"] != "CUDA device memory":
+        return _DEVICE, f"takes tensors in CUDA device memory, and these are in {p['where']}"
+    if not row["available"]:
+        need = row["needs_compute_capability"]
+        if cuda_device_count() == 0:
+            return _AVAILABLE, "needs a CUDA GPU and this machine has none"
+        if need:
+            return _AVAILABLE, (f"needs a GPU of compute capability {need // 10}.{need % 10}, and this GPU "
+                                f"({cuda_device_name()}) has another")
+        return _AVAILABLE, "cannot run on this machine"
+    return None
 
 
 def check(*, batch=1, heads=2, heads_kv=None, seq_q=128, seq_k=None, head_dim=64, causal="none", scale=None,

@@ -743,3 +743,192 @@ def test_within_fp8_rule_passes_exact_attention_and_catches_an_error_past_its_li
     assert again == result
     with pytest.raises(ValueError, match="lse has shape \\(1, 4, 149\\) but the problem needs \\(1, 4, 150\\)"):
         flashlab.within_fp8_rule(q, k, v, o, lse[..., 1:], **options)
+
+
+# --- variant="auto" and flashlab.explain ---------------------------------------------------------------------------
+
+AUTO_NAMES = [name for name, _ in flashlab.AUTO_ORDER]
+
+
+def cpu_row(name="cpu-fa2", **changes):
+    """A row of the variant table as variants() gives it, with changes: a table built to rule a variant out."""
+    return dict(next(v for v in flashlab.variants() if v["name"] == name), **changes)
+
+
+def test_every_row_of_the_table_has_a_place_in_auto_order():
+    assert len(AUTO_NAMES) == len(set(AUTO_NAMES))
+    assert [v["name"] for v in flashlab.variants() if v["name"] not in AUTO_NAMES] == []
+    assert all(why for _, why in flashlab.AUTO_ORDER)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("problem", PROBLEMS, ids=["gqa", "bottom-right-dropout", "top-left-dropout"])
+@pytest.mark.parametrize("backward", [False, True])
+def test_explain_on_numpy_arrays_picks_the_first_cpu_variant_of_auto_order(dtype, problem, backward):
+    shape_q, shape_kv, causal, dropout = problem
+    q, k, v, _ = random_inputs(shape_q, shape_kv, dtype, seed=2)
+    e = flashlab.explain(q, k, v, is_causal=causal is not None, dropout_p=dropout, backward=backward)
+    cpu = [name for name in AUTO_NAMES if name in CPU_VARIANTS]
+    assert e.choice == cpu[0] == "cpu-fa2" and e.refusal == ""
+    assert list(e.reasons) == [n for n in AUTO_NAMES] + [v["name"] for v in flashlab.variants() if v["name"] not in
+                                                          AUTO_NAMES]
+    assert e.reasons["cpu-fa2"].startswith("chosen: the first in auto's order that can run this problem")
+    for name in cpu[1:]:
+        assert e.reasons[name].startswith(f"{name} can run this problem too, but ranks below cpu-fa2 in auto's order")
+    for name in AUTO_NAMES:  # never a CUDA variant for arrays in host memory
+        if name.startswith("cuda-"):
+            assert "can run" not in e.reasons[name] and e.reasons[name].startswith(name + " ")
+    assert e.problem == dict(dtype={np.float64: "f64", np.float32: "f32"}[dtype], head_dim=shape_q[3],
+                             heads_q=shape_q[2], heads_kv=shape_kv[2], causal=causal is not None, dropout_p=dropout,
+                             backward=backward, deterministic=False, where="host memory")
+    lines = str(e).splitlines()
+    assert lines[0].startswith("variant='auto' picks cpu-fa2 for: ") and len(lines) == 3 + len(e.reasons)
+
+
+def test_explain_reads_bhsd_and_host_tensors_that_require_grad():
+    class HostTensor:  # a CPU tensor of another library, as PyTorch's with requires_grad=True looks to explain
+        def __init__(self, array):
+            self.array, self.shape, self.dtype, self.requires_grad = array, array.shape, array.dtype, True
+
+        def detach(self):
+            return self.array
+
+    q, k, v, _ = random_inputs((1, 4, 16, 64), (1, 2, 16, 64), np.float32, seed=3)  # (B, H, S, D)
+    e = flashlab.explain(HostTensor(q), HostTensor(k), HostTensor(v), layout="bhsd", is_causal=True)
+    assert e.choice == "cpu-fa2" and (e.problem["heads_q"], e.problem["heads_kv"], e.problem["head_dim"]) == (4, 2, 64)
+    with pytest.raises(ValueError, match="q has shape \\(4, 16, 64\\) but inputs must be 4-d"):
+        flashlab.explain(q[0], k, v)
+    with pytest.raises(ValueError, match="unknown layout 'sbhd'"):
+        flashlab.explain(q, k, v, layout="sbhd")
+
+
+def test_explain_on_torch_tensors():
+    torch = pytest.importorskip("torch")
+    q = torch.zeros(1, 2, 8, 32, dtype=torch.float64, requires_grad=True)
+    assert flashlab.explain(q, q, q, layout="bhsd", backward=True).choice == "cpu-fa2"
+    assert flashlab.explain(q.half(), q.half(), q.half()).choice is None
+
+
+# (what, the table explain sees (None: the real one), the problem, the sentence that rules cpu-fa2 or its stand-in out)
+REASONS = [
+    ("dtype", None, dict(dtype=np.float16), "cpu-fa2 computes in f64 or f32, not f16"),
+    ("e4m3", None, dict(options=dict(dtype="e4m3")), "cpu-fa2 computes in f64 or f32, not e4m3"),
+    ("head dim", None, dict(head_dim=300), "cpu-fa2 takes head dims 1..256, not 300"),
+    ("causal", [cpu_row(causal=False)], dict(options=dict(is_causal=True)), "cpu-fa2 has no causal mask"),
+    ("gqa", [cpu_row(gqa=False)], dict(heads_kv=1),
+     "cpu-fa2 needs as many key/value heads as query heads (no grouped-query attention), and this problem has 2 and 1"),
+    ("dropout", [cpu_row(dropout=False)], dict(options=dict(dropout_p=0.1)),
+     "cpu-fa2 has no dropout, and dropout_p is 0.1"),
+    ("no backward", [cpu_row(backward=False)], dict(options=dict(backward=True)),
+     "cpu-fa2 has no backward pass (it is forward only)"),
+    ("backward head dims", [cpu_row(backward_head_dim_values=[32, 64], backward_head_dims="32, 64")],
+     dict(options=dict(backward=True)), "cpu-fa2's backward takes head dims 32, 64, not 16"),
+    ("deterministic", [cpu_row(deterministic=False)], dict(options=dict(backward=True, deterministic=True)),
+     "cpu-fa2's backward adds dQ with atomics and has no deterministic mode"),
+    ("device: GPU tensors", None, dict(gpu=True),
+     "cpu-fa2 runs on the CPU, and the tensors are in CUDA device memory: auto never moves them"),
+    ("device: host arrays", [cpu_row(name="cpu-fa2", device="cuda")], {},
+     "cpu-fa2 runs on a CUDA GPU, and the tensors are in host memory: auto keeps them there (naming the variant "
+     "copies them to the GPU and back)"),
+    ("no GPU", [cpu_row(device="cuda", available=False)], dict(gpu=True, gpus=0),
+     "cpu-fa2 needs a CUDA GPU and this machine has none"),
+    ("compute capability", [cpu_row(device="cuda", available=False, needs_compute_capability=90)],
+     dict(gpu=True, gpus=1), "cpu-fa2 needs a GPU of compute capability 9.0, and this GPU (NVIDIA A100) has another"),
+]
+
+
+@pytest.mark.parametrize("what, table, problem, sentence", REASONS, ids=[r[0] for r in REASONS])
+def test_each_reason_rules_out_the_variant_it_was_built_for(monkeypatch, what, table, problem, sentence):
+    if table is not None:
+        monkeypatch.setattr(flashlab, "variants", lambda: table)
+    monkeypatch.setattr(flashlab, "cuda_device_count", lambda: problem.get("gpus", 0))
+    monkeypatch.setattr(flashlab, "cuda_device_name", lambda: "NVIDIA A100")
+    shape_q, shape_kv = (1, 8, 2, problem.get("head_dim", 16)), (1, 8, problem.get("heads_kv", 2),
+                                                                 problem.get("head_dim", 16))
+    if problem.get("gpu"):
+        q, k, v = fake(shape_q, dtype="float32"), fake(shape_kv), fake(shape_kv)
+    else:
+        q, k, v, _ = random_inputs(shape_q, shape_kv, problem.get("dtype", np.float32), seed=5)
+    e = flashlab.explain(q, k, v, **problem.get("options", {}))
+    assert e.reasons["cpu-fa2"] == sentence
+    assert e.choice != "cpu-fa2"
+    if table is not None and not problem.get("gpu"):  # cpu-fa2 (or its stand-in) is the table's one row
+        assert e.choice is None
+        assert e.refusal == "variant='auto' finds no variant that can run this problem here: " + sentence
+        # The same problem with the row as variants() has it: chosen.
+        monkeypatch.undo()
+        assert flashlab.explain(q, k, v, **problem.get("options", {})).choice == "cpu-fa2"
+
+
+def test_auto_takes_the_next_variant_of_the_order_that_can_run_the_problem(monkeypatch):
+    table = [cpu_row("cpu-naive"), cpu_row("cpu-fa1"), cpu_row("cpu-fa2", dropout=False)]
+    monkeypatch.setattr(flashlab, "variants", lambda: table)
+    q, k, v, d_o = random_inputs((1, 13, 4, 16), (1, 21, 2, 16), np.float64, seed=6)
+    options = dict(is_causal=True, causal_align="bottom-right", dropout_p=0.2, seed=3)
+    e = flashlab.explain(q, k, v, **options_for_explain(options))
+    assert e.choice == "cpu-fa1" and e.reasons["cpu-fa2"] == "cpu-fa2 has no dropout, and dropout_p is 0.2"
+    assert e.reasons["cpu-naive"].startswith("cpu-naive can run this problem too, but ranks below cpu-fa1")
+    o, lse = flashlab.attention(q, k, v, variant="auto", return_lse=True, **options)
+    want_o, want_lse = flashlab.attention(q, k, v, variant="cpu-fa1", return_lse=True, **options)
+    assert np.array_equal(o, want_o) and np.array_equal(lse, want_lse)
+    grads = flashlab.attention_backward(q, k, v, o, lse, d_o, variant="auto", **options)
+    for got, want in zip(grads, flashlab.attention_backward(q, k, v, o, lse, d_o, variant="cpu-fa1", **options)):
+        assert np.array_equal(got, want)
+    table[1] = cpu_row("cpu-fa1", backward=False)  # the backward now finds cpu-naive, the forward still cpu-fa1
+    assert flashlab.explain(q, k, v, backward=True, **options_for_explain(options)).choice == "cpu-naive"
+    assert flashlab.explain(q, k, v, **options_for_explain(options)).choice == "cpu-fa1"
+    ran = []  # the variant each call hands the library
+    for call in ("forward_host", "backward_host"):
+        real = getattr(flashlab._native, call)
+        def spy(*args, real=real):
+            ran.append(next(a for a in args if isinstance(a, str)))  # the first name of the call's arguments
+            return real(*args)
+        monkeypatch.setattr(flashlab._native, call, spy)
+    flashlab.attention(q, k, v, variant="auto", **options)
+    flashlab.attention_backward(q, k, v, o, lse, d_o, variant="auto", **options)
+    assert ran == ["cpu-fa1", "cpu-naive"]
+
+
+def options_for_explain(options):
+    return {name: value for name, value in options.items() if name in ("is_causal", "causal_align", "dropout_p")}
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_auto_computes_what_the_variant_explain_names_computes(layout):
+    q, k, v, d_o = random_inputs((2, 13, 4, 16), (2, 21, 2, 16), np.float32, seed=7)
+    if layout == "bhsd":
+        q, k, v, d_o = (np.ascontiguousarray(x.transpose(0, 2, 1, 3)) for x in (q, k, v, d_o))
+    options = dict(is_causal=True, causal_align="bottom-right", dropout_p=0.1, seed=9, layout=layout)
+    named = flashlab.explain(q, k, v, is_causal=True, dropout_p=0.1, layout=layout, backward=True).choice
+    o, lse = flashlab.attention(q, k, v, variant="auto", return_lse=True, **options)
+    want_o, want_lse = flashlab.attention(q, k, v, variant=named, return_lse=True, **options)
+    assert np.array_equal(o, want_o) and np.array_equal(lse, want_lse)
+    for got, want in zip(flashlab.attention_backward(q, k, v, o, lse, d_o, variant="auto", **options),
+                         flashlab.attention_backward(q, k, v, o, lse, d_o, variant=named, **options)):
+        assert np.array_equal(got, want)
+
+
+def test_a_problem_nothing_runs_is_one_sentence_naming_the_closest_reasons():
+    q16 = np.zeros((1, 8, 2, 64), np.float16)  # a head dim cuda-fa2 takes
+    with pytest.raises(ValueError) as error:
+        flashlab.attention(q16, q16, q16, variant="auto")
+    sentence = str(error.value)
+    assert sentence == flashlab.explain(q16, q16, q16).refusal and "\n" not in sentence
+    assert sentence.startswith("variant='auto' finds no variant that can run this problem here: ")
+    if not flashlab.built_with_cuda:
+        assert sentence.endswith(": cpu-fa2 computes in f64 or f32, not f16 (likewise cpu-fa1 and cpu-naive)")
+    else:  # the closest are the f16 CUDA variants, ruled out only because the arrays are in host memory
+        assert "cuda-fa2" in sentence and "the tensors are in host memory" in sentence
+    wide = np.zeros((1, 8, 2, 300))
+    with pytest.raises(ValueError) as error:
+        flashlab.attention_backward(wide, wide, wide, wide, np.zeros((1, 2, 8)), wide, variant="auto")
+    assert "cpu-fa2 takes head dims 1..256, not 300 (likewise cpu-fa1 and cpu-naive)" in str(error.value)
+    # GPU tensors: refused before any capsule is taken.
+    tensors = [fake(), fake(), fake()]
+    with pytest.raises(ValueError) as error:
+        flashlab.attention(*tensors, variant="auto")
+    assert str(error.value) == flashlab.explain(*tensors).refusal and "\n" not in str(error.value)
+    if not flashlab.built_with_cuda:
+        assert str(error.value).endswith(": cuda-fa3-ws is not in this build (it was built without CUDA) (likewise "
+                                         + ", ".join(AUTO_NAMES[1:9]) + " and cuda-fa1)")
+    assert all(t.taken() == 0 for t in tensors)
