@@ -59,13 +59,7 @@ KernelUnderTest host_kernel_of(const flashlab_attention_plugin& plugin) {
   k.writes_lse = plugin.writes_lse != 0;
   const flashlab_attention_plugin* p = &plugin;
   if (p->supports)
-    k.refuses = [p](const Problem& problem, DType dtype) -> std::string {
-      if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16) return "not a plugin dtype";
-      const flashlab_problem a = abi_problem(problem, dtype);
-      char message[512] = "";
-      if (p->supports(&a, message, sizeof message) == 0) return "";
-      return message[0] ? message : "refused, without saying why";
-    };
+    k.refuses = plugin_refusal(*p);
   k.forward = [p](const Problem& problem, DType dtype, const Qkv& in) {
     const flashlab_problem a = abi_problem(problem, dtype);
     HostBuffer q(in.q, dtype), kk(in.k, dtype), v(in.v, dtype), o(in.q.dims, dtype);  // O is shaped like Q
@@ -146,6 +140,17 @@ flashlab_problem abi_problem(const Problem& p, DType dtype) {
 void require_ok(int rc, const char* call, const char* message) {
   if (rc != 0)
     throw std::runtime_error(std::string(call) + " returned " + std::to_string(rc) + (message[0] ? ": " + std::string(message) : ""));
+}
+
+std::function<std::string(const Problem&, DType)> plugin_refusal(const flashlab_attention_plugin& plugin) {
+  const flashlab_attention_plugin* p = &plugin;
+  return [p](const Problem& problem, DType dtype) -> std::string {
+    if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16) return "not a plugin dtype";
+    const flashlab_problem a = abi_problem(problem, dtype);
+    char message[512] = "";
+    if (p->supports(&a, message, sizeof message) == 0) return "";
+    return message[0] ? message : "refused, without saying why";
+  };
 }
 
 HostBuffer::HostBuffer(const HostTensor& t, DType d) : dtype_(d), dims_(t.dims) {

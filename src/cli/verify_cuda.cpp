@@ -144,13 +144,7 @@ KernelUnderTest cuda_kernel_of(const flashlab_attention_plugin& plugin) {
   const flashlab_attention_plugin* p = &plugin;
   const auto session = std::make_shared<DeviceSession>();
   if (p->supports)
-    k.refuses = [p](const Problem& problem, DType dtype) -> std::string {
-      if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16) return "not a plugin dtype";
-      const flashlab_problem a = abi_problem(problem, dtype);
-      char message[512] = "";
-      if (p->supports(&a, message, sizeof message) == 0) return "";
-      return message[0] ? message : "refused, without saying why";
-    };
+    k.refuses = plugin_refusal(*p);
   k.forward = [p, session](const Problem& problem, DType dtype, const Qkv& in) {
     session->require_usable();
     const flashlab_problem a = abi_problem(problem, dtype);

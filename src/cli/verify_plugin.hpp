@@ -20,6 +20,9 @@ flashlab_problem abi_problem(const Problem&, DType);
 
 // Throws std::runtime_error ("forward returned 3: <the plugin's sentence>") unless a plugin call returned 0.
 void require_ok(int rc, const char* call, const char* message);
+// The plugin's supports() as verify's KernelUnderTest::refuses ("" when it runs the problem); only for a plugin
+// that has one.
+std::function<std::string(const Problem&, DType)> plugin_refusal(const flashlab_attention_plugin&);
 
 // A tensor in the plugin's element type, contiguous, in host memory: float for f32, the 16-bit patterns of f16 and
 // bf16 otherwise. What a plugin on host memory reads and writes, and what goes to and comes from the device for a
