@@ -26,7 +26,7 @@ namespace flashlab::cuda::fa3_ws {
 // its running max by up to kMaxLag, so O_i is rescaled only when the max rises by more. Off: whenever it rises.
 // kTreeReductions: the row max and the row sum as balanced trees instead of one chain each. One warp per scheduler
 // runs a consumer's softmax while the other consumer's GEMMs run, so the softmax is paced by its longest dependent
-// chain more than by its instruction count: a chain of kN / 2 maxima or adds costs about 4 cycles a link, a tree
+// chain more than by its instruction count: a chain of kN / 4 maxima or adds costs about 4 cycles a link, a tree
 // log2 of that. Where it pays depends on the head dim and the type (forward_config.cuh says where it is on).
 template <int kCols, bool kE4m3P = false, int kPolyEvery = 0, bool kLazyRescale = true, bool kTreeReductions = false>
 struct OnlineSoftmax {
@@ -91,7 +91,7 @@ struct OnlineSoftmax {
     return __any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f);
   }
 
-  // The same with kTreeReductions: the row max and the row sum as balanced trees (depth log2 of kN / 2, not kN / 2),
+  // The same with kTreeReductions: the row max and the row sum as balanced trees (log2(kN / 2) deep, not kN / 4),
   // the thread's two rows side by side, every exponential before the sums.
   __device__ bool online_softmax_trees(float (&s)[kN], float scale_log2, float (&corr)[2]) {
     const bool positive = scale_log2 >= 0.f;
