@@ -465,7 +465,7 @@ py::dict within_fp8_rule(const py::buffer& q_array, const py::buffer& k_array, c
   Fp8KernelCheck c;
   {
     py::gil_scoped_release no_gil;
-    c = check_fp8_kernel(p, fp8_attention_emulated(p, in, fp8_kernel_order()), kernel);
+    c = check_fp8_kernel(p, fp8_attention_emulated(p, in, fp8_kernel_order(p.shape.head_dim)), kernel);
   }
   py::dict result;
   result["passes"] = c.passes();

@@ -387,7 +387,7 @@ TEST_CASE("fp8 forward: within the stated bound of double attention on its dequa
 }
 
 TEST_CASE("fp8 forward in the kernel's order: one block is the whole-row softmax; many blocks stay within the bound") {
-  const LowpAttentionOptions kernel_order{.block_keys = kE4m3KernelBlockKeys};
+  const LowpAttentionOptions kernel_order{.block_keys = e4m3_kernel_block_keys(64)};
   // S_k <= one block: the online softmax sees the whole row at once, and every value is the same.
   {
     const Problem p = make_problem(Shape{.batch = 1, .heads_q = 2, .heads_kv = 1, .seq_q = 50, .seq_k = 100, .head_dim = 64},

@@ -19,9 +19,10 @@
 namespace flashlab {
 
 inline constexpr float kE4m3Max = 448.0f;            // largest finite magnitude, pattern 0x7e
-// The keys per K/V block of cuda-fa3-ws's FP8 forward (its E4m3HeadConfig::kBc): the order in which its online
-// softmax rounds P, which the CPU emulation can follow (cpu_reference/fp8.hpp, LowpAttentionOptions::block_keys).
-inline constexpr int kE4m3KernelBlockKeys = 128;
+// The keys per K/V block of cuda-fa3-ws's shipped FP8 forward at head dim d (its E4m3HeadConfig::kBc): the order in
+// which its online softmax rounds P, which the CPU emulation can follow (cpu_reference/fp8.hpp, LowpAttentionOptions::
+// block_keys). Whole 128-key panels of V^T: two at d = 64 and 128 (the wide blocks), one at d = 256.
+constexpr int e4m3_kernel_block_keys(int head_dim) { return head_dim <= 128 ? 256 : 128; }
 inline constexpr std::uint8_t kE4m3MaxBits = 0x7e;   // S.1111.110
 inline constexpr std::uint8_t kE4m3NanBits = 0x7f;   // S.1111.111 (0xff is NaN too)
 

@@ -79,7 +79,7 @@ struct LowpAttentionOptions {
   // 0: the softmax of each row at once, P against the row's max. Bc > 0: the online softmax in the order a tiled
   // kernel takes it, Bc keys at a time: P against the running max of the blocks seen so far (never lagging, so
   // P <= 1 still), rounded there, and O and l rescaled in fp32 whenever the max rises. cuda-fa3-ws's FP8 forward
-  // runs kE4m3KernelBlockKeys (core/fp8.hpp).
+  // runs e4m3_kernel_block_keys(d) (core/fp8.hpp).
   int block_keys = 0;
 };
 
@@ -95,11 +95,12 @@ struct EmulatedForward {
 // multiple of heads_kv) are supported. Throws InputError for bad shapes, non-finite inputs, dropout (not
 // offered here) or a head dim the rotation does not take.
 EmulatedForward fp8_attention_emulated(const Problem&, const Qkv&, const LowpAttentionOptions& = {});
-// The options under which the emulation rounds P where and as cuda-fa3-ws's FP8 forward does: its online softmax,
-// kE4m3KernelBlockKeys keys at a time (no rotation: the kernel takes its operands rotated or not, as given).
-inline LowpAttentionOptions fp8_kernel_order() {
+// The options under which the emulation rounds P where and as cuda-fa3-ws's FP8 forward does at head dim d: its
+// online softmax, e4m3_kernel_block_keys(d) keys at a time (no rotation: the kernel takes its operands rotated or not,
+// as given).
+inline LowpAttentionOptions fp8_kernel_order(int head_dim) {
   LowpAttentionOptions o;
-  o.block_keys = kE4m3KernelBlockKeys;
+  o.block_keys = e4m3_kernel_block_keys(head_dim);
   return o;
 }
 // The bf16 forward the same way, for comparison: Q, K, V rounded to bf16 (no scaling), S in fp32, P rounded
@@ -159,7 +160,7 @@ struct Fp8KernelCheck {
   bool lse_passes() const { return lse.max_abs <= lse_limit; }
   bool passes() const { return o_passes() && lse_passes(); }
 };
-// `emulated`: fp8_attention_emulated(p, inputs, fp8_kernel_order()), on the values the kernel's operands were
+// `emulated`: fp8_attention_emulated(p, inputs, fp8_kernel_order(d)), on the values the kernel's operands were
 // quantized from (quantize_e4m3_qkv); `kernel`: the kernel's O (bf16 values) and LSE. Throws InputError when an
 // output's dims are not the problem's.
 Fp8KernelCheck check_fp8_kernel(const Problem&, const EmulatedForward& emulated, const ForwardOut& kernel);

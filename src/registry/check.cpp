@@ -240,7 +240,7 @@ CheckReport Check::run() const {
       continue;
     }
     if (job.dtype == DType::E4M3) {
-      if (!emulated) emulated = fp8_attention_emulated(p, in64, fp8_kernel_order());
+      if (!emulated) emulated = fp8_attention_emulated(p, in64, fp8_kernel_order(p.shape.head_dim));
       run_e4m3_job(job, p, in64, *emulated, backward, emulation_reported, recorder);
       continue;
     }

@@ -127,7 +127,7 @@ void check_fp8_forward(flashlab::Shape shape, flashlab::CausalAlign align) {
     const std::uint64_t seed = fresh_seed();
     INFO(describe(p, DType::F32, seed));
     const Qkv in = random_qkv(shape, DType::F32, seed);
-    const EmulatedForward emulated = fp8_attention_emulated(p, in, fp8_kernel_order());
+    const EmulatedForward emulated = fp8_attention_emulated(p, in, fp8_kernel_order(p.shape.head_dim));
     // Through the table's row, as `flashlab check --dtype e4m3` runs it: quantized per head as the emulation is
     // (quantize_e4m3_qkv), O and LSE poisoned with NaN before the launch.
     const ForwardOut out = find_variant("cuda-fa3-ws").forward(p, DType::E4M3, in);
@@ -178,7 +178,8 @@ TEST_CASE("the FP8 forward's timeline build at d = 64: every recording block's t
   if (skip_unless_hopper()) return;
   using namespace flashlab;
   // B = 1, H = 2, N = 1024: 16 tiles of 128 query rows, so the persistent grid has 16 blocks, one tile each, and
-  // blocks 0 .. kTimelineBlocks - 1 all record; 8 K/V blocks per tile go twice round the four stages.
+  // blocks 0 .. kTimelineBlocks - 1 all record; the K/V blocks of a tile (1024 / e4m3_kernel_block_keys(64)) go round
+  // the four stages.
   const Problem p{.shape = Shape{.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 1024, .seq_k = 1024, .head_dim = 64},
                   .options = Options{}};
   const BenchResult b = find_variant("cuda-fa3-ws").bench(
@@ -204,7 +205,7 @@ TEST_CASE("the FP8 forward's timeline build at d = 64: every recording block's t
     const auto it = lanes.find({block, wg});
     return it == lanes.end() ? 0 : it->second[static_cast<int>(e)];
   };
-  constexpr int kKvBlocks = 1024 / 128;
+  constexpr int kKvBlocks = 1024 / e4m3_kernel_block_keys(64);
   for (std::uint32_t block = 0; block < kRecordingBlocks; ++block) {
     INFO("block " << block);
     // The producer: Q, then K_j and V_j of every K/V block, and nothing a consumer does.
@@ -328,7 +329,7 @@ void check_fp8_vt_in_smem(flashlab::Shape shape, flashlab::CausalAlign align) {
     std::transform(in_smem.o.begin(), in_smem.o.end(), out.o.data.begin(),
                    [](std::uint16_t bits) { return double(bf16_bits_to_float(bits)); });
     std::copy(in_smem.lse.begin(), in_smem.lse.end(), out.lse.data.begin());
-    const Fp8KernelCheck c = check_fp8_kernel(p, fp8_attention_emulated(p, in, fp8_kernel_order()), out);
+    const Fp8KernelCheck c = check_fp8_kernel(p, fp8_attention_emulated(p, in, fp8_kernel_order(p.shape.head_dim)), out);
     REQUIRE(c.emulation.passes());
     MESSAGE("V^T in shared memory, d=" << d << ": O max " << c.o.max_abs << " (emulation " << c.emulation.o.max_abs
                                        << "); LSE max " << c.lse.max_abs << " (limit " << c.lse_limit << ")");

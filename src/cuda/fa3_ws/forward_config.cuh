@@ -4,7 +4,7 @@
 // a compile-time constant; the other parts (forward_kernel.cuh lists them) read it through KernelConfig.
 #include <type_traits>
 
-#include "core/fp8.hpp"  // kE4m3KernelBlockKeys
+#include "core/fp8.hpp"  // e4m3_kernel_block_keys
 #include "cuda/fa3_ws/element.cuh"
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
 #include "cuda/fa3_ws/hopper.cuh"
@@ -71,10 +71,13 @@ template <bool kWideBlocks>
 using ShippedSchedule = Schedule<true, true, true, kWideBlocks, /*kExp2PolyEvery=*/0, /*kFp8OwnOBuffers=*/true,
                                  /*kLazyRescale=*/true>;
 // The FP8 forward with V transposed in the producer at head dim D (launch_forward_e4m3_vt_in_smem): the shipped
-// schedule, but at d = 256 with one O buffer taken in turn (WithFp8TransposeInKernel says why).
+// FP8 schedule (Fp8ShippedSchedule), but at d = 256 with one O buffer taken in turn (WithFp8TransposeInKernel says why).
 template <int D>
 using Fp8InKernelTransposeSchedule = WithFp8TransposeInKernel<std::conditional_t<
-    D == 256, Schedule<true, true, true, false, 0, /*kFp8OwnOBuffers=*/false, true>, ShippedSchedule<false>>>;
+    D == 256, Schedule<true, true, true, false, 0, /*kFp8OwnOBuffers=*/false, true>, ShippedSchedule<true>>>;
+// The FP8 forward that ships at head dim D (launch_forward_e4m3): wide blocks (Bc = 256) at d = 64 and 128.
+template <int D>
+using Fp8ShippedSchedule = ShippedSchedule<D <= 128>;
 
 // Per head dim: Bc, the number of K/V stages, and where O_i leaves. d = 256 takes Bc = 64 so that O_i (128
 // fp32 registers per thread), S_ij (32) and P_ij (16, twice under intra-warpgroup overlap) fit in 240
@@ -101,6 +104,7 @@ struct HeadConfig {
   static constexpr bool kOverlapFits = true;  // step 4's intra-warpgroup overlap fits the registers
   static constexpr int kExp2PolyEvery = Sched::kExp2PolyEvery;
   static constexpr int kStagingStages = 0;  // V_j lands where the consumers read it (E4m3HeadConfig has the other case)
+  static constexpr bool kPvBeforeS = false;  // S_ij and P_{i,j-1} V_{j-1} issued together (E4m3HeadConfig's other case)
   // The softmax's reductions as trees where they were raced faster: the shipped (persistent) kernel at d = 64, +7% and
   // +11% unmasked at N = 4k and 16k on an H100, 0 to +2% causal; at d = 128 and 256 -3.4% to +0.6%
   // (bench/results/h100-fa3-ws-race-softmax-trees_2026-11-28.txt).
@@ -108,35 +112,43 @@ struct HeadConfig {
 };
 
 // The FP8 forward (e4m3 Q, K, V; the persistent step only). K_j is (Bc, d) and V_j is stored as V^T (d, Bc), both
-// K-major in 128-byte panel rows (128 keys of V^T per panel), so Bc is a whole number of panels: 128. At d = 64 a
-// row of Q_i or K_j is 64 bytes, one panel under the 64-byte swizzle (hopper.cuh, kPanelRowBytesOf); V^T's rows stay
-// 128 keys. An e4m3 tile is half a bf16 one, and O_i (bf16) has a buffer of its own: at d = 128 Q 16 + 3 x (16 + 16)
-// + O 32 = 144 KiB; at d = 256 (O_i 128 fp32 registers per thread, as in bf16) Q 32 + 2 x (32 + 32) + O 32 or 64 =
-// 192 or 224 KiB: one consumer's O buffer taken in turn, or one each (Schedule::kFp8OwnOBuffers, which ships). At
-// d = 64 a stage is half of d = 128's (K 8 + V^T 8 KiB) and a block's two GEMMs
-// take half as long, so the producer runs further ahead: four stages, Q 8 + 4 x (8 + 8) + O 16 = 88 KiB (chosen from
-// the copies' sizes, not raced yet).
+// K-major in 128-byte panel rows (128 keys of V^T per panel), so Bc is a whole number of panels. At d = 64 a row of
+// Q_i or K_j is 64 bytes, one panel under the 64-byte swizzle (hopper.cuh, kPanelRowBytesOf); V^T's rows stay 128
+// keys. An e4m3 tile is half a bf16 one, and O_i (bf16) has a buffer of its own.
+// Wide blocks (Schedule::kWideBlocks, shipped at d = 64 and 128): Bc = 256, two panels. FP8's GEMMs are half as long
+// as bf16's, so the fixed costs of a trip around the K/V loop weigh twice as much, and a wider block spreads them:
+// +21-29% at d = 64 and +5-11% at d = 128 against Bc = 128 on an H100 (tools/fa3_harness/race.sh,
+// bench/results/h100-fa3-ws-e4m3-race-wide-blocks_2026-11-28.txt). Shared memory: at d = 128 Q 16 + 2 x (32 + 32) +
+// O 32 = 176 KiB (three stages would need 240); at d = 64 Q 8 + 4 x (16 + 16) + O 16 = 152 KiB. With Bc = 128: d = 128
+// Q 16 + 3 x (16 + 16) + O 32 = 144 KiB, d = 64 four stages of 8 + 8 KiB.
+// At d = 256 (O_i 128 fp32 registers per thread, as in bf16) Bc = 128: Q 32 + 2 x (32 + 32) + O 32 or 64 = 192 or
+// 224 KiB: one consumer's O buffer taken in turn, or one each (Schedule::kFp8OwnOBuffers, which ships).
 // With V transposed in the producer (Schedule::kFp8TransposeInKernel), V_j first lands in a staging buffer of its own
-// (Bc, d): two of them at d = 64 and 128 (104 and 176 KiB), so that TMA fills one while the producer's warps transpose
-// the other; at d = 256 one (Q 32 + 2 x (32 + 32) + O 32 (taken in turn) + 32 = 224 KiB: an O buffer per consumer
-// would leave no room for it).
-// At d = 256 the intra-warpgroup overlap does not fit the registers: O_i (128), S_ij (64, twice bf16's with its
-// Bc = 64) and P_ij (16) live at once spilled 8 bytes (ptxas -v); without it the consumers' ping-pong still hides
-// each one's softmax behind the other's GEMMs, which at d = 256 are the longest of any head dim. At d = 64 (O_i 32
-// registers) and 128 (64) it fits.
+// (Bc, d): two of them with Bc = 128 at d = 64 and 128, so that TMA fills one while the producer's warps transpose the
+// other; one with Bc = 256 (d = 128: 176 + 32 = 208 KiB) and at d = 256 (Q 32 + 2 x (32 + 32) + O 32 (taken in turn)
+// + 32 = 224 KiB: an O buffer per consumer would leave no room for it).
+// Registers: at d = 256 the intra-warpgroup overlap does not fit: O_i (128), S_ij (64, twice bf16's with its Bc = 64)
+// and P_ij (16) live at once spilled 8 bytes (ptxas -v); without it the consumers' ping-pong still hides each one's
+// softmax behind the other's GEMMs, which at d = 256 are the longest of any head dim. At d = 128 with Bc = 256, S_ij
+// (128), O_i (64) and P's fragments (32) do not fit at once even without the overlap (kPvBeforeS). At d = 64 (O_i 32
+// registers) the overlap fits with either Bc.
 template <int D, class Sched>
 struct E4m3HeadConfig {
-  static constexpr int kBc = kE4m3KernelBlockKeys;  // core/fp8.hpp: the CPU emulation follows the same blocks
-  static_assert(kBc == 128, "V^T's panel is 128 keys (one 128-byte row of e4m3)");
+  // Wide blocks (Schedule::kWideBlocks) at d = 64 and 128: two panels of V^T, 256 keys. core/fp8.hpp's
+  // e4m3_kernel_block_keys says what the shipped kernel takes, for the CPU emulation (launch_forward_e4m3 checks).
+  static constexpr int kBc = (Sched::kWideBlocks && D <= 128 ? 2 : 1) * kPanelCols<__nv_fp8_e4m3>;
   static constexpr int kORows = D <= 128 || Sched::kFp8OwnOBuffers ? 2 * kRowsPerConsumer : kRowsPerConsumer;
   static constexpr bool kOBufferShared = kORows == kRowsPerConsumer;
-  static constexpr int kStages = D == 64 ? 4 : D == 128 ? 3 : 2;
-  static constexpr bool kOverlapFits = D <= 128;
+  static constexpr int kStages = D == 64 ? 4 : D == 128 && kBc == 128 ? 3 : 2;
+  static constexpr bool kOverlapFits = D == 64 || (D == 128 && kBc == 128);
   static constexpr int kExp2PolyEvery = Sched::kExp2PolyEvery;
   // The softmax's reductions as trees at d = 256 only: +0.9 to +1.9% there, -1.4 to -5.3% at d = 64 and 128 (H100,
   // bench/results/h100-fa3-ws-race-softmax-trees_2026-11-28.txt).
   static constexpr bool kTreeReductions = Sched::kSoftmaxTrees >= 0 ? Sched::kSoftmaxTrees == 1 : D == 256;
-  static constexpr int kStagingStages = !Sched::kFp8TransposeInKernel ? 0 : D <= 128 ? 2 : 1;
+  static constexpr int kStagingStages = !Sched::kFp8TransposeInKernel ? 0 : D <= 128 && kBc == 128 ? 2 : 1;
+  // With Bc = 256 at d = 128, S_ij (128 fp32 registers), O_i (64) and P's fragments (32) live at once leave 16 of the
+  // 240 registers for everything else, and spilled 160 bytes: so P_{i,j-1} V_{j-1} is waited before S_ij is issued.
+  static constexpr bool kPvBeforeS = D == 128 && kBc > 128;
   static_assert(!Sched::kFp8TransposeInKernel || D <= 128 || !Sched::kFp8OwnOBuffers,
                 "at d = 256 the FP8 V transpose in the producer takes the O buffer in turn (kFp8OwnOBuffers off)");
 };

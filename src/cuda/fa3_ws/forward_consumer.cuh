@@ -222,6 +222,36 @@ struct Consumer {
       wait_full(Smem::kVFull + stage_of(j - 1), phase_of(j - 1));
       turn_wait();
       t0 = TL::now();
+      if constexpr (Cfg::kPvBeforeS) {
+        // P_{i,j-1} V_{j-1} first, waited, and only then S_ij: P's fragments are dead before S_ij's accumulator is
+        // written, so the two are never live at once (E4m3HeadConfig::kPvBeforeS says where and why).
+        reg_fence(o);
+        reg_fence(pf);
+        wgmma_fence();
+        issue_pv(o, pf, stage_of(j - 1));
+        wgmma_commit_group();
+        wgmma_wait_group<0>();
+        reg_fence(o);
+        reg_fence(pf);
+        release(Smem::kVEmpty + stage_of(j - 1));
+        float s[kNS];  // S_ij  // (64, Bc)
+        wgmma_fence();
+        issue_s(s, stage_of(j));
+        wgmma_commit_group();
+        tl.instant(p, PipelineEvent::WgmmaIssue, t0);
+        turn_pass();
+        t0 = TL::now();
+        wgmma_wait_group<0>();
+        reg_fence(s);
+        tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
+        release(Smem::kKEmpty + stage_of(j));
+        if (j == n - 1) release_q_after_last_s();
+        if (issues_loads() && j + kStages - 1 < n) loader->template load_kv<false>(tile, j + kStages - 1, kv_iter + j + kStages - 1, tl, p);
+        const bool needs_rescale = softmax_block(s, tile, j, sm, corr);
+        pack_p(s, pf);
+        if (needs_rescale) Softmax::rescale(o, corr);
+        continue;
+      }
       float s[kNS];  // S_ij  // (64, Bc)
       reg_fence(o);
       reg_fence(pf);

@@ -14,6 +14,9 @@
 //  * Q, K and V carry one descale per (batch, head): Q's and K's multiply the softmax scale (forward_consumer.cuh),
 //    V's the epilogue's 1 / l (forward_epilogue.cuh), and O is written in bf16;
 //  * the tiles: Bc = 128 keys, one panel of V^T, O_i with a buffer of its own (forward_config.cuh, E4m3HeadConfig);
+//    at d = 128 Bc = 256, two panels: FP8's GEMMs are half as long, so a K/V block's fixed costs weigh twice as much,
+//    and a wider block spreads them (tools/fa3_harness/race.sh, fp8_d128_wide). S_ij, O_i and P's fragments do not
+//    fit the registers at once there, so P V is waited before S_ij is issued (kPvBeforeS);
 //  * at d = 64 a row of Q_i or K_j is only 64 bytes: those two tiles take the 64-byte swizzle (their tensor maps,
 //    forward.cu, and their descriptors, hopper.cuh's desc_k_major), while V^T's rows (128 keys) and O_i's (bf16,
 //    128 bytes) keep the 128-byte one.
@@ -32,7 +35,10 @@ void launch_forward_e4m3(const Params& p, cudaStream_t stream) {
   if (p.seq_q == 0 || p.batch == 0 || p.heads_q == 0) return;
   transpose_v_e4m3(p.v, p.vt, p.batch, p.seq_k, p.heads_kv, p.head_dim, stream);
   dispatch_head_dim<kE4m3HeadDims>(p.head_dim, "cuda-fa3-ws FP8 forward", [&]<int D>() {
-    launch_config<__nv_fp8_e4m3, D, static_cast<int>(kShippedStep), false, false, ShippedSchedule<false>>(p, stream);
+    using Sched = Fp8ShippedSchedule<D>;
+    static_assert(KernelConfig<__nv_fp8_e4m3, D, static_cast<int>(kShippedStep), Sched>::kBc == e4m3_kernel_block_keys(D),
+                  "core/fp8.hpp's e4m3_kernel_block_keys tells the CPU emulation the shipped kernel's K/V blocks");
+    launch_config<__nv_fp8_e4m3, D, static_cast<int>(kShippedStep), false, false, Sched>(p, stream);
   });
 }
 

@@ -32,7 +32,7 @@ void launch_forward_e4m3_timeline(const Params& p, cudaStream_t stream) {
   expect(lists_head_dim<kE4m3TimelineHeadDims>(p.head_dim),
          "the FP8 timeline build's head dim is one of " + listed_head_dims<kE4m3TimelineHeadDims>());
   dispatch_head_dim<kE4m3TimelineHeadDims>(p.head_dim, "cuda-fa3-ws FP8 forward (timeline)", [&]<int D>() {
-    launch_config<__nv_fp8_e4m3, D, static_cast<int>(kShippedStep), false, true, ShippedSchedule<false>>(p, stream);
+    launch_config<__nv_fp8_e4m3, D, static_cast<int>(kShippedStep), false, true, Fp8ShippedSchedule<D>>(p, stream);
   });
 }
 

@@ -29,15 +29,16 @@ namespace flashlab::cuda::fa3_ws {
 // 16 keys x 32 dims, and warp `warp` of `warps` takes every warps-th of them.
 //   staging  V_j (Bc, D) e4m3 as TMA lands it: panels kStagingRowBytes wide (128, or 64 at d = 64), each (Bc rows,
 //            kStagingRowBytes), swizzled at that width
-//   vt       V_j^T (D, Bc): one panel of D rows x 128 bytes, 128-byte swizzle; column k of row n holds key
+//   vt       V_j^T (D, Bc): Bc / 128 panels of D rows x 128 bytes, 128-byte swizzle; column k of row n holds key
 //            fp8_v_key(k) of dim n (the permutation keeps each 16 keys in place, so each group is its own)
 template <int D, int kBc, int kStagingRowBytes>
 __device__ __forceinline__ void transpose_v_block_e4m3(std::uint32_t staging, std::uint32_t vt, unsigned warp,
                                                        unsigned warps, unsigned lane) {
-  static_assert(kBc == kPanelCols<__nv_fp8_e4m3>, "V_j^T's rows are one 128-byte panel row of keys");
+  static_assert(kBc % kPanelCols<__nv_fp8_e4m3> == 0, "V_j^T is whole panels of 128 keys");
   static_assert(D % 32 == 0 && kStagingRowBytes % 32 == 0, "a dim block of 32 lies in one staging panel");
   constexpr unsigned kKeyGroups = kBc / 16, kBlocks = kKeyGroups * (D / 32);
   constexpr unsigned kBlocksPerPanel = kStagingRowBytes / 32;  // dim blocks of 32 in one staging panel row
+  constexpr unsigned kGroupsPerVtPanel = kPanelCols<__nv_fp8_e4m3> / 16;  // key groups in one V_j^T panel: 8
   const unsigned matrix = lane / 8, row = lane % 8;  // the ldmatrix / stmatrix row this lane addresses
   // ldmatrix: matrix m is keys 8 (m % 2) + row of the group, bytes (dims) 16 (m / 2) .. + 15 of the block. Its address
   // is this lane's row of the staging tile, plus 16 keys a group, plus the block's 32 bytes, which the swizzle moves
@@ -61,7 +62,8 @@ __device__ __forceinline__ void transpose_v_block_e4m3(std::uint32_t staging, st
     // w[0] and w[1] for the even dim, bytes 1 and 3 for the odd one.
     const std::uint32_t even0 = __byte_perm(w[0], w[1], 0x6420), odd0 = __byte_perm(w[0], w[1], 0x7531);
     const std::uint32_t even1 = __byte_perm(w[2], w[3], 0x6420), odd1 = __byte_perm(w[2], w[3], 0x7531);
-    stmatrix_x4(vt + 32 * dblk * kPanelRowBytes + (store_lane ^ (16 * group)), swap ? odd0 : even0,
+    const std::uint32_t vt_panel = vt + (group / kGroupsPerVtPanel) * (D * kPanelRowBytes);
+    stmatrix_x4(vt_panel + 32 * dblk * kPanelRowBytes + (store_lane ^ (16 * (group % kGroupsPerVtPanel))), swap ? odd0 : even0,
                 swap ? even0 : odd0, swap ? odd1 : even1, swap ? even1 : odd1);
   }
 }
