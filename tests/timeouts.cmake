@@ -21,6 +21,8 @@ set(FLASHLAB_MEASURED_SECONDS
   ring_timeline_tests                          1        1
   cli_tests                                    15       14   # 2-4 s idle; up to 15.0 s (release) and 13.3 s (sanitized) in CI runs of 8caeb4a and ab2436d
   rendezvous_tests                             3        3
+  sdpa_child_tests                             1        1    # 0.6 s here (2026-11-28): a few /bin/sh children and one python3
+  python_sdpa_timer_tests                      2        2    # 1.2 s here (2026-11-28)
   python_cpu_tests                             26       -
   cuda_fa2_no_register_spills                  1        -
   cuda_fa2_sass_has_hmma                       29       -    # skipped in CI (no cuobjdump); 29 s on the H200 machine
@@ -30,7 +32,7 @@ set(FLASHLAB_MEASURED_SECONDS
   cuda_fa3_ws_e4m3_no_register_spills          1        -
   cuda_fp8_quantize_no_register_spills         1        -
   cuda_fa3_ws_sass_has_hgmma_and_tma           28       -    # the same: 28 s there, dumping the whole binary's SASS
-  verify_example_plugin                        30       23
+  verify_example_plugin                        30       40   # sanitized: 39 s alone here (2026-11-28), with --bench's SDPA runs against fake interpreters
   verify_planted_mask                          25       8    # the full suite once, the quick one at three seeds; the sanitizer build: one quick seed
   verify_planted_alignment                     21       8
   verify_planted_tail                          21       6

@@ -32,6 +32,8 @@ struct VerifyCommand {
   bool bench = false;     // after the verdict, time the plugin beside FlashLab's variants (verify_bench.cpp)
   std::string bench_seq;  // --bench-seq: the lengths it times (empty: the defaults)
   CLI::Option* bench_seq_option = nullptr;
+  std::string python = "python3";  // --python: the interpreter --bench times PyTorch's SDPA with
+  CLI::Option* python_option = nullptr;
   void add_to(CLI::App& app);
   int run(std::ostream& out, std::ostream& err) const;
 };

@@ -2,7 +2,7 @@
 // include/flashlab/plugin.h, run through verify/verify.hpp's suite and judged by FlashLab's rule; the
 // report says which cases fail, what they have in common, and the first element out of bounds. This file
 // is the command and plugins on host memory; verify_cuda.cpp runs plugins on CUDA device memory (a CUDA
-// build only) and verify_bench.cpp times a plugin that passed (--bench).
+// build only) and verify_bench.cpp times a plugin that passed (--bench), beside PyTorch's SDPA (sdpa_child.cpp).
 #include <dlfcn.h>
 
 #include <cmath>
@@ -198,10 +198,14 @@ void VerifyCommand::add_to(CLI::App& app) {
                "when every case passes: time the plugin's forward (and forward + backward) on large problems in the "
                "dtypes it passed, causal and not, beside FlashLab's own variants on the same device (CUDA plugins: "
                "B*N = 16k tokens, H*d = 2048, N = 1024, 4096, 16384; host plugins: B*N = 1024, H*d = 128, N = 256, "
-               "1024): ms, TFLOP/s, and the time over the fastest FlashLab variant's");
+               "1024), and PyTorch's scaled_dot_product_attention on the same problems (run by --python): ms, "
+               "TFLOP/s, and the time over the fastest FlashLab variant's and over SDPA's");
   bench_seq_option = app.add_option("--bench-seq", bench_seq,
                                     "with --bench: the sequence lengths N to time, comma-separated (B is the tokens "
                                     "over N, at least 1)");
+  python_option = app.add_option("--python", python,
+                                 "with --bench: the Python interpreter, with PyTorch, that times SDPA beside the plugin "
+                                 "(default python3); without PyTorch the table says why SDPA is not timed");
 }
 
 int VerifyCommand::run(std::ostream& out, std::ostream& err) const {
@@ -235,6 +239,10 @@ int VerifyCommand::run(std::ostream& out, std::ostream& err) const {
     if (!bench) throw InputError("--bench-seq sets the lengths --bench times: give --bench too");
     bench_seqs = parse_int_list(bench_seq, "--bench-seq");
   }
+  if (python_option && python_option->count() > 0) {
+    if (!bench) throw InputError("--python picks the interpreter --bench times PyTorch's SDPA with: give --bench too");
+    if (python.empty()) throw InputError("--python takes an interpreter's name or path, not an empty string");
+  }
   const Plugin plugin(this->plugin, symbol);
   const KernelUnderTest kernel = kernel_of(*plugin, this->plugin);
   if (plugin->memory == FLASHLAB_MEMORY_CUDA)
@@ -245,7 +253,7 @@ int VerifyCommand::run(std::ostream& out, std::ostream& err) const {
   if (bench) {
     out << "\n";
     if (report.ok())
-      print_verify_bench(out, err, *plugin, report, bench_seqs);
+      print_verify_bench(out, err, *plugin, report, bench_seqs, python);
     else
       out << "bench: not timed, since some case failed (a kernel is timed once it is right)\n";
   }

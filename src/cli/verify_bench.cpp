@@ -4,7 +4,11 @@
 // count, as `flashlab bench` reports), and the time over the fastest FlashLab variant's. FlashLab's CUDA variants time
 // themselves as `flashlab bench` times them (Variant::bench: CUDA events); its CPU variants and a plugin on host memory
 // are timed here with a host clock; a plugin on CUDA memory with CUDA events on its stream (verify_cuda.cpp).
-// PyTorch's SDPA is not timed here: Python's flashlab.verify times it beside a Python function.
+// PyTorch's scaled_dot_product_attention gets a row too, timed on the same problems and the same device by a Python
+// child process (sdpa_child.hpp): CUDA device 0 with CUDA events beside a plugin on CUDA memory, the host CPU with a
+// host clock beside one on host memory (PyTorch's CPU SDPA is what a CPU kernel is up against, as FlashLab's CPU
+// variants are). The table's `x sdpa` is each time over SDPA's; where SDPA could not be timed, one line says why,
+// and verify's exit code stays its verdict's.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -12,6 +16,7 @@
 #include <set>
 
 #include "cli/commands.hpp"
+#include "cli/sdpa_child.hpp"
 #include "cli/verify_plugin.hpp"
 #include "core/flops.hpp"
 
@@ -32,7 +37,33 @@ struct BenchRow {
   double ms = -1, flops = 0;
   bool flashlab = false;  // one of FlashLab's variants (the ratio's denominator is the fastest of these)
   std::string note;       // why it has no time
+  bool sdpa = false;      // PyTorch's SDPA (x sdpa's denominator)
 };
+
+// One problem's rows: the forward's, then the forward + backward's.
+struct ProblemRows {
+  std::vector<BenchRow> fwd, both;
+};
+
+// "sdpa (flash)": SDPA, and the backend PyTorch's dispatcher picked where it said.
+std::string sdpa_label(const std::string& backend) { return backend.empty() ? "sdpa" : "sdpa (" + backend + ")"; }
+
+// SDPA's rows joined to each problem's, from its times (one per problem, in order).
+void add_sdpa_rows(std::vector<ProblemRows>& groups, const std::vector<SdpaProblem>& asked, const SdpaTimes& sdpa) {
+  for (std::size_t n = 0; n < groups.size() && n < sdpa.times.size(); ++n) {
+    const SdpaTime& t = sdpa.times[n];
+    ProblemRows& g = groups[n];
+    const std::string shape = g.fwd.front().shape;  // the plugin's row's
+    g.fwd.push_back({shape, "fwd", sdpa_label(t.forward_backend), t.forward_ms, g.fwd.front().flops, false,
+                     t.forward_ms < 0 ? "not run: " + t.note : "", true});
+    if (!asked[n].backward || g.both.empty()) continue;
+    const std::string note = t.forward_backward_ms >= 0 ? ""
+                             : t.note.empty()           ? "not run, without saying why"
+                                                        : "not run: " + t.note;
+    g.both.push_back({shape, "fwd+bwd", sdpa_label(t.forward_backward_backend), t.forward_backward_ms,
+                      g.both.front().flops, false, note, true});
+  }
+}
 
 double host_ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -143,7 +174,7 @@ PluginTimes time_host_plugin(const flashlab_attention_plugin& plugin, const Prob
 }
 
 void print_verify_bench(std::ostream& out, std::ostream& err, const flashlab_attention_plugin& plugin,
-                        const VerifyReport& report, const std::vector<int>& seqs) {
+                        const VerifyReport& report, const std::vector<int>& seqs, const std::string& python) {
   const bool on_cuda = plugin.memory == FLASHLAB_MEMORY_CUDA;
   const Device device = on_cuda ? Device::Cuda : Device::Cpu;
   const BenchPlan plan = on_cuda ? kCudaPlan : kHostPlan;
@@ -165,12 +196,14 @@ void print_verify_bench(std::ostream& out, std::ostream& err, const flashlab_att
         problems.emplace_back(p, dtype);
       }
 
-  std::vector<BenchRow> rows;
-  std::vector<std::string> notes;  // what was not timed, and why
+  std::vector<ProblemRows> groups;        // of the problems the plugin ran
+  std::vector<SdpaProblem> sdpa_problems;  // the same problems, for SDPA
+  std::vector<std::string> notes;          // what was not timed, and why
+  const int steps = int(problems.size()) + 1;  // and SDPA's, all at once
   int done = 0;
   for (const auto& [p, dtype] : problems) {
     const std::string shape = shape_label(p, dtype);
-    progress(err, done++, int(problems.size()), shape);
+    progress(err, done++, steps, shape);
     const double fwd_flops = forward_flops(p.shape, p.options.causal);
     const double both_flops = fwd_flops + backward_flops(p.shape, p.options.causal);
     // The plugin, when it runs the problem.
@@ -193,9 +226,9 @@ void print_verify_bench(std::ostream& out, std::ostream& err, const flashlab_att
     }
     if (!mine.no_backward.empty()) notes.push_back(shape + ": forward + backward not timed: " + mine.no_backward);
     const bool with_backward = mine.backward_ms >= 0;
-    rows.push_back({shape, "fwd", name, mine.forward_ms, fwd_flops, false, ""});
-    std::vector<BenchRow> both_rows;
-    if (with_backward) both_rows.push_back({shape, "fwd+bwd", name, mine.forward_ms + mine.backward_ms, both_flops, false, ""});
+    ProblemRows g;
+    g.fwd.push_back({shape, "fwd", name, mine.forward_ms, fwd_flops, false, ""});
+    if (with_backward) g.both.push_back({shape, "fwd+bwd", name, mine.forward_ms + mine.backward_ms, both_flops, false, ""});
 
     // FlashLab's variants on the same device that run the same problem (with its backward, when the plugin's ran).
     for (const Variant& v : variants()) {
@@ -223,13 +256,28 @@ void print_verify_bench(std::ostream& out, std::ostream& err, const flashlab_att
       } catch (const std::exception& e) {
         fwd.note = both.note = (dynamic_cast<const InputError*>(&e) ? "skipped: " : "error: ") + std::string(e.what());
       }
-      rows.push_back(fwd);
-      if (variant_backward) both_rows.push_back(both);
+      g.fwd.push_back(fwd);
+      if (variant_backward) g.both.push_back(both);
     }
-    rows.insert(rows.end(), both_rows.begin(), both_rows.end());
+    groups.push_back(std::move(g));
+    sdpa_problems.push_back({p, dtype, with_backward});
   }
-  progress(err, done, int(problems.size()), "done");
+  // PyTorch's SDPA on the problems the plugin ran, in one child process (its start-up, importing PyTorch, is paid once).
+  SdpaTimes sdpa;
+  if (sdpa_problems.empty()) {
+    sdpa.why_not = name + " ran none of the problems";
+  } else {
+    progress(err, done++, steps, "PyTorch's SDPA (" + python + ")");
+    sdpa = time_sdpa(python, sdpa_problems, device);
+  }
+  add_sdpa_rows(groups, sdpa_problems, sdpa);
+  progress(err, done, steps, "done");
   err << "\n";
+  std::vector<BenchRow> rows;
+  for (const ProblemRows& g : groups) {
+    rows.insert(rows.end(), g.fwd.begin(), g.fwd.end());
+    rows.insert(rows.end(), g.both.begin(), g.both.end());
+  }
 
   out << "bench on " << (on_cuda ? cuda_device_name() + " (CUDA device 0)" : std::string("the host CPU")) << ": " << name
       << " beside FlashLab's variants that run the same problems; B*N = " << plan.tokens << " tokens, H*d = "
@@ -239,23 +287,32 @@ void print_verify_bench(std::ostream& out, std::ostream& err, const flashlab_att
                     "times them"
                   : "a host clock around each call")
       << "\nTFLOP/s: forward 4*B*H*N^2*d, halved when causal, backward 2.5 times the forward; x fastest: the time over "
-         "the fastest FlashLab variant's on the same shape and pass (PyTorch's SDPA is timed by Python's "
-         "flashlab.verify, not here)\n\n";
-  Table table({"shape", "pass", "kernel", "ms", "TFLOP/s", "x fastest"});
-  for (std::size_t n = 0; n < rows.size(); ++n) {
-    const BenchRow& r = rows[n];
-    std::optional<double> fastest;  // of FlashLab's variants on the same shape and pass
-    for (const BenchRow& other : rows)
-      if (other.flashlab && other.ms > 0 && other.shape == r.shape && other.pass == r.pass)
-        fastest = fastest ? std::min(*fastest, other.ms) : other.ms;
+         "the fastest FlashLab variant's on the same shape and pass; x sdpa: the time over PyTorch's "
+         "scaled_dot_product_attention's, as PyTorch dispatches it (its row names the backend it picked), timed the "
+         "same way in a Python child process\n\n";
+  Table table({"shape", "pass", "kernel", "ms", "TFLOP/s", "x fastest", "x sdpa"});
+  for (const BenchRow& r : rows) {
+    std::optional<double> fastest, sdpa_ms;  // of FlashLab's variants, and SDPA's, on the same shape and pass
+    for (const BenchRow& other : rows) {
+      if (other.ms <= 0 || other.shape != r.shape || other.pass != r.pass) continue;
+      if (other.flashlab) fastest = fastest ? std::min(*fastest, other.ms) : other.ms;
+      if (other.sdpa) sdpa_ms = other.ms;
+    }
     if (r.ms < 0) {
       table.add({r.shape, r.pass, r.kernel, r.note});
       continue;
     }
-    table.add({r.shape, r.pass, r.kernel, format_fixed(r.ms, 3), format_fixed(tflops(r.flops, r.ms), 3),
-               fastest ? format_fixed(r.ms / *fastest, 2) + "x" : "-"});
+    const auto over = [&](const std::optional<double>& base) {
+      return base ? format_fixed(r.ms / *base, 2) + "x" : std::string("-");
+    };
+    table.add({r.shape, r.pass, r.kernel, format_fixed(r.ms, 3), format_fixed(tflops(r.flops, r.ms), 3), over(fastest),
+               over(sdpa_ms)});
   }
   table.print(out);
+  if (sdpa.why_not.empty())
+    out << "sdpa: " << sdpa.about << ", run by `" << python << "` (" << sdpa_timer_path() << ")\n";
+  else
+    out << "sdpa: not timed: " << sdpa.why_not << "\n";
   for (const std::string& note : notes) out << "not timed: " << note << "\n";
 }
 

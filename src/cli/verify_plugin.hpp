@@ -64,10 +64,11 @@ struct PluginTimes {
 };
 
 // verify_bench.cpp: after a verdict of `report` (every case passed), the plugin timed on a few large problems in the
-// dtypes and at a head dim it passed, beside FlashLab's variants that run the same problems on the same device, as
-// one table. `seqs`: the sequence lengths (empty: the defaults for the plugin's memory).
+// dtypes and at a head dim it passed, beside FlashLab's variants that run the same problems on the same device and
+// PyTorch's SDPA (timed on that device by `python`, sdpa_child.hpp), as one table. `seqs`: the sequence lengths
+// (empty: the defaults for the plugin's memory).
 void print_verify_bench(std::ostream& out, std::ostream& err, const flashlab_attention_plugin&, const VerifyReport&,
-                        const std::vector<int>& seqs);
+                        const std::vector<int>& seqs, const std::string& python);
 
 #ifdef FLASHLAB_HAVE_CUDA
 // verify_cuda.cpp: a plugin on CUDA device memory as verify's kernel (inputs copied to device 0, outputs poisoned
