@@ -21,12 +21,14 @@ done < <(grep '^RACE_CANDIDATE(' tools/fa3_harness/race_candidates.inc)
 [ -s "$OUT/race_selected.inc" ] || { echo "race.sh: no candidate's name matches RACE_ONLY=${RACE_ONLY:-}"; exit 1; }
 rm -f "$OUT"/ptxas_*.txt
 while read -r name type d wide poly own lazy vt_smem trees; do
-  "$NVCC" "${FLAGS[@]}" -Xptxas -v -DRACE_NAME="$name" -DRACE_T="$type" -DRACE_D="$d" -DRACE_WIDE="$wide" \
+  # The wide column is true, false, or a number of keys per K/V block (16-bit candidates: Schedule::kBlockKeys).
+  bc=0; if [[ $wide =~ ^[0-9]+$ ]]; then bc=$wide; wide=true; fi
+  "$NVCC" "${FLAGS[@]}" -Xptxas -v -DRACE_NAME="$name" -DRACE_T="$type" -DRACE_D="$d" -DRACE_WIDE="$wide" -DRACE_BC="$bc" \
     -DRACE_POLY="$poly" -DRACE_OWN_O="$own" -DRACE_LAZY="$lazy" -DRACE_VT_SMEM="$vt_smem" -DRACE_TREES="$trees" \
     -c tools/fa3_harness/race_kernels.cu -o "$OUT/$name.o" >"$OUT/ptxas_$name.txt" 2>&1 &
   pids+=($!)
   objs+=("$OUT/$name.o")
-done < <(sed -n 's/^RACE_CANDIDATE(\([a-z0-9_]*\), *\([a-z0-9_]*\), *\([0-9]*\), *\([a-z]*\), *\([0-9]*\), *\([a-z]*\), *\([a-z]*\), *\([a-z]*\), *\(-\{0,1\}[0-9]*\),.*/\1 \2 \3 \4 \5 \6 \7 \8 \9/p' \
+done < <(sed -n 's/^RACE_CANDIDATE(\([a-z0-9_]*\), *\([a-z0-9_]*\), *\([0-9]*\), *\([a-z0-9]*\), *\([0-9]*\), *\([a-z]*\), *\([a-z]*\), *\([a-z]*\), *\(-\{0,1\}[0-9]*\),.*/\1 \2 \3 \4 \5 \6 \7 \8 \9/p' \
            "$OUT/race_selected.inc")
 for src in src/cuda/fa3_ws/forward.cu src/cuda/fa3_ws/forward_e4m3.cu src/cuda/fa3_ws/fp8_transpose_v.cu; do
   "$NVCC" "${FLAGS[@]}" -c "$src" -o "$OUT/$(basename "$src" .cu).o" &

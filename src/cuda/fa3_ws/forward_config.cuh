@@ -50,12 +50,20 @@ struct Schedule {
   // V_j as TMA lands it, instead of read from the V^T the pre-pass wrote (fp8_transpose_v.cu). Off here; a schedule
   // turns it on as WithFp8TransposeInKernel<Schedule<...>> (below), which keeps every other kernel's name and code.
   static constexpr bool kFp8TransposeInKernel = false;
+  // The 16-bit forward only: keys per K/V block, 0 for the head config's (block_cols); a schedule sets another as
+  // WithBlockKeys<Sched, N> (below), for the race.
+  static constexpr int kBlockKeys = 0;
 };
 // A schedule with the FP8 V transpose in the producer (Schedule::kFp8TransposeInKernel). At d = 256 it needs the O
 // buffer taken in turn (kFp8OwnOBuffers off): its staging buffer takes the second O buffer's 32 KiB (E4m3HeadConfig).
 template <class Sched>
 struct WithFp8TransposeInKernel : Sched {
   static constexpr bool kFp8TransposeInKernel = true;
+};
+// A schedule whose 16-bit forward takes K/V blocks of kKeys keys, whatever block_cols says.
+template <class Sched, int kKeys>
+struct WithBlockKeys : Sched {
+  static constexpr int kBlockKeys = kKeys;
 };
 // A schedule with the softmax's reductions forced to trees (kOn) or chains, whatever the head config says.
 template <class Sched, bool kOn>
@@ -96,15 +104,20 @@ using Fp8ShippedSchedule = ShippedSchedule<D <= 128>;
 // consumers take in turn (Q 64 + 2 x 64 + O 32 KiB = 224 KiB).
 template <int D, class Sched, bool kPersistent>
 struct HeadConfig {
-  static constexpr int kBc = block_cols(D, Sched::kWideBlocks);  // cuda/tilings.hpp: what the traffic model reads
+  // cuda/tilings.hpp: what the traffic model reads (Sched::kBlockKeys overrides it, for the race).
+  static constexpr int kBc = Sched::kBlockKeys > 0 ? Sched::kBlockKeys : block_cols(D, Sched::kWideBlocks);
   // Rows of O_i's own buffer: 0 (through Q_i's space), Br (both consumers), or 64 (shared in turn).
   static constexpr int kORows = !kPersistent ? 0 : D <= 128 ? 2 * kRowsPerConsumer : kRowsPerConsumer;
   static constexpr bool kOBufferShared = kORows == kRowsPerConsumer;
   static constexpr int kStages = D == 64 || (D == 128 && kBc == 128 && Sched::kThreeStages && kORows == 0) ? 3 : 2;
-  static constexpr bool kOverlapFits = true;  // step 4's intra-warpgroup overlap fits the registers
+  // S_ij and P_{i,j-1} V_{j-1} issued together, under step 4's intra-warpgroup overlap, except with blocks of 256
+  // keys (d = 64, raced through WithBlockKeys, not shipped: -1.5% to -5.2% against 192 from N = 4k on an H100): there
+  // S_ij (128 fp32 registers), P's fragments (64) and O_i (32) do not fit at once, and P V is waited before S_ij is
+  // issued (as E4m3HeadConfig does at d = 128).
+  static constexpr bool kPvBeforeS = kBc >= 256;
+  static constexpr bool kOverlapFits = !kPvBeforeS;
   static constexpr int kExp2PolyEvery = Sched::kExp2PolyEvery;
   static constexpr int kStagingStages = 0;  // V_j lands where the consumers read it (E4m3HeadConfig has the other case)
-  static constexpr bool kPvBeforeS = false;  // S_ij and P_{i,j-1} V_{j-1} issued together (E4m3HeadConfig's other case)
   // The softmax's reductions as trees where they were raced faster: the shipped (persistent) kernel at d = 64, +7% and
   // +11% unmasked at N = 4k and 16k on an H100, 0 to +2% causal; at d = 128 and 256 -3.4% to +0.6%
   // (bench/results/h100-fa3-ws-race-softmax-trees_2026-11-28.txt).
