@@ -185,6 +185,18 @@ struct Consumer {
     }
   }
 
+  // S_ij issued alone (no P V beside it; `t0`: when this consumer's turn began), the turn handed on, and waited.
+  __device__ void s_alone(float (&s)[kNS], int stage, std::uint64_t t0) const {
+    wgmma_fence();
+    issue_s(s, stage);
+    wgmma_commit_group();
+    tl.instant(p, PipelineEvent::WgmmaIssue, t0);
+    turn_pass();
+    wgmma_wait_group<0>();
+    reg_fence(s);
+    tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
+  }
+
   // The K/V loop of one tile: block 0's S first, then per block j >= 1 S_ij and P_{i,j-1} V_{j-1}
   // issued together, then the last P V. `kv_iter` numbers the tile's first K/V block in the pipeline.
   __device__ void mainloop(const Tile& tile, std::uint32_t kv_iter, float (&o)[kNO], Softmax& sm) const {
@@ -202,15 +214,7 @@ struct Consumer {
     turn_wait();
     std::uint64_t t0 = TL::now();
     float s[kNS];  // S_i0  // (64, Bc)
-    wgmma_fence();
-    issue_s(s, stage_of(0));
-    wgmma_commit_group();
-    tl.instant(p, PipelineEvent::WgmmaIssue, t0);
-    turn_pass();
-    t0 = TL::now();
-    wgmma_wait_group<0>();
-    reg_fence(s);
-    tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
+    s_alone(s, stage_of(0), t0);
     release(Smem::kKEmpty + stage_of(0));
     if (n == 1) release_q_after_last_s();
     (void)softmax_block(s, tile, 0, sm, corr);  // O_i is still 0: no rescale
@@ -235,15 +239,7 @@ struct Consumer {
         reg_fence(pf);
         release(Smem::kVEmpty + stage_of(j - 1));
         float s[kNS];  // S_ij  // (64, Bc)
-        wgmma_fence();
-        issue_s(s, stage_of(j));
-        wgmma_commit_group();
-        tl.instant(p, PipelineEvent::WgmmaIssue, t0);
-        turn_pass();
-        t0 = TL::now();
-        wgmma_wait_group<0>();
-        reg_fence(s);
-        tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
+        s_alone(s, stage_of(j), t0);
         release(Smem::kKEmpty + stage_of(j));
         if (j == n - 1) release_q_after_last_s();
         if (issues_loads() && j + kStages - 1 < n) loader->template load_kv<false>(tile, j + kStages - 1, kv_iter + j + kStages - 1, tl, p);
