@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -160,6 +161,17 @@ TEST_CASE("run_child gives the child its stdin and returns its stdout, stderr an
   CHECK(killed.exit_status == -1);
   CHECK_THROWS_WITH_AS(run_child({"/no/such/interpreter"}, ""), doctest::Contains("cannot start `/no/such/interpreter`"),
                        std::runtime_error);
+}
+
+TEST_CASE("run_child stops a child that does not answer within its time, and lets one that does finish") {
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(run_child({"/bin/sh", "-c", "echo partial; exec sleep 30"}, "", 1),
+                       doctest::Contains("`/bin/sh` gave no answer within 1 s and was stopped"), std::runtime_error);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(waited < 20);  // killed near its deadline, not reaped only when the child ends after 30 s
+  const ChildRun quick = run_child({"/bin/sh", "-c", "sleep 0.2; echo done"}, "", 5);
+  CHECK(quick.out == "done\n");
+  CHECK(quick.exit_status == 0);
 }
 
 TEST_CASE("time_sdpa against fake interpreters: the timer's path and request go in, its times or one sentence come out") {

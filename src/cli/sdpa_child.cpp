@@ -5,16 +5,21 @@
 #include "cli/sdpa_child.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 
@@ -71,17 +76,32 @@ void write_all(int fd, const std::string& text, const std::string& what) {
   }
 }
 
-// Everything left to read from fd.
-std::string read_all(int fd, const std::string& what) {
-  std::string text;
+// Everything left to read from fd; with a deadline, false once it has passed with the end not yet reached.
+bool read_all_until(int fd, const std::string& what, std::optional<std::chrono::steady_clock::time_point> deadline,
+                    std::string& text) {
   char buffer[4096];
   for (;;) {
+    if (deadline) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd ready{.fd = fd, .events = POLLIN, .revents = 0};
+      const int rc = ::poll(&ready, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
+      if (rc < 0 && errno == EINTR) continue;
+      if (rc < 0) throw std::runtime_error(system_error("cannot wait for " + what, errno));
+      if (rc == 0) continue;  // nothing yet: look at the deadline again
+    }
     const ssize_t n = ::read(fd, buffer, sizeof buffer);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) throw std::runtime_error(system_error("cannot read " + what, errno));
-    if (n == 0) return text;
+    if (n == 0) return true;
     text.append(buffer, std::size_t(n));
   }
+}
+
+std::string read_all(int fd, const std::string& what) {
+  std::string text;
+  read_all_until(fd, what, std::nullopt, text);
+  return text;
 }
 
 // posix_spawn's file actions, destroyed when they go out of scope.
@@ -208,7 +228,7 @@ SdpaTimes read_sdpa_reply(const std::string& reply, std::size_t problems, const 
   return times;
 }
 
-ChildRun run_child(const std::vector<std::string>& argv, const std::string& input) {
+ChildRun run_child(const std::vector<std::string>& argv, const std::string& input, int timeout_s) {
   if (argv.empty() || argv.front().empty()) throw std::runtime_error("no program to run");
   Fd in = temporary_file("the child's input"), err = temporary_file("the child's error output");
   write_all(in.get(), input, "the child's input");
@@ -231,8 +251,13 @@ ChildRun run_child(const std::vector<std::string>& argv, const std::string& inpu
 
   ChildRun run;
   std::string read_error;
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  if (timeout_s > 0) deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   try {
-    run.out = read_all(out_read.get(), "the child's output");
+    if (!read_all_until(out_read.get(), "the child's output", deadline, run.out)) {
+      ::kill(pid, SIGKILL);  // it has had its time: stopped, then reaped below
+      read_error = "`" + argv.front() + "` gave no answer within " + std::to_string(timeout_s) + " s and was stopped";
+    }
   } catch (const std::exception& e) {
     read_error = e.what();  // still wait for the child, so that it does not linger
   }
@@ -260,7 +285,7 @@ SdpaTimes time_sdpa(const std::string& python, const std::vector<SdpaProblem>& p
   }
   ChildRun run;
   try {
-    run = run_child({python, timer}, sdpa_request(problems, device));
+    run = run_child({python, timer}, sdpa_request(problems, device), kSdpaTimeoutSeconds);
   } catch (const std::exception& e) {
     times.why_not = std::string(e.what()) + "; --python names the interpreter that has PyTorch";
     return times;

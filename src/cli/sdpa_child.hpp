@@ -50,8 +50,13 @@ struct ChildRun {
 };
 
 // Runs argv (argv[0] looked up on PATH when it holds no '/') with `input` as its stdin and waits for it. Throws
-// std::runtime_error with one sentence when it cannot be started or waited for.
-ChildRun run_child(const std::vector<std::string>& argv, const std::string& input);
+// std::runtime_error with one sentence when it cannot be started or waited for, or, with timeout_s > 0, when its
+// output has not ended within timeout_s seconds (it is then killed, so that a hung interpreter cannot hang verify).
+ChildRun run_child(const std::vector<std::string>& argv, const std::string& input, int timeout_s = 0);
+
+// How long time_sdpa gives the timer: PyTorch's import plus every problem's warm-up and runs, with room for a CPU
+// SDPA on --bench's largest shapes.
+inline constexpr int kSdpaTimeoutSeconds = 900;
 
 // The timer this flashlab was built with (python/flashlab/_sdpa_timer.py of its source tree).
 std::string sdpa_timer_path();
