@@ -53,6 +53,9 @@ struct Schedule {
   // The 16-bit forward only: keys per K/V block, 0 for the head config's (block_cols); a schedule sets another as
   // WithBlockKeys<Sched, N> (below), for the race.
   static constexpr int kBlockKeys = 0;
+  // Where P V is waited before S_ij is issued (the head configs' kPvBeforeS): S_ij in two halves, the first issued
+  // beside P V (WithSplitS, for the race).
+  static constexpr bool kSplitS = false;
 };
 // A schedule with the FP8 V transpose in the producer (Schedule::kFp8TransposeInKernel). At d = 256 it needs the O
 // buffer taken in turn (kFp8OwnOBuffers off): its staging buffer takes the second O buffer's 32 KiB (E4m3HeadConfig).
@@ -64,6 +67,11 @@ struct WithFp8TransposeInKernel : Sched {
 template <class Sched, int kKeys>
 struct WithBlockKeys : Sched {
   static constexpr int kBlockKeys = kKeys;
+};
+// A schedule that splits S_ij in two where P V is waited before it (Schedule::kSplitS).
+template <class Sched>
+struct WithSplitS : Sched {
+  static constexpr bool kSplitS = true;
 };
 // A schedule with the softmax's reductions forced to trees (kOn) or chains, whatever the head config says.
 template <class Sched, bool kOn>
@@ -115,6 +123,7 @@ struct HeadConfig {
   // S_ij (128 fp32 registers), P's fragments (64) and O_i (32) do not fit at once, and P V is waited before S_ij is
   // issued (as E4m3HeadConfig does at d = 128).
   static constexpr bool kPvBeforeS = kBc >= 256;
+  static constexpr bool kSplitS = Sched::kSplitS && kPvBeforeS;
   static constexpr bool kOverlapFits = !kPvBeforeS;
   static constexpr int kExp2PolyEvery = Sched::kExp2PolyEvery;
   static constexpr int kStagingStages = 0;  // V_j lands where the consumers read it (E4m3HeadConfig has the other case)
@@ -162,6 +171,7 @@ struct E4m3HeadConfig {
   // With Bc = 256 at d = 128, S_ij (128 fp32 registers), O_i (64) and P's fragments (32) live at once leave 16 of the
   // 240 registers for everything else, and spilled 160 bytes: so P_{i,j-1} V_{j-1} is waited before S_ij is issued.
   static constexpr bool kPvBeforeS = D == 128 && kBc > 128;
+  static constexpr bool kSplitS = Sched::kSplitS && kPvBeforeS;
   static_assert(!Sched::kFp8TransposeInKernel || D <= 128 || !Sched::kFp8OwnOBuffers,
                 "at d = 256 the FP8 V transpose in the producer takes the O buffer in turn (kFp8OwnOBuffers off)");
 };

@@ -91,6 +91,19 @@ struct Consumer {
     for (int kk = 0; kk < D / kWgmmaK; ++kk)
       wgmma_ss<T, kBc>(s, desc_k_major<kQkRowBytes>(qa, kBr, kk), desc_k_major<kQkRowBytes>(ka, kBc, kk), kk > 0 ? 1 : 0);
   }
+  // S_ij's columns kHalf * Bc / 2 .. + Bc / 2 - 1 (Cfg::kSplitS): Q_i against that half of K_j's rows, into that half
+  // of the accumulator (n-tiles are the accumulator's outer index, so half h of S is s[h * kNS / 2 ..]).
+  template <int kHalf>
+  __device__ void issue_s_half(float (&s)[kNS], int stage) const {
+    static_assert(kBc % 2 == 0 && kHalf >= 0 && kHalf < 2, "S_ij in two halves of Bc / 2 keys");
+    constexpr int kHalfKeys = kBc / 2;
+    float(&half)[kNS / 2] = *reinterpret_cast<float(*)[kNS / 2]>(s + kHalf * (kNS / 2));
+    const std::uint32_t qa = opaque(q_addr()), ka = opaque(k_addr(stage)) + kHalf * kHalfKeys * kQkRowBytes;
+#pragma unroll
+    for (int kk = 0; kk < D / kWgmmaK; ++kk)
+      wgmma_ss<T, kHalfKeys>(half, desc_k_major<kQkRowBytes>(qa, kBr, kk), desc_k_major<kQkRowBytes>(ka, kBc, kk),
+                             kk > 0 ? 1 : 0);
+  }
   // O_i += P_ij V_j  // (64, d) += (64, Bc) (Bc, d); P_ij from registers, V_j MN-major in shared memory (e4m3:
   // V_j^T (d, Bc) K-major, its keys in fp8_v_key's order, which pack_p's e4m3 fragments follow).
   __device__ void issue_pv(float (&o)[kNO], const std::uint32_t (&pf)[kKSteps][4], int stage) const {
@@ -229,17 +242,36 @@ struct Consumer {
       if constexpr (Cfg::kPvBeforeS) {
         // P_{i,j-1} V_{j-1} first, waited, and only then S_ij: P's fragments are dead before S_ij's accumulator is
         // written, so the two are never live at once (E4m3HeadConfig::kPvBeforeS says where and why).
+        // With Cfg::kSplitS, the first half of S_ij goes with P V (P's fragments and half of S live at once), and the
+        // second half once P V is done: the wait then covers only P V's tail, not the whole GEMM.
         reg_fence(o);
         reg_fence(pf);
         wgmma_fence();
         issue_pv(o, pf, stage_of(j - 1));
         wgmma_commit_group();
-        wgmma_wait_group<0>();
+        float s[kNS];  // S_ij  // (64, Bc)
+        if constexpr (Cfg::kSplitS) {
+          issue_s_half<0>(s, stage_of(j));
+          wgmma_commit_group();
+          wgmma_wait_group<1>();
+        } else {
+          wgmma_wait_group<0>();
+        }
         reg_fence(o);
         reg_fence(pf);
         release(Smem::kVEmpty + stage_of(j - 1));
-        float s[kNS];  // S_ij  // (64, Bc)
-        s_alone(s, stage_of(j), t0);
+        if constexpr (Cfg::kSplitS) {
+          wgmma_fence();
+          issue_s_half<1>(s, stage_of(j));
+          wgmma_commit_group();
+          tl.instant(p, PipelineEvent::WgmmaIssue, t0);
+          turn_pass();
+          wgmma_wait_group<0>();
+          reg_fence(s);
+          tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
+        } else {
+          s_alone(s, stage_of(j), t0);
+        }
         release(Smem::kKEmpty + stage_of(j));
         if (j == n - 1) release_q_after_last_s();
         if (issues_loads() && j + kStages - 1 < n) loader->template load_kv<false>(tile, j + kStages - 1, kv_iter + j + kStages - 1, tl, p);
