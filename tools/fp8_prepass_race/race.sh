@@ -23,4 +23,4 @@ for v in 32 64; do
   diff <(grep '^bytes' "$OUT/times_16.txt") <(grep '^bytes' "$OUT/times_$v.txt") >/dev/null ||
     { echo "FAILED: kRotateValuesPerLane = $v wrote other bytes than 16"; exit 1; }
 done
-echo "every choice wrote the same bytes
+echo "every choice wrote the same bytes"
