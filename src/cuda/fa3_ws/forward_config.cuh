@@ -119,9 +119,9 @@ struct HeadConfig {
   static constexpr bool kOBufferShared = kORows == kRowsPerConsumer;
   static constexpr int kStages = D == 64 || (D == 128 && kBc == 128 && Sched::kThreeStages && kORows == 0) ? 3 : 2;
   // S_ij and P_{i,j-1} V_{j-1} issued together, under step 4's intra-warpgroup overlap, except with blocks of 256
-  // keys (d = 64, raced through WithBlockKeys, not shipped: -1.5% to -5.2% against 192 from N = 4k on an H100): there
-  // S_ij (128 fp32 registers), P's fragments (64) and O_i (32) do not fit at once, and P V is waited before S_ij is
-  // issued (as E4m3HeadConfig does at d = 128).
+  // keys (d = 64 through WithBlockKeys; raced slower than 192, bench/results/h100-fa3-ws-race-bf16-d64-bc256_2026-11-28.txt):
+  // there S_ij (128 fp32 registers), P's fragments (64) and O_i (32) do not fit at once, and P V is waited before S_ij
+  // is issued (as E4m3HeadConfig does at d = 128).
   static constexpr bool kPvBeforeS = kBc >= 256;
   static constexpr bool kSplitS = Sched::kSplitS && kPvBeforeS;
   static constexpr bool kOverlapFits = !kPvBeforeS;
@@ -138,9 +138,9 @@ struct HeadConfig {
 // Q_i or K_j is 64 bytes, one panel under the 64-byte swizzle (hopper.cuh, kPanelRowBytesOf); V^T's rows stay 128
 // keys. An e4m3 tile is half a bf16 one, and O_i (bf16) has a buffer of its own.
 // Wide blocks (Schedule::kWideBlocks, shipped at d = 64 and 128): Bc = 256, two panels. FP8's GEMMs are half as long
-// as bf16's, so the fixed costs of a trip around the K/V loop weigh twice as much, and a wider block spreads them:
-// +21-29% at d = 64 and +5-11% at d = 128 against Bc = 128 on an H100 (tools/fa3_harness/race.sh,
-// bench/results/h100-fa3-ws-e4m3-race-wide-blocks_2026-11-28.txt). Shared memory: at d = 128 Q 16 + 2 x (32 + 32) +
+// as bf16's, so the fixed costs of a trip around the K/V loop weigh twice as much, and a wider block spreads them
+// (raced against Bc = 128: tools/fa3_harness/race.sh, bench/results/h100-fa3-ws-e4m3-race-wide-blocks_2026-11-28.txt).
+// Shared memory: at d = 128 Q 16 + 2 x (32 + 32) +
 // O 32 = 176 KiB (three stages would need 240); at d = 64 Q 8 + 4 x (16 + 16) + O 16 = 152 KiB. With Bc = 128: d = 128
 // Q 16 + 3 x (16 + 16) + O 32 = 144 KiB, d = 64 four stages of 8 + 8 KiB.
 // At d = 256 (O_i 128 fp32 registers per thread, as in bf16) Bc = 128: Q 32 + 2 x (32 + 32) + O 32 or 64 = 192 or
