@@ -198,10 +198,13 @@ struct Consumer {
     }
   }
 
-  // S_ij issued alone (no P V beside it; `t0`: when this consumer's turn began), the turn handed on, and waited.
+  // S_ij issued alone (no P V beside it; `t0`: when this consumer's turn began), the turn handed on, and waited:
+  // all of it (kHalf < 0), or only half kHalf (issue_s_half, the other half already issued).
+  template <int kHalf = -1>
   __device__ void s_alone(float (&s)[kNS], int stage, std::uint64_t t0) const {
     wgmma_fence();
-    issue_s(s, stage);
+    if constexpr (kHalf < 0) issue_s(s, stage);
+    else issue_s_half<kHalf>(s, stage);
     wgmma_commit_group();
     tl.instant(p, PipelineEvent::WgmmaIssue, t0);
     turn_pass();
@@ -260,18 +263,7 @@ struct Consumer {
         reg_fence(o);
         reg_fence(pf);
         release(Smem::kVEmpty + stage_of(j - 1));
-        if constexpr (Cfg::kSplitS) {
-          wgmma_fence();
-          issue_s_half<1>(s, stage_of(j));
-          wgmma_commit_group();
-          tl.instant(p, PipelineEvent::WgmmaIssue, t0);
-          turn_pass();
-          wgmma_wait_group<0>();
-          reg_fence(s);
-          tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
-        } else {
-          s_alone(s, stage_of(j), t0);
-        }
+        s_alone<Cfg::kSplitS ? 1 : -1>(s, stage_of(j), t0);
         release(Smem::kKEmpty + stage_of(j));
         if (j == n - 1) release_q_after_last_s();
         if (issues_loads() && j + kStages - 1 < n) loader->template load_kv<false>(tile, j + kStages - 1, kv_iter + j + kStages - 1, tl, p);
