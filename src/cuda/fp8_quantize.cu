@@ -55,9 +55,12 @@ constexpr int kWarps = 8, kThreads = 32 * kWarps;
 constexpr int kMinBlocks = 4;  // 1024 threads an SM (at most 64 registers each): enough loads in flight
 // The values of a rotated row a lane holds from d = 128 on (lanes_per_row; tools/fp8_prepass_race races 16 and 32).
 constexpr int kRotateValuesPerLane = 32;
-// 32 values a lane and the butterflies: 3 blocks (85 registers) spill at d = 256. 16 values fit 4 blocks; 64 (raced
-// by tools/fp8_prepass_race: one shuffle stage fewer) spilled up to 160 bytes in 2 blocks' 128 registers, so 1.
-constexpr int kMinBlocksRotating = kRotateValuesPerLane == 16 ? 4 : kRotateValuesPerLane == 32 ? 2 : 1;
+// 32 values a lane and the butterflies: 3 blocks (85 registers) spill at d = 256. 16 values fit 4 blocks.
+constexpr int kMinBlocksRotating = kRotateValuesPerLane == 16 ? 4 : 2;
+// 64 values a lane (one shuffle stage fewer, one block an SM) was raced too and dropped: it was slower at d = 128 and
+// 256 and its rotated bytes differed from the other two builds' there (bench/results/h200-fp8-prepass-race-64_2026-11-28.txt).
+static_assert(kRotateValuesPerLane == 16 || kRotateValuesPerLane == 32,
+              "the rotation is built and checked with 16 or 32 values of a row per lane");
 constexpr int kIters = 4;  // row groups per warp per block: a block reads 64 KiB of bf16 (128 KiB of f32)
 
 constexpr std::uint64_t kInputBit = 1ull << 63;

@@ -90,10 +90,12 @@ using ShippedSchedule = Schedule<true, true, true, kWideBlocks, /*kExp2PolyEvery
 // FP8 schedule (Fp8ShippedSchedule), but at d = 256 with one O buffer taken in turn (WithFp8TransposeInKernel says why).
 template <int D>
 using Fp8InKernelTransposeSchedule = WithFp8TransposeInKernel<std::conditional_t<
-    D == 256, Schedule<true, true, true, false, 0, /*kFp8OwnOBuffers=*/false, true>, ShippedSchedule<true>>>;
-// The FP8 forward that ships at head dim D (launch_forward_e4m3): wide blocks (Bc = 256) at d = 64 and 128.
+    D == 256, Schedule<true, true, true, false, 0, /*kFp8OwnOBuffers=*/false, true>, WithSplitS<ShippedSchedule<true>>>>;
+// The FP8 forward that ships at head dim D (launch_forward_e4m3): wide blocks (Bc = 256) at d = 64 and 128, and S_ij in
+// two halves where P V is waited before it (d = 128: E4m3HeadConfig::kSplitS; raced in
+// bench/results/h200-fa3-ws-e4m3-race-split-s_2026-11-28.txt, its output bit-identical to S_ij whole).
 template <int D>
-using Fp8ShippedSchedule = ShippedSchedule<D <= 128>;
+using Fp8ShippedSchedule = WithSplitS<ShippedSchedule<D <= 128>>;
 
 // Per head dim: Bc, the number of K/V stages, and where O_i leaves. d = 256 takes Bc = 64 so that O_i (128
 // fp32 registers per thread), S_ij (32) and P_ij (16, twice under intra-warpgroup overlap) fit in 240
