@@ -20,6 +20,7 @@
 #include "core/fp8.hpp"
 #include "core/half.hpp"
 #include "core/npy.hpp"
+#include "core/scratch.hpp"
 #include "cpu_reference/fp8.hpp"
 #include "cpu_reference/naive.hpp"
 #include "registry/check.hpp"
@@ -183,6 +184,36 @@ TEST_CASE("the device entry points refuse CPU rows, and every CUDA row has them"
   }
   if (!cuda_device_present())
     CHECK_THROWS_AS(allocate_on_cuda_device(64, 0), InputError);  // built without CUDA, or no device here
+}
+
+TEST_CASE("cuda-fa2 and cuda-fa3-ws run on a caller's stream, with the scratch their layouts count") {
+  Problem p;
+  p.shape = Shape{.batch = 2, .heads_q = 4, .heads_kv = 2, .seq_q = 100, .seq_k = 300, .head_dim = 128};
+  for (const Variant& v : variants()) {
+    INFO("variant " << v.name);
+    const bool on_stream = v.name == "cuda-fa2" || v.name.rfind("cuda-fa3-ws", 0) == 0;
+    CHECK(v.runs_on_caller_stream() == on_stream);
+    if (!on_stream) {
+      CHECK_THROWS_AS((void)v.device_scratch_bytes(p, DType::BF16, false), std::logic_error);
+      continue;
+    }
+    const std::size_t forward = v.device_scratch_bytes(p, DType::BF16, false);
+    if (v.name == "cuda-fa2") {
+      CHECK(forward == 0);
+      // D_i (B, H_q, S_q) and dQ's fp32 sums (B, S_q, H_q, d), the second from a 256-byte boundary.
+      const std::size_t d_i = 2 * 4 * 100 * sizeof(float);
+      CHECK(v.device_scratch_bytes(p, DType::BF16, true) ==
+            (d_i + kScratchAlign - 1) / kScratchAlign * kScratchAlign + 2 * 100 * 4 * 128 * sizeof(float));
+    } else {
+      CHECK(forward == 2 * sizeof(int));  // the persistent grid's tile counter
+    }
+  }
+#ifdef FLASHLAB_HAVE_CUDA
+  const Variant& fa3 = find_variant("cuda-fa3-ws");
+  // The FP8 forward adds V^T after the counter; the backward's four arrays hold at least dQ's fp32 sums.
+  CHECK(fa3.device_scratch_bytes(p, DType::E4M3, false) > kScratchAlign + 2 * 300 * 128);
+  CHECK(fa3.device_scratch_bytes(p, DType::BF16, true) >= 2 * 100 * 4 * 128 * sizeof(float));
+#endif
 }
 
 TEST_CASE("check lists a variant that cannot run the problem as SKIP unless it was named") {

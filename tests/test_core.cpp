@@ -21,6 +21,7 @@
 #include "core/npy.hpp"
 #include "core/philox.hpp"
 #include "core/problem.hpp"
+#include "core/scratch.hpp"
 #include "core/tensor.hpp"
 #include "core/tolerance.hpp"
 
@@ -664,4 +665,28 @@ TEST_CASE("first_non_finite counts NaN and +-Inf and gives the first one's index
   const NonFinite last = first_non_finite(flat);
   CHECK(last.count == 1);
   CHECK(last.first == std::vector<std::int64_t>{6});
+}
+
+TEST_CASE("a call's scratch is carved into aligned arrays, and counting the same layout gives its size") {
+  const auto layout = [](ScratchCarver& carve) {
+    int* counter = carve.take<int>(2);
+    float* rows = carve.take<float>(100);
+    unsigned char* bytes = carve.take<unsigned char>(3);
+    return std::vector<std::uintptr_t>{reinterpret_cast<std::uintptr_t>(counter),
+                                       reinterpret_cast<std::uintptr_t>(rows), reinterpret_cast<std::uintptr_t>(bytes)};
+  };
+  ScratchCarver count;
+  for (std::uintptr_t at : layout(count)) CHECK(at == 0);  // counting hands out no memory
+  CHECK(count.used() == 3 * kScratchAlign + 3);            // 8 bytes, 400 (two boundaries on) and 3, each from one
+
+  alignas(kScratchAlign) static unsigned char memory[4 * kScratchAlign];
+  ScratchCarver carve(memory, count.used());
+  const std::vector<std::uintptr_t> at = layout(carve);
+  const auto base = reinterpret_cast<std::uintptr_t>(memory);
+  CHECK(at == std::vector<std::uintptr_t>{base, base + kScratchAlign, base + 3 * kScratchAlign});
+  CHECK(carve.used() == count.used());
+
+  ScratchCarver too_small(memory, count.used() - 1);
+  CHECK_THROWS_AS(layout(too_small), std::logic_error);
+  CHECK_THROWS_AS(ScratchCarver(memory + 16, 64), std::logic_error);  // a base off the 256-byte boundary
 }

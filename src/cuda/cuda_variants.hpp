@@ -48,8 +48,10 @@ Grads cuda_fa2_simt_backward(const Problem&, DType, const Qkv&, const ForwardOut
 BenchResult cuda_fa2_simt_bench(const Problem&, DType, const BenchSettings&);
 
 // cuda-fa2: FlashAttention-2 on tensor cores (mma.sync, ldmatrix, cp.async), fp16/bf16, fp32 accumulation.
+// Its device entries run on the stream a call names (DeviceLaunch), with the scratch it brings or their own.
 void cuda_fa2_forward_on_device(const Problem&, DType, const DeviceForwardIo&);
 void cuda_fa2_backward_on_device(const Problem&, DType, const DeviceBackwardIo&);
+std::size_t cuda_fa2_device_scratch_bytes(const Problem&, DType, bool backward);
 ForwardOut cuda_fa2_forward(const Problem&, DType, const Qkv&, TrafficObserver*);
 Grads cuda_fa2_backward(const Problem&, DType, const Qkv&, const ForwardOut&, const HostTensor& dO);
 BenchResult cuda_fa2_bench(const Problem&, DType, const BenchSettings&);
@@ -66,9 +68,8 @@ BenchResult cuda_fa2_bench(const Problem&, DType, const BenchSettings&);
 // Its FP8 forward (the shipped step only: fa3_ws/forward_e4m3.cu, launch_forward_e4m3): e4m3 Q, K, V with a
 // descale per (batch, head), O in bf16, LSE in fp32; head dims kE4m3HeadDims, forward only, no dropout.
 // cuda_fa3_ws_forward_e4m3_on_device runs it on the caller's device memory: io.q, io.k, io.v e4m3 bytes, io.o bf16,
-// io.lse fp32, the descales fp32 (B, H_q), (B, H_kv), (B, H_kv); it allocates the V^T scratch (fp8_vt_bytes) for the
-// call, takes the current device's tile counter as the other device entries do, runs the V^T pre-pass and the
-// kernel on the legacy default stream and returns when the device has finished. cuda_fa3_ws_forward_e4m3 uploads
+// io.lse fp32, the descales fp32 (B, H_q), (B, H_kv), (B, H_kv); its V^T (fp8_vt_bytes) and tile counter are in the
+// call's scratch (or allocated for the call), and it runs the V^T pre-pass and the kernel on the call's stream. cuda_fa3_ws_forward_e4m3 uploads
 // quantized host inputs, runs that same entry, and downloads O (its bf16 values) and the LSE. The bench in DType::E4M3 (step 5, no backward, no timeline) times the same call,
 // pre-pass included, on random e4m3 inputs made on the device (uniform in (-1, 1) as the other benches', stored
 // as e4m3 under the scale 448 with descale 1/448).
@@ -79,6 +80,9 @@ ForwardOut cuda_fa3_ws_forward_e4m3(const Problem&, const E4m3Qkv&);
 void cuda_fa3_ws_forward_e4m3_on_device(const Problem&, const DeviceForwardIo&, const float* q_descale,
                                         const float* k_descale, const float* v_descale);
 void cuda_fa3_ws_backward_on_device(const Problem&, DType, const DeviceBackwardIo&);
+// The scratch a device call of any step takes (DeviceLaunch): the forward's tile counter (and an FP8 forward's V^T),
+// the backward's row statistics and dQ sums. Its device entries run on the stream the call names.
+std::size_t cuda_fa3_ws_device_scratch_bytes(const Problem&, DType, bool backward);
 Grads cuda_fa3_ws_backward(const Problem&, DType, const Qkv&, const ForwardOut&, const HostTensor& dO);
 // The same behind the common signatures, one instantiation per registry row.
 template <int kStep = 5>

@@ -98,21 +98,33 @@ BenchResult bench_as(const Problem& p, DType dtype, const BenchSettings& setting
 
 }  // namespace
 
+// A device call's scratch (core/scratch.hpp): none for the forward; BackwardScratch's two arrays for the backward.
+std::size_t cuda_fa2_device_scratch_bytes(const Problem& p, DType, bool backward) {
+  ScratchCarver count;
+  if (backward) {
+    count.take<float>(cuda::numel(lse_dims(p.shape)));
+    count.take<float>(cuda::numel(q_dims(p.shape)));
+  }
+  return count.used();
+}
+
 void cuda_fa2_forward_on_device(const Problem& p, DType dtype, const DeviceForwardIo& io) {
   check_grid(p);
-  cuda::fa2::launch_forward(dtype, forward_params(p, io));
-  cuda::finish_on_device();
+  cuda::fa2::launch_forward(dtype, forward_params(p, io), cuda::stream_of(io.launch));
+  cuda::finish(io.launch);
 }
 
 void cuda_fa2_backward_on_device(const Problem& p, DType dtype, const DeviceBackwardIo& io) {
   check_grid(p);
-  BackwardScratch scratch(p.shape, true);
-  cuda::poison(scratch.D_i);
-  cuda::zero(scratch.dq_accum);
+  cuda::CallScratch scratch(io.launch, cuda_fa2_device_scratch_bytes(p, dtype, true));
   cuda::fa2::Params params = backward_params(p, io);
-  scratch.attach(params);
-  cuda::fa2::launch_backward(dtype, params);
-  cuda::finish_on_device();
+  params.D_i = scratch.take<float>(cuda::numel(lse_dims(p.shape)));  // written whole by the backward's first kernel
+  const std::size_t dq_accum = cuda::numel(q_dims(p.shape));
+  params.dq_accum = scratch.take<float>(dq_accum);
+  const cudaStream_t stream = cuda::stream_of(io.launch);
+  CUDA_CHECK(cudaMemsetAsync(params.dq_accum, 0, dq_accum * sizeof(float), stream));  // the atomics add into it
+  cuda::fa2::launch_backward(dtype, params, stream);
+  cuda::finish(io.launch);
 }
 
 ForwardOut cuda_fa2_forward(const Problem& p, DType dtype, const Qkv& in, TrafficObserver*) {

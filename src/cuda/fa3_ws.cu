@@ -4,7 +4,11 @@
 // and what each ladder step adds, is in fa3_ws/forward_kernel.cuh and the parts it lists (compiled for
 // sm_90a only); this file is compiled like every other host file, so the shared helper kernels it
 // instantiates (poison, fill_random of host_passes.cuh) keep their code for every architecture. The shipped step also has the
-// backward (fa3_ws/backward_kernel.cuh and its parts); its scratch is allocated here, per call, like cuda-fa2's.
+// backward (fa3_ws/backward_kernel.cuh and its parts).
+//
+// The device entries run on the stream a call names and bring their scratch from it (DeviceLaunch of
+// core/device_io.hpp; cuda_fa3_ws_device_scratch_bytes says how much: the forward's tile counter, the FP8 forward's
+// V^T, the backward's row statistics and dQ sums), or allocate it for the call where it brings none.
 //
 // A bench with BenchSettings::record_timeline (`flashlab bench --timeline FILE`) times the shipped kernel as
 // always, then runs the timeline build (launch_forward_timeline: the same step with the timeline hook
@@ -14,8 +18,8 @@
 //
 // The FP8 forward (launch_forward_e4m3, fa3_ws/forward_e4m3.cu) has its own paths here: its tensors are not of one
 // element type (e4m3 inputs with a descale per (batch, head), V^T's scratch, O in bf16), so it has no
-// DeviceAttention. cuda_fa3_ws_forward_e4m3_on_device runs it on the caller's device memory (allocating V^T's
-// scratch per call); cuda_fa3_ws_forward_e4m3 uploads quantized host inputs and runs that same entry; the bench in
+// DeviceAttention. cuda_fa3_ws_forward_e4m3_on_device runs it on the caller's device memory (V^T in the call's
+// scratch); cuda_fa3_ws_forward_e4m3 uploads quantized host inputs and runs that same entry; the bench in
 // DType::E4M3 times it on random e4m3 inputs made on the device.
 #include <cuda_fp8.h>
 
@@ -58,8 +62,8 @@ cuda::fa3_ws::Params make_params(const Problem& p) {
 }
 
 // The persistent grid's tile counter (two ints) of the current device, zeroed when first asked for; every
-// launch leaves it zero. One per device serves every launch here: they all go to the legacy default
-// stream, which runs them one after another. It lives as long as the process (not a DeviceBuffer: its
+// launch leaves it zero. One per device serves the benches: their launches all go to the legacy default
+// stream, which runs them one after another (the device entries take a counter per call). It lives as long as the process (not a DeviceBuffer: its
 // 8 bytes are not a problem's memory, and a static's destructor would run after the CUDA runtime's).
 int* device_tile_counter() {
   static std::mutex mutex;
@@ -101,6 +105,19 @@ cuda::fa3_ws::Params backward_params_for(const Problem& p, const DeviceBackwardI
   params.dv = io.dv;
   params.deterministic = p.options.deterministic;
   return params;
+}
+
+// A device call's scratch (core/scratch.hpp carves it; counting with a carver of no base gives its size):
+//  * a forward: the persistent grid's tile counter of its own (the benches share the device's, device_tile_counter,
+//    on the legacy default stream), and for an FP8 forward V^T (fp8_vt_bytes) after it;
+//  * a backward: BackwardScratch's four arrays, in its order.
+int* take_tile_counter(ScratchCarver& carve) { return carve.take<int>(2); }
+void take_backward_scratch(ScratchCarver& carve, const cuda::fa3_ws::BackwardScratchSizes& n,
+                           cuda::fa3_ws::Params& params) {
+  params.lse_log2 = carve.take<float>(n.row_stats);
+  params.D_i = carve.take<float>(n.row_stats);
+  params.dq_accum = carve.take<float>(n.dq_accum);
+  params.dq_semaphore = carve.take<int>(n.semaphores);
 }
 
 // The backward's scratch (cuda::fa3_ws::backward_scratch): L_i log2(e) and D_i padded to whole query blocks, dQ's fp32
@@ -361,12 +378,45 @@ BenchResult bench_e4m3(const Problem& p, const BenchSettings& settings) {
 
 }  // namespace
 
+std::size_t cuda_fa3_ws_device_scratch_bytes(const Problem& p, DType dtype, bool backward) {
+  ScratchCarver count;
+  if (backward) {
+    cuda::fa3_ws::Params params;
+    take_backward_scratch(count, cuda::fa3_ws::backward_scratch(p.shape.batch, p.shape.heads_q, p.shape.seq_q,
+                                                               p.shape.head_dim), params);
+  } else {
+    take_tile_counter(count);
+    if (dtype == DType::E4M3)
+      count.take<std::uint8_t>(static_cast<std::size_t>(
+          cuda::fa3_ws::fp8_vt_bytes(p.shape.batch, p.shape.heads_kv, p.shape.head_dim, p.shape.seq_k)));
+  }
+  return count.used();
+}
+
+namespace {
+
+// The kernel's view of a forward on the call's stream: params_for's, with the tile counter taken from the call's
+// scratch and zeroed on its stream (a counter per call: calls on several streams may run at once).
+cuda::fa3_ws::Params forward_params_on(const Problem& p, const DeviceForwardIo& io, cuda::CallScratch& scratch) {
+  cuda::fa3_ws::Params params = params_for(p, io);
+  params.tile_counter = take_tile_counter(scratch.carver());
+  CUDA_CHECK(cudaMemsetAsync(params.tile_counter, 0, 2 * sizeof(int), cuda::stream_of(io.launch)));
+  return params;
+}
+
+}  // namespace
+
 void cuda_fa3_ws_forward_e4m3_on_device(const Problem& p, const DeviceForwardIo& io, const float* q_descale,
                                         const float* k_descale, const float* v_descale) {
-  cuda::DeviceBuffer<std::uint8_t> vt = e4m3_vt_scratch(p.shape);  // per call, freed once the device has finished
-  cuda::fa3_ws::launch_forward_e4m3(e4m3_params_for(p, io, q_descale, k_descale, v_descale, vt.data()),
-                                    /*stream=*/0);
-  cuda::finish_on_device();
+  cuda::CallScratch scratch(io.launch, cuda_fa3_ws_device_scratch_bytes(p, DType::E4M3, false));
+  cuda::fa3_ws::Params params = forward_params_on(p, io, scratch);
+  params.q_descale = q_descale;
+  params.k_descale = k_descale;
+  params.v_descale = v_descale;
+  params.vt = scratch.take<std::uint8_t>(static_cast<std::size_t>(
+      cuda::fa3_ws::fp8_vt_bytes(p.shape.batch, p.shape.heads_kv, p.shape.head_dim, p.shape.seq_k)));
+  cuda::fa3_ws::launch_forward_e4m3(params, cuda::stream_of(io.launch));
+  cuda::finish(io.launch);
 }
 
 ForwardOut cuda_fa3_ws_forward_e4m3(const Problem& p, const E4m3Qkv& in) {
@@ -385,8 +435,9 @@ ForwardOut cuda_fa3_ws_forward_e4m3(const Problem& p, const E4m3Qkv& in) {
 
 void cuda_fa3_ws_forward_on_device_at(int step, const Problem& p, DType dtype, const DeviceForwardIo& io) {
   const cuda::fa3_ws::LadderStep s = ladder_step(step);
-  cuda::fa3_ws::launch_forward(dtype, params_for(p, io), /*stream=*/0, s);
-  cuda::finish_on_device();
+  cuda::CallScratch scratch(io.launch, cuda_fa3_ws_device_scratch_bytes(p, dtype, false));
+  cuda::fa3_ws::launch_forward(dtype, forward_params_on(p, io, scratch), cuda::stream_of(io.launch), s);
+  cuda::finish(io.launch);
 }
 
 ForwardOut cuda_fa3_ws_forward_at(int step, const Problem& p, DType dtype, const Qkv& in) {
@@ -397,11 +448,13 @@ ForwardOut cuda_fa3_ws_forward_at(int step, const Problem& p, DType dtype, const
 }
 
 void cuda_fa3_ws_backward_on_device(const Problem& p, DType dtype, const DeviceBackwardIo& io) {
-  BackwardScratch scratch(p.shape, true);
+  const std::size_t bytes = cuda_fa3_ws_device_scratch_bytes(p, dtype, true);
+  cuda::CallScratch scratch(io.launch, bytes);
   cuda::fa3_ws::Params params = backward_params_for(p, io);
-  scratch.attach(params);
-  cuda::fa3_ws::launch_backward(dtype, params, /*stream=*/0);
-  cuda::finish_on_device();
+  take_backward_scratch(scratch.carver(), cuda::fa3_ws::backward_scratch(p.shape.batch, p.shape.heads_q, p.shape.seq_q,
+                                                             p.shape.head_dim), params);
+  cuda::fa3_ws::launch_backward(dtype, params, cuda::stream_of(io.launch));  // its pre-pass clears dQ's sums
+  cuda::finish(io.launch);
 }
 
 Grads cuda_fa3_ws_backward(const Problem& p, DType dtype, const Qkv& in, const ForwardOut& fwd, const HostTensor& dO) {

@@ -31,6 +31,7 @@
 #include "core/device_io.hpp"
 #include "core/philox.hpp"
 #include "core/problem.hpp"
+#include "core/scratch.hpp"
 #include "core/tensor.hpp"
 #include "cuda/common.cuh"
 
@@ -64,6 +65,36 @@ inline int current_device() {
 // have finished, so the caller may read, free or reuse the tensors at once, and an error raised while a
 // kernel ran surfaces here, in this call, as std::runtime_error.
 inline void finish_on_device() { CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy)); }
+
+// The variants that run on a caller's stream (cuda-fa2, cuda-fa3-ws): the stream a DeviceLaunch names (nullptr: the
+// legacy default stream), and what their entry points end with: waiting for that stream unless the call is
+// asynchronous (an asynchronous call's errors surface at the caller's next synchronization, as a library's do).
+inline cudaStream_t stream_of(const DeviceLaunch& launch) { return static_cast<cudaStream_t>(launch.stream); }
+inline void finish(const DeviceLaunch& launch) {
+  CUDA_CHECK(cudaGetLastError());
+  if (!launch.asynchronous) CUDA_CHECK(cudaStreamSynchronize(launch.stream ? stream_of(launch) : cudaStreamLegacy));
+}
+
+// A device call's scratch: the caller's (DeviceLaunch::scratch; the registry checked its size), or, where it brought
+// none, `bytes` of this call's own, freed when the call returns (the call then waits for its kernels: an
+// asynchronous call always brings its scratch). Carved with ScratchCarver (core/scratch.hpp), in the same order
+// the variant's device_scratch_bytes counts.
+class CallScratch {
+ public:
+  CallScratch(const DeviceLaunch& launch, std::size_t bytes)
+      : own_(launch.scratch != nullptr ? 0 : bytes),
+        carver_(launch.scratch != nullptr ? launch.scratch : own_.data(),
+                launch.scratch != nullptr ? launch.scratch_bytes : own_.bytes()) {}
+  template <class T>
+  T* take(std::size_t count) {
+    return carver_.template take<T>(count);
+  }
+  ScratchCarver& carver() { return carver_; }
+
+ private:
+  DeviceBuffer<unsigned char> own_;
+  ScratchCarver carver_;
+};
 
 // Copy a problem's extents into a kernel parameter struct that names them the same way (AttnParams of
 // simt_tiles.cuh, fa2::Params of fa2_launch.cuh).

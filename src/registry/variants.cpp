@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "core/scratch.hpp"
 #include "cpu_reference/cpu_variants.hpp"
 #include "cpu_reference/fp8.hpp"  // quantize_e4m3_qkv
 #ifdef FLASHLAB_HAVE_CUDA
@@ -157,7 +158,8 @@ const std::vector<Variant>& variants() {
        .summary = "FlashAttention-2 on tensor cores (mma.sync, ldmatrix, cp.async), fp32 accumulation",
        .algorithm = Algorithm::FA2,
        .forward_fn = cuda_fa2_forward, .backward_fn = cuda_fa2_backward, .bench_fn = cuda_fa2_bench,
-       .device_forward_fn = cuda_fa2_forward_on_device, .device_backward_fn = cuda_fa2_backward_on_device},
+       .device_forward_fn = cuda_fa2_forward_on_device, .device_backward_fn = cuda_fa2_backward_on_device,
+       .device_scratch_fn = cuda_fa2_device_scratch_bytes},
       // cuda-fa3-ws and its ablation ladder: each step adds one scheduling idea to the one before, so
       // `flashlab bench --variants cuda-fa3-ws-step1,...,cuda-fa3-ws` shows what each buys (steps 1-4: forward only).
       // Each step has a timeline build: `flashlab bench --timeline FILE` records its pipeline.
@@ -167,7 +169,8 @@ const std::vector<Variant>& variants() {
        .forward_fn = cuda_fa3_ws_forward<1>, .bench_fn = cuda_fa3_ws_bench<1>,
        .device_forward_fn = cuda_fa3_ws_forward_on_device<1>,
        .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .query_block_rows = cuda::fa3_ws::kStep1QueryRows,
-       .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .records_timeline = true},
+       .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .records_timeline = true,
+       .device_scratch_fn = cuda_fa3_ws_device_scratch_bytes},
       {.name = "cuda-fa3-ws-step2", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
        .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
        .summary = "FA3 ladder step 2: + producer / consumer warpgroups (setmaxnreg), mbarrier pipeline",
@@ -175,7 +178,8 @@ const std::vector<Variant>& variants() {
        .forward_fn = cuda_fa3_ws_forward<2>, .bench_fn = cuda_fa3_ws_bench<2>,
        .device_forward_fn = cuda_fa3_ws_forward_on_device<2>,
        .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .query_block_rows = cuda::fa3_ws::kQueryRows,
-       .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .records_timeline = true},
+       .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .records_timeline = true,
+       .device_scratch_fn = cuda_fa3_ws_device_scratch_bytes},
       {.name = "cuda-fa3-ws-step3", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
        .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
        .summary = "FA3 ladder step 3: + ping-pong (the two consumers take turns on the tensor cores)",
@@ -183,7 +187,8 @@ const std::vector<Variant>& variants() {
        .forward_fn = cuda_fa3_ws_forward<3>, .bench_fn = cuda_fa3_ws_bench<3>,
        .device_forward_fn = cuda_fa3_ws_forward_on_device<3>,
        .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .query_block_rows = cuda::fa3_ws::kQueryRows,
-       .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .records_timeline = true},
+       .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .records_timeline = true,
+       .device_scratch_fn = cuda_fa3_ws_device_scratch_bytes},
       {.name = "cuda-fa3-ws-step4", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
        .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
        .summary = "FA3 ladder step 4: + intra-warpgroup overlap (softmax of block j+1 during P_j V_j)",
@@ -191,7 +196,8 @@ const std::vector<Variant>& variants() {
        .forward_fn = cuda_fa3_ws_forward<4>, .bench_fn = cuda_fa3_ws_bench<4>,
        .device_forward_fn = cuda_fa3_ws_forward_on_device<4>,
        .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .query_block_rows = cuda::fa3_ws::kQueryRows,
-       .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .records_timeline = true},
+       .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .records_timeline = true,
+       .device_scratch_fn = cuda_fa3_ws_device_scratch_bytes},
       // The shipped step also has the backward (a deterministic mode included), at fewer head dims.
       {.name = "cuda-fa3-ws", .device = Device::Cuda, .dtypes = with_e4m3(dtypes_of(cuda::fa3_ws::kDTypes)),
        .supports = kEverything, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
@@ -205,7 +211,8 @@ const std::vector<Variant>& variants() {
        .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .max_backward_rows = cuda::fa3_ws::kMaxBackwardRows,
        .records_timeline = true, .e4m3_head_dims = HeadDims::listed(cuda::fa3_ws::kE4m3HeadDims),
        .e4m3_forward_fn = cuda_fa3_ws_forward_e4m3, .device_e4m3_forward_fn = cuda_fa3_ws_forward_e4m3_on_device,
-       .e4m3_timeline_head_dims = HeadDims::listed(cuda::fa3_ws::kE4m3TimelineHeadDims)},
+       .e4m3_timeline_head_dims = HeadDims::listed(cuda::fa3_ws::kE4m3TimelineHeadDims),
+       .device_scratch_fn = cuda_fa3_ws_device_scratch_bytes},
 #endif
   };
   return table;
@@ -300,6 +307,32 @@ static void require_aligned(const void* data, const char* name) {
                      "offset into a larger tensor?): the kernels load 16-byte vectors, so pass a copy");
 }
 
+// What a call's DeviceLaunch asks of the row: a caller's stream or an asynchronous call only from rows that run on
+// one, and an asynchronous call brings the scratch the row needs, 256-byte aligned.
+static void check_launch(const Variant& v, const Problem& p, DType dtype, bool backward, const DeviceLaunch& launch) {
+  if ((launch.stream != nullptr || launch.asynchronous || launch.scratch != nullptr) && !v.runs_on_caller_stream())
+    throw InputError("variant " + v.name + " runs its kernels on the legacy default stream and waits for them, so it "
+                     "takes no stream, scratch or asynchronous call of the caller's; cuda-fa2 and cuda-fa3-ws do");
+  if (!v.runs_on_caller_stream()) return;
+  const std::size_t needed = v.device_scratch_bytes(p, dtype, backward);
+  if (launch.scratch == nullptr && launch.asynchronous && needed > 0)
+    throw InputError("an asynchronous " + std::string(backward ? "backward" : "forward") + " of variant " + v.name +
+                     " brings its scratch (" + std::to_string(needed) + " bytes for this problem), since it may not "
+                     "allocate or wait");
+  if (launch.scratch != nullptr && launch.scratch_bytes < needed)
+    throw InputError("the scratch given to variant " + v.name + " has " + std::to_string(launch.scratch_bytes) +
+                     " bytes but this problem needs " + std::to_string(needed));
+  if (reinterpret_cast<std::uintptr_t>(launch.scratch) % kScratchAlign != 0)
+    throw InputError("the scratch given to variant " + v.name + " starts at a GPU address that is not a multiple of " +
+                     std::to_string(kScratchAlign) + " bytes");
+}
+
+std::size_t Variant::device_scratch_bytes(const Problem& p, DType dtype, bool backward) const {
+  if (!runs_on_caller_stream())
+    throw std::logic_error("variant " + name + " takes no scratch of the caller's (runs_on_caller_stream)");
+  return device_scratch_fn(p, dtype, backward);
+}
+
 void Variant::check_device_call(const Problem& p, DType dtype, int device, bool backward) const {
   refuse_cpu_row(*this);
 #ifdef FLASHLAB_HAVE_CUDA
@@ -324,6 +357,7 @@ void Variant::forward_on_device(const Problem& p, DType dtype, const DeviceForwa
   for (auto [data, name] : {std::pair<const void*, const char*>{io.q, "q"}, {io.k, "k"}, {io.v, "v"}, {io.o, "o"},
                             {io.lse, "lse"}})
     require_aligned(data, name);
+  check_launch(*this, p, dtype, false, io.launch);
 #ifdef FLASHLAB_HAVE_CUDA
   const cuda::CurrentDevice on(io.device);
 #endif
@@ -341,6 +375,7 @@ void Variant::forward_e4m3_on_device(const Problem& p, const DeviceForwardIo& io
     if (reinterpret_cast<std::uintptr_t>(data) % alignof(float) != 0)
       throw InputError(std::string(what) + " starts at a GPU address that is not a multiple of 4 bytes: the kernel "
                        "reads it as float32, so pass a copy");
+  check_launch(*this, p, DType::E4M3, false, io.launch);
 #ifdef FLASHLAB_HAVE_CUDA
   const cuda::CurrentDevice on(io.device);
 #endif
@@ -353,6 +388,7 @@ void Variant::backward_on_device(const Problem& p, DType dtype, const DeviceBack
        {std::pair<const void*, const char*>{io.q, "q"}, {io.k, "k"}, {io.v, "v"}, {io.o, "o"}, {io.lse, "lse"},
         {io.d_o, "dO"}, {io.dq, "dq"}, {io.dk, "dk"}, {io.dv, "dv"}})
     require_aligned(data, name);
+  check_launch(*this, p, dtype, true, io.launch);
 #ifdef FLASHLAB_HAVE_CUDA
   const cuda::CurrentDevice on(io.device);
 #endif

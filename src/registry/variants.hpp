@@ -57,6 +57,9 @@ using E4m3ForwardFn = ForwardOut (*)(const Problem&, const E4m3Qkv&);
 // fp32 (B, H_q), (B, H_kv), (B, H_kv) row-major, in the same device's memory. Returns when the device has finished.
 using DeviceE4m3ForwardFn = void (*)(const Problem&, const DeviceForwardIo&, const float* q_descale,
                                      const float* k_descale, const float* v_descale);
+// The scratch bytes a device call of the row takes (DeviceLaunch::scratch), for a forward (in e4m3: the FP8 one) or
+// a backward. Rows with one run on the stream a call names (DeviceLaunch::stream) and may be asynchronous.
+using DeviceScratchFn = std::size_t (*)(const Problem&, DType, bool backward);
 
 // The descales of an FP8 forward's inputs in device memory (E4m3Qkv's q_descale, k_descale, v_descale, on a GPU):
 // one fp32 per (batch, head), row-major, (B, H_q) for q, (B, H_kv) for k and v.
@@ -100,6 +103,9 @@ struct Variant {
   DeviceE4m3ForwardFn device_e4m3_forward_fn = nullptr;  // its FP8 forward on device memory (CUDA rows)
   // The head dims at which its FP8 forward's timeline build exists (records_timeline with e4m3).
   std::optional<HeadDims> e4m3_timeline_head_dims = std::nullopt;
+  // CUDA rows whose device entries run on a caller's stream (DeviceLaunch): their scratch; nullptr for the rows that
+  // run on the legacy default stream alone and wait for their kernels.
+  DeviceScratchFn device_scratch_fn = nullptr;
 
   // CPU: always; CUDA: built with CUDA, a device is present, and it has the compute capability needed.
   bool available() const;
@@ -123,7 +129,7 @@ struct Variant {
   // shaped for the problem (core/layout.hpp shape_of_inputs): no host copy. A CPU row is refused with
   // one sentence; otherwise that device is made current for the call, check_supported runs against it,
   // then the kernels. They return when the device has finished (an error raised while a kernel ran
-  // throws std::runtime_error here).
+  // throws std::runtime_error here), unless io.launch asks for an asynchronous call (runs_on_caller_stream rows).
   // forward_on_device refuses DType::E4M3 with one sentence: the FP8 forward reads descales, which
   // forward_e4m3_on_device takes.
   void forward_on_device(const Problem&, DType, const DeviceForwardIo&) const;
@@ -136,6 +142,14 @@ struct Variant {
   // is refused, then check_supported runs against device `device` (in e4m3: a row with an FP8 forward, no
   // backward, no dropout, its FP8 head dims).
   void check_device_call(const Problem&, DType, int device, bool backward) const;
+
+  // Whether its device entries run on the stream a call names and can return before the kernels finish
+  // (DeviceLaunch): what a library caller such as the PyTorch operators needs. A launch that names a stream or asks
+  // for an asynchronous call is refused in one sentence by the other rows, and an asynchronous one without the scratch
+  // device_scratch_bytes asks for, by any row.
+  bool runs_on_caller_stream() const { return device_scratch_fn != nullptr; }
+  // The scratch a device call of this problem takes (0: none); needs runs_on_caller_stream(), after check_device_call.
+  std::size_t device_scratch_bytes(const Problem&, DType, bool backward) const;
 };
 
 const std::vector<Variant>& variants();
