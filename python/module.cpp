@@ -365,6 +365,8 @@ py::list variant_table() {
     row["e4m3_head_dims"] = v.e4m3_head_dims ? v.e4m3_head_dims->describe() : std::string();
     row["e4m3_head_dim_values"] = v.e4m3_head_dims ? head_dim_values(*v.e4m3_head_dims) : std::vector<int>();
     row["available"] = v.available();
+    // Whether it runs on a caller's stream without waiting (what flashlab.torch's operators need).
+    row["runs_on_caller_stream"] = v.runs_on_caller_stream();
     row["needs_compute_capability"] = v.needs_compute_capability;
     row["summary"] = v.summary;
     rows.append(row);

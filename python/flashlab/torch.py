@@ -1,19 +1,26 @@
-"""flashlab.torch: FlashLab's variants inside PyTorch, with autograd.
+"""flashlab.torch: FlashLab's variants inside PyTorch, with autograd, torch.compile and CUDA graphs.
 
     from flashlab.torch import scaled_dot_product_attention
     y = scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.1, is_causal=True)
 
 scaled_dot_product_attention has the signature and the (batch, heads, seq, head_dim) layout of
-torch.nn.functional.scaled_dot_product_attention, plus `variant` (default "cuda-fa2", which computes in
-float16 and bfloat16; the fp32 CUDA variants take float32) and `deterministic` (the backward sums dQ in
-a fixed order, bit-identical run to run, where the variant has that mode). CUDA tensors are read in place
-and the results are written into tensors from PyTorch's own allocator, with no host copy; CPU tensors go
-to the CPU variants through NumPy. An attn_mask is refused: no FlashLab variant takes an arbitrary mask
-(is_causal=True gives the causal one).
+torch.nn.functional.scaled_dot_product_attention, plus `variant` (default "auto": the fastest variant that runs the
+problem here, as flashlab.explain says), `deterministic` (the backward sums dQ in a fixed order, bit-identical run to
+run, where the variant has that mode) and `causal_align` ("top-left", PyTorch's is_causal, or "bottom-right", the
+diagonal a prefill against a KV cache needs). An attn_mask is refused: no FlashLab variant takes an arbitrary mask.
 
-Dropout draws its mask from a seed taken from PyTorch's default generator on every call, so
-torch.manual_seed makes a run repeatable; the mask is FlashLab's own (a Philox draw per element), not
-PyTorch's, so the two drop different elements.
+On CUDA tensors the variants that run on a caller's stream (cuda-fa3-ws, cuda-fa2: variants()'s
+"runs_on_caller_stream") are PyTorch operators, torch.ops.flashlab.attention (and attention_forward,
+attention_backward), compiled into _flashlab_ops beside the module where FlashLab was built with PyTorch: their
+kernels run on torch.cuda.current_stream() and the call returns without waiting, outputs and scratch come from
+PyTorch's allocator, so a model that uses them compiles with torch.compile(fullgraph=True) and can be captured in a
+CUDA graph. The output has q's memory layout, as SDPA's does (no copy where q is a (B, H, S, D) view of (B, S, H, D)
+memory, as a transformer's projections make it). The other CUDA variants run through flashlab.attention (the legacy
+default stream, and the call waits for its kernels); CPU tensors go to the CPU variants through NumPy.
+
+Dropout draws its mask from a seed taken from PyTorch's default generator on every call (reading it back waits for
+the GPU, and torch.compile breaks its graph there), so torch.manual_seed makes a run repeatable; the mask is
+FlashLab's own (a Philox draw per element), not PyTorch's, so the two drop different elements.
 
 fp8_attention is cuda-fa3-ws's FP8 forward on torch.float8_e4m3fn CUDA tensors with FlashAttention-3's
 descales (one float32 per (batch, head)): O in bfloat16 and the LSE in float32, forward only.
@@ -24,9 +31,28 @@ except ImportError as error:
     raise ImportError("flashlab.torch needs PyTorch, which this Python cannot import; the rest of flashlab "
                       "(flashlab.attention on NumPy arrays or DLPack tensors) works without it") from error
 
+import os as _os
+
 import flashlab as _flashlab
 
-__all__ = ["scaled_dot_product_attention", "FlashLabAttention", "fp8_attention"]
+__all__ = ["scaled_dot_product_attention", "FlashLabAttention", "fp8_attention", "supports", "OPERATORS"]
+
+
+def _load_operators():
+    """Loads _flashlab_ops (torch.ops.flashlab.*) where the build made it; returns whether it did."""
+    path = _os.path.join(_os.path.dirname(_flashlab._native.__file__), "_flashlab_ops.so")
+    if not _os.path.exists(path):
+        return False
+    try:
+        torch.ops.load_library(path)
+    except OSError as error:
+        raise ImportError(f"flashlab.torch cannot load its PyTorch operators {path} ({error}): they were built against "
+                          f"another PyTorch than this one ({torch.__version__}); rebuild FlashLab with this Python") from None
+    return True
+
+
+# Whether torch.ops.flashlab.* is here: FlashLab was built with CUDA for a Python that has PyTorch.
+OPERATORS = _load_operators()
 
 # Dropout seeds are drawn below this bound (Philox keys are 64-bit; torch.randint's bound is an int64).
 _SEED_BOUND = 2**62
@@ -103,14 +129,16 @@ class FlashLabAttention(torch.autograd.Function):
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                                 enable_gqa=False, *, variant="cuda-fa2", deterministic=False):
-    """torch.nn.functional.scaled_dot_product_attention computed by a FlashLab variant (default cuda-fa2).
+                                 enable_gqa=False, *, variant="auto", deterministic=False, causal_align="top-left"):
+    """torch.nn.functional.scaled_dot_product_attention computed by a FlashLab variant ("auto": the first of
+    flashlab.AUTO_ORDER that runs this problem here, forward and, where the inputs require grad, backward).
 
-    query (B, H_q, S_q, D), key and value (B, H_kv, S_k, D); returns (B, H_q, S_q, D). is_causal masks
-    with the top-left diagonal, as PyTorch does. H_q != H_kv needs enable_gqa=True, as in PyTorch.
-    attn_mask must be None. deterministic=True makes the backward sum dQ in a fixed order, so gradients
-    are bit-identical run to run; a variant whose backward adds dQ with atomics (cuda-fa2 among them:
-    flashlab.variants()'s "deterministic" says which) refuses it with ValueError when the backward runs.
+    query (B, H_q, S_q, D), key and value (B, H_kv, S_k, D); returns (B, H_q, S_q, D), laid out in memory as query
+    is. is_causal masks with the top-left diagonal, as PyTorch does; causal_align="bottom-right" aligns it to the
+    last key (query i sees keys j <= i + S_k - S_q), as a prefill against a KV cache needs. H_q != H_kv needs
+    enable_gqa=True, as in PyTorch. attn_mask must be None. deterministic=True makes the backward sum dQ in a fixed
+    order, so gradients are bit-identical run to run; a variant whose backward adds dQ with atomics (cuda-fa2 among
+    them: flashlab.variants()'s "deterministic" says which) refuses it with ValueError when the backward runs.
     """
     if query.dtype in _FLOAT8:
         raise ValueError(f"query is {query.dtype}: scaled_dot_product_attention takes no descales and FlashLab has no "
@@ -122,9 +150,67 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if query.dim() >= 3 and key.dim() >= 3 and query.shape[-3] != key.shape[-3] and not enable_gqa:
         raise ValueError(f"query has {query.shape[-3]} heads and key {key.shape[-3]}: pass enable_gqa=True for "
                          "grouped-query attention, as PyTorch's scaled_dot_product_attention asks")
+    if causal_align not in ("top-left", "bottom-right"):
+        raise ValueError(f"causal_align is top-left or bottom-right, not {causal_align!r}")
+    if variant == "auto":
+        backward = torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value))
+        variant, refusal = _auto(*_problem_key(query, key, value, is_causal, dropout_p, backward, deterministic))
+        if variant is None:
+            raise ValueError(refusal)
     seed = int(torch.randint(_SEED_BOUND, (1,)).item()) if dropout_p > 0 else 0
-    return FlashLabAttention.apply(query, key, value, variant, bool(is_causal), "top-left", scale, float(dropout_p),
+    if query.is_cuda and _is_operator(variant):
+        return torch.ops.flashlab.attention(query, key, value, variant, bool(is_causal), causal_align == "bottom-right",
+                                            scale, float(dropout_p), seed, bool(deterministic))
+    return FlashLabAttention.apply(query, key, value, variant, bool(is_causal), causal_align, scale, float(dropout_p),
                                    seed, bool(deterministic))
+
+
+def supports(query, key, value, *, is_causal=False, dropout_p=0.0, backward=False, deterministic=False):
+    """None when variant="auto" finds a FlashLab variant for this problem here, else the one sentence saying why not
+    (flashlab.explain's refusal). Only the tensors' shapes, dtypes and device are read."""
+    if query.dtype in _FLOAT8 or query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+        return "FlashLab's scaled_dot_product_attention takes 4-d float16, bfloat16 or float32 tensors (B, H, S, D)"
+    return _auto(*_problem_key(query, key, value, is_causal, dropout_p, backward, deterministic))[1] or None
+
+
+def _problem_key(query, key, value, is_causal, dropout_p, backward, deterministic):
+    """What auto's choice depends on, as constants (torch.compile folds _auto's result; the sequence lengths, which
+    it may treat as symbols, play no part)."""
+    return (query.device.type, query.device.index, str(query.dtype).removeprefix("torch."), int(query.shape[1]),
+            int(key.shape[1]), int(query.shape[-1]), bool(is_causal), float(dropout_p), bool(backward),
+            bool(deterministic))
+
+
+@torch.compiler.assume_constant_result
+def _auto(device_type, device_index, dtype, heads_q, heads_kv, head_dim, is_causal, dropout_p, backward, deterministic):
+    """(variant, "") that variant="auto" runs, or (None, the sentence why none can); one explain per problem kind."""
+    kind = (device_type, device_index, dtype, heads_q != heads_kv, head_dim, is_causal, dropout_p > 0, backward,
+            deterministic)
+    if kind not in _AUTO_CHOICES:
+        device = torch.device(device_type, device_index) if device_index is not None else torch.device(device_type)
+        # explain reads shapes, dtypes and place alone: tensors of one row stand for the problem.
+        q, k = (torch.empty((1, heads, 1, head_dim), dtype=getattr(torch, dtype), device=device)
+                for heads in (heads_q, heads_kv))
+        explanation = _flashlab.explain(q, k, k, is_causal=is_causal, dropout_p=dropout_p, backward=backward,
+                                        deterministic=deterministic, layout="bhsd")
+        _AUTO_CHOICES[kind] = (explanation.choice, explanation.refusal)
+    return _AUTO_CHOICES[kind]
+
+
+_AUTO_CHOICES = {}
+
+
+@torch.compiler.assume_constant_result
+def _is_operator(variant):
+    """Whether variant runs as torch.ops.flashlab.attention (a variant that runs on a caller's stream, and the
+    operators are built), rather than through flashlab.attention."""
+    if variant not in _OPERATOR_VARIANTS:
+        row = next((r for r in _flashlab.variants() if r["name"] == variant), None)
+        _OPERATOR_VARIANTS[variant] = OPERATORS and row is not None and row["runs_on_caller_stream"]
+    return _OPERATOR_VARIANTS[variant]
+
+
+_OPERATOR_VARIANTS = {}
 
 
 def fp8_attention(q, k, v, q_descale=None, k_descale=None, v_descale=None, *, is_causal=False,

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""What a flashlab.torch call costs the host, beside torch.nn.functional.scaled_dot_product_attention's, in one run.
+Needs a CUDA GPU, PyTorch with CUDA, and FlashLab's module built for this Python (with its PyTorch operators):
+
+    source scripts/python_path.sh build-device
+    python3 scripts/torch_overhead.py --json torch_overhead.json
+
+Per sequence length N (the FA2 paper's setting: B * N = 16384 tokens, H * d = 2048; bf16, causal), two passes:
+  forward            y = attention(q, k, v) under torch.no_grad()
+  forward_backward   y = attention(q, k, v); y.backward(dy), q, k, v requiring grad
+and for each, for FlashLab (flashlab.torch.scaled_dot_product_attention, variant "auto") and for PyTorch's SDPA:
+
+  host_us   the host time of one call: calls queued ten at a time behind a long sleep kernel (torch.cuda._sleep), so
+            the GPU is busy and no launch waits for it, timed per round and divided by ten; the median over the
+            rounds. What the call costs the host, the launches included, and none of the kernels' own time.
+  gpu_ms    the GPU time of one pass, from CUDA events around --iters back-to-back passes (launches run ahead).
+
+host_us_over_sdpa is FlashLab's host_us minus SDPA's: what replacing SDPA adds to each call. operator_alone_host_us
+calls torch.ops.flashlab.attention itself, without flashlab.torch's Python checks in front of it.
+"""
+import argparse
+import datetime
+import json
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+import flashlab
+import flashlab.torch as ft
+
+TOKENS, HIDDEN = 16384, 2048
+
+
+def host_us(call, iters, warmup=10, calls_per_round=10):
+    """Median host time of one call() in µs: rounds of calls_per_round calls queued behind a long sleep kernel, so the
+    GPU is busy and never makes a launch wait; what each round takes on the host, per call."""
+    for _ in range(warmup):
+        call()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(max(1, iters // calls_per_round)):
+        torch.cuda._sleep(200_000_000)  # about 0.1 s of GPU cycles: longer than the round's launches
+        start = time.perf_counter()
+        for _ in range(calls_per_round):
+            call()
+        times.append((time.perf_counter() - start) * 1e6 / calls_per_round)
+        torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def gpu_ms(call, iters, warmup=5):
+    """GPU time per call() of `iters` back-to-back calls, between two CUDA events."""
+    for _ in range(warmup):
+        call()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        call()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop) / iters
+
+
+def passes(attend, q, k, v, dy):
+    def forward():
+        with torch.no_grad():
+            attend(q, k, v)
+
+    leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+
+    def forward_backward():
+        attend(*leaves).backward(dy)
+
+    return {"forward": forward, "forward_backward": forward_backward}
+
+
+def measure(args, seq):
+    batch, heads = TOKENS // seq, HIDDEN // args.head_dim
+    torch.manual_seed(0)
+    # (B, H, N, d) views of (B, N, H, d) memory, as a transformer's projections make them.
+    q, k, v, dy = (torch.randn(batch, seq, heads, args.head_dim, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+                   for _ in range(4))
+    variant = ft._auto(*ft._problem_key(q, k, v, True, 0.0, True, False))[0]
+    ours = passes(lambda *x: ft.scaled_dot_product_attention(*x, is_causal=True), q, k, v, dy)
+    operator = passes(lambda *x: torch.ops.flashlab.attention(*x, variant, True, False, None, 0.0, 0, False), q, k, v,
+                      dy)
+    theirs = passes(lambda *x: F.scaled_dot_product_attention(*x, is_causal=True), q, k, v, dy)
+    row = {"seq": seq, "batch": batch, "heads": heads, "head_dim": args.head_dim, "dtype": "bf16", "causal": True,
+           "variant": variant}
+    for name in ("forward", "forward_backward"):
+        mine, sdpa = host_us(ours[name], args.iters), host_us(theirs[name], args.iters)
+        row[name] = {"flashlab": {"host_us": round(mine, 1), "gpu_ms": gpu_ms(ours[name], args.iters),
+                                  "operator_alone_host_us": round(host_us(operator[name], args.iters), 1)},
+                     "sdpa": {"host_us": round(sdpa, 1), "gpu_ms": gpu_ms(theirs[name], args.iters)},
+                     "host_us_over_sdpa": round(mine - sdpa, 1)}
+    return row
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seqs", default="1024,16384")
+    parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--iters", type=int, default=200)
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args()
+    if not ft.OPERATORS:
+        raise SystemExit("flashlab.torch has no PyTorch operators in this build: measure a build made for this Python")
+
+    rows = [measure(args, int(n)) for n in args.seqs.split(",")]
+    result = {
+        "device": torch.cuda.get_device_name(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": " ".join(["scripts/torch_overhead.py", *sys.argv[1:]]),
+        "torch": torch.__version__,
+        "setting": f"bf16, causal; B * N = {TOKENS} tokens, H * d = {HIDDEN}; medians of {args.iters} calls",
+        "rows": rows,
+    }
+    text = json.dumps(result, indent=1)
+    print(text)
+    for r in rows:
+        for name in ("forward", "forward_backward"):
+            p = r[name]
+            print(f"N={r['seq']:>6} {name:<17} flashlab {p['flashlab']['host_us']:7.1f} us  sdpa "
+                  f"{p['sdpa']['host_us']:7.1f} us  difference {p['host_us_over_sdpa']:+7.1f} us")
+    if args.json:
+        with open(args.json, "w") as out:
+            out.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
