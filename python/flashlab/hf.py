@@ -1,0 +1,203 @@
+"""flashlab.hf: FlashLab as an attention backend of Hugging Face transformers (version 5).
+
+    import flashlab.hf
+    flashlab.hf.register()
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=flashlab.hf.NAME)
+    model.set_attn_implementation(flashlab.hf.NAME)   # or switch a model built with another backend
+
+Importing this module registers nothing; register() does (calling it again changes nothing). It adds NAME to
+transformers' AttentionInterface (the attention function every model that follows the attention interface
+calls) and to its AttentionMaskInterface (what builds the mask that function receives).
+
+What runs where, for q (B, H_q, S_q, D) and k, v (B, H_kv, S_k, D):
+  * no mask and S_q > 1 (a causal prefill, or training): FlashLab with is_causal=True; when S_q < S_k (a prefill
+    against a KV cache) with causal_align="bottom-right", so that query i sees the keys up to i + S_k - S_q;
+  * S_q == 1 (a decoding step) with nothing masked: FlashLab with is_causal=False (the one query sees every key);
+  * H_q != H_kv: enable_gqa=True, with no copy of K and V per query head;
+  * a mask that is exactly the causal one (transformers builds it as a tensor while torch.compile traces the model,
+    since it cannot look at the data there): recognized, and run as the first case;
+  * any other mask (padding in the batch, packed sequences, a sliding window, a static cache), or a problem
+    FlashLab cannot run (flashlab.torch.supports gives the sentence why): PyTorch's scaled_dot_product_attention,
+    as transformers' own "sdpa" backend computes it, with a FlashLabFallbackWarning saying why, once per process
+    for each distinct reason.
+
+The mask builder is transformers' SDPA one, except that it also returns None (no mask: is_causal does it) for a
+prefill against a cache with nothing padded, where the SDPA builder makes a tensor.
+
+Under torch.compile the attention function runs outside the compiled graphs (torch.compiler.disable), a graph break
+per layer: transformers hands it a mask tensor there even for plain causal attention (it builds one whenever it
+cannot look at the data), and telling whether that mask is the causal one means reading its values.
+"""
+import threading
+import warnings
+import weakref
+
+try:
+    import torch
+    import torch.fx
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface, causal_mask_function, sdpa_mask
+    from transformers.modeling_utils import AttentionInterface
+except ImportError as error:
+    raise ImportError("flashlab.hf needs PyTorch and Hugging Face transformers 5, which this Python cannot import "
+                      f"({error}); the rest of flashlab works without them") from error
+
+import flashlab.torch as _flashlab_torch
+
+__all__ = ["NAME", "register", "attention_forward", "mask_for_flashlab", "FlashLabFallbackWarning"]
+
+# The name models take in attn_implementation. transformers reads some names as requests for other machinery, so
+# this one has none of their marks:
+#   * "flash" anywhere: utils.generic.is_flash_attention_requested is true for any name containing "flash", and
+#     PreTrainedModel._check_and_adjust_attn_implementation then imports that FlashAttention build, from the
+#     `kernels` hub when it is not installed;
+#   * "org/repo" (integrations.hub_kernels.is_kernel: two parts around a "/", with optional "@revision" and
+#     ":function"): a kernel repository on the hub, downloaded;
+#   * "sdpa" or "flex_attention" anywhere: get_correct_attn_implementation runs the SDPA or FlexAttention
+#     availability checks of the model for it;
+#   * a "paged|" prefix: the paged (continuous batching) variant of the name after it.
+NAME = "lab_attention"
+
+
+class FlashLabFallbackWarning(UserWarning):
+    """PyTorch's scaled_dot_product_attention computed an attention call of the NAME backend instead of FlashLab."""
+
+
+_warned_reasons = set()  # the reasons warned about in this process (each once)
+_warned_lock = threading.Lock()
+
+
+def _warn_once(reason):
+    with _warned_lock:
+        if reason in _warned_reasons:
+            return
+        _warned_reasons.add(reason)
+    warnings.warn(f"attn_implementation={NAME!r}: PyTorch's scaled_dot_product_attention computes this attention "
+                  f"instead of FlashLab, because {reason} (said once per process)", FlashLabFallbackWarning,
+                  stacklevel=3)
+
+
+def register():
+    """Make attn_implementation=NAME work in transformers: the attention function and its mask builder. Returns
+    NAME. Idempotent: a second call registers the same two functions again, which changes nothing."""
+    AttentionInterface.register(NAME, attention_forward)
+    AttentionMaskInterface.register(NAME, mask_for_flashlab)
+    return NAME
+
+
+# --- The mask -------------------------------------------------------------------------------------------------------
+
+def _tracing(tensor):
+    """Whether tensor's values cannot be read now (dynamo, torch.jit or torch.fx tracing, CUDA graph capture)."""
+    return (torch.compiler.is_compiling() or torch.jit.is_tracing() or torch.cuda.is_current_stream_capturing()
+            or isinstance(tensor, torch.fx.Proxy))
+
+
+def _is_size(x):
+    return isinstance(x, (int, torch.SymInt)) and not isinstance(x, bool)
+
+
+def _causal_needs_no_mask(kwargs):
+    """Whether the mask transformers asks for is exactly the bottom-right causal one with nothing padded, which
+    is_causal with causal_align="bottom-right" computes: the plain causal mask function, no local window, offsets
+    that put the last query on the last key, and a 2-D padding mask (if any) that masks none of the keys."""
+    if not kwargs.get("allow_is_causal_skip", True) or kwargs.get("local_size") is not None:
+        return False
+    if kwargs.get("mask_function", causal_mask_function) is not causal_mask_function:
+        return False  # a sliding window, chunks, packed sequences, or a model's own overlay
+    q_length, kv_length = kwargs.get("q_length"), kwargs.get("kv_length")
+    q_offset, kv_offset = kwargs.get("q_offset", 0), kwargs.get("kv_offset", 0)
+    if not all(_is_size(x) for x in (q_length, kv_length, q_offset, kv_offset)):
+        return False  # a static cache hands its offsets as tensors
+    if not (1 <= q_length <= kv_length and q_offset - kv_offset == kv_length - q_length):
+        return False
+    padding = kwargs.get("attention_mask")
+    if padding is None:
+        return True
+    if _tracing(padding) or padding.dim() != 2 or padding.shape[-1] < kv_offset + kv_length:
+        return False  # (a shorter 2-D mask is padded with masked keys by transformers)
+    return bool(padding[:, kv_offset:kv_offset + kv_length].all())
+
+
+def mask_for_flashlab(*args, **kwargs):
+    """The mask builder registered for NAME: transformers' sdpa_mask, which returns None where is_causal does the
+    mask (causal with S_q == S_k or S_q == 1, nothing padded, not tracing), and None also for a causal prefill
+    against a cache (1 < S_q < S_k) with nothing padded, which the attention function runs bottom-right aligned."""
+    if not args and _causal_needs_no_mask(kwargs):
+        return None
+    return sdpa_mask(*args, **kwargs)
+
+
+# --- The attention function -------------------------------------------------------------------------------------
+
+class _CausalMaskVerdict:
+    """Whether a mask tensor is exactly the bottom-right causal pattern, remembered for the last mask seen: every
+    layer of one forward pass receives the same tensor, which is then compared once. The tensor is held by a weak
+    reference and its version counter is compared, so a new or modified mask is always compared again."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._mask, self._version, self._verdict = None, None, False
+
+    def __call__(self, mask, q_len, k_len):
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.dim() != 4:
+            return False
+        if tuple(mask.shape[-2:]) != (q_len, k_len) or q_len > k_len:
+            return False  # (more queries than keys: the call below would align such a mask top-left)
+        with self._lock:
+            if self._mask is not None and self._mask() is mask and self._version == mask._version:
+                return self._verdict
+        # Query i sees keys j <= i + k_len - q_len, in every batch row and head the mask has.
+        pattern = torch.ones(q_len, k_len, dtype=torch.bool, device=mask.device).tril_(k_len - q_len)
+        verdict = bool(torch.equal(mask, pattern.expand(mask.shape)))
+        with self._lock:
+            self._mask, self._version, self._verdict = weakref.ref(mask), mask._version, verdict
+        return verdict
+
+
+_is_causal_mask = _CausalMaskVerdict()
+
+
+def _bottom_right_mask(q_len, k_len, device):
+    return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril_(k_len - q_len)[None, None]
+
+
+@torch.compiler.disable
+def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None,
+                      **kwargs):
+    """The attention function registered for NAME, called by each attention layer as transformers calls its
+    "sdpa" one: query (B, H_q, S_q, D), key and value (B, H_kv, S_k, D), attention_mask None or a 4-D boolean mask
+    from mask_for_flashlab. Returns (attn_output (B, S_q, H_q, D), None): there are no attention weights to return.
+
+    Causal exactly where transformers' sdpa function is: the call's is_causal (else the module's, else True), with
+    S_q > 1 and no mask; a mask that is exactly the causal pattern counts as no mask."""
+    is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    q_len, k_len = query.shape[2], key.shape[2]
+
+    mask_is_causal = attention_mask is not None and q_len > 1 and is_causal and _is_causal_mask(attention_mask,
+                                                                                                 q_len, k_len)
+    if attention_mask is not None and not mask_is_causal:
+        _warn_once("transformers passed an attention mask other than the causal one (padding in the batch, packed "
+                   "sequences, a sliding window or a static cache), and FlashLab's kernels take only the causal mask")
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+
+    causal = bool(is_causal) and q_len > 1
+    needs_grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
+    reason = _flashlab_torch.supports(query, key, value, is_causal=causal, dropout_p=dropout, backward=needs_grad)
+    if reason is not None:
+        _warn_once(f"FlashLab cannot run this problem: {reason}")
+        if causal and q_len < k_len:  # sdpa would align the diagonal top-left: hand it the bottom-right mask
+            mask = _bottom_right_mask(q_len, k_len, query.device)
+            return sdpa_attention_forward(module, query, key, value, mask, dropout=dropout, scaling=scaling,
+                                          is_causal=is_causal, **kwargs)
+        return sdpa_attention_forward(module, query, key, value, None, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+
+    out = _flashlab_torch.scaled_dot_product_attention(
+        query, key, value, dropout_p=dropout, is_causal=causal, scale=scaling,
+        enable_gqa=query.shape[1] != key.shape[1], variant="auto",
+        causal_align="bottom-right" if causal and q_len < k_len else "top-left")
+    # O has q's memory layout; q is a (B, H, S, D) view of (B, S, H, D) rows in transformers' models, so this
+    # transpose is contiguous already and .contiguous() copies nothing there.
+    return out.transpose(1, 2).contiguous(), None
