@@ -13,21 +13,25 @@ The model: Llama with --layers (4) decoder layers, bf16 weights trained by AdamW
 of S = 16384 tokens, S x vocab in bf16 and again in float32 for the loss, stay under 1 GB), batch 1, random tokens
 as input and as labels.
 
-For each (S, d): the median wall time of --iters steps after --warmup, each between two torch.cuda.synchronize()
-calls (time.perf_counter), for each backend, and sdpa_over_flashlab = SDPA's / FlashLab's (> 1: FlashLab faster).
+For each (S, d): both backends' models side by side, their steps taken in turn (one of each per round, so a drift of
+the machine's speed falls on both alike); the median wall time of --iters rounds after --warmup, each step between
+two torch.cuda.synchronize() calls (time.perf_counter), and sdpa_over_flashlab = SDPA's / FlashLab's (> 1: FlashLab
+faster).
 Compiled runs wrap the model in torch.compile (default mode) and reset dynamo first, so that each compiles for its
 own shapes; the warmup steps include the compilation.
 
 What each backend computes, as transformers' source has it (masking_utils; not measured here):
   * eager: transformers builds no mask (causal, nothing padded); SDPA runs with is_causal=True, FlashLab too;
-  * compiled: transformers builds the causal mask as a boolean tensor while dynamo traces the model (it does not look
-    at data there), so SDPA runs with that mask; FlashLab's backend recognizes the exact causal mask and runs
-    is_causal=True. FlashLab's attention runs outside the compiled graphs, a graph break per layer.
-Each row records FlashLab's calls per step, the variant variant="auto" picks (flashlab.explain), and every
-FlashLabFallbackWarning of its run, so a row where FlashLab did not compute the attention says so. The first step's
+  * compiled: transformers' own builder makes the causal mask a boolean tensor while dynamo traces the model (it does
+    not look at data there), so SDPA runs with that mask; FlashLab's builder returns None there (no padding mask
+    was given) and its operator is traced into the graph with is_causal=True.
+Each row records FlashLab's calls per step (compiled: only those made while tracing, since the compiled graph calls
+the operator itself), the variant variant="auto" picks (flashlab.explain), and every FlashLabFallbackWarning of its
+run, so a row where FlashLab did not compute the attention says so. The first step's
 loss is kept for both backends: the same model on the same tokens, it agrees to bf16 rounding.
 """
 import argparse
+import copy
 import datetime
 import gc
 import json
@@ -82,9 +86,11 @@ class FlashLabCalls:
         ft.scaled_dot_product_attention = self._original
 
 
-def time_steps(attn_implementation, config, weights, tokens, args, compiled):
-    """(median step ms, peak GiB, first loss) of --iters training steps after --warmup."""
-    model = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation)
+def make_step(attn_implementation, config, weights, tokens, compiled):
+    """One training step of a fresh model on the weights, and the list its losses go into. The model gets a config of
+    its own: from_config writes the attention implementation into the config it is given, and a model reads it from
+    there on every call, so two models sharing one config would both run the last one named."""
+    model = AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation=attn_implementation)
     model.load_state_dict(weights)
     model = model.to(device="cuda", dtype=torch.bfloat16).train()
     forward = torch.compile(model) if compiled else model
@@ -98,18 +104,30 @@ def time_steps(attn_implementation, config, weights, tokens, args, compiled):
         optimizer.step()
         losses.append(loss.detach())
 
+    return step, losses
+
+
+def time_in_turn(steps, args):
+    """{name: (median step ms, peak GiB)} of the steps taken in turn, one of each per round (so that a drift of the
+    machine's speed falls on both alike), --iters rounds after --warmup; each step between two synchronizations. The
+    peak is the allocator's during that backend's first timed step."""
     for _ in range(args.warmup):
-        step()
+        for step in steps.values():
+            step()
     torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(args.iters):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        step()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times), torch.cuda.max_memory_allocated() / 2**30, losses[0].item()
+    times, peaks = {name: [] for name in steps}, {}
+    for round_ in range(args.iters):
+        for name, step in steps.items():
+            if round_ == 0:
+                torch.cuda.reset_peak_memory_stats()
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            step()
+            torch.cuda.synchronize()
+            times[name].append((time.perf_counter() - start) * 1e3)
+            if round_ == 0:
+                peaks[name] = torch.cuda.max_memory_allocated() / 2**30
+    return {name: (statistics.median(times[name]), peaks[name]) for name in steps}
 
 
 def release_memory():
@@ -131,12 +149,15 @@ def measure(args, seq, head_dim, compiled, weights):
     generator = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, args.vocab, (1, seq), generator=generator).to("cuda")
 
-    sdpa_ms, sdpa_gib, sdpa_loss = time_steps("sdpa", config, weights, tokens, args, compiled)
-    release_memory()
     hf._warned_reasons.clear()  # this row reports its own fallbacks
     with FlashLabCalls() as calls, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", hf.FlashLabFallbackWarning)
-        lab_ms, lab_gib, lab_loss = time_steps(hf.NAME, config, weights, tokens, args, compiled)
+        sdpa_step, sdpa_losses = make_step("sdpa", config, weights, tokens, compiled)
+        lab_step, lab_losses = make_step(hf.NAME, config, weights, tokens, compiled)
+        timed = time_in_turn({"sdpa": sdpa_step, "flashlab": lab_step}, args)
+    (sdpa_ms, sdpa_gib), (lab_ms, lab_gib) = timed["sdpa"], timed["flashlab"]
+    sdpa_loss, lab_loss = sdpa_losses[0].item(), lab_losses[0].item()
+    del sdpa_step, lab_step, sdpa_losses, lab_losses
     release_memory()
     fallbacks = [str(w.message) for w in caught if issubclass(w.category, hf.FlashLabFallbackWarning)]
     for message in fallbacks:
@@ -146,7 +167,7 @@ def measure(args, seq, head_dim, compiled, weights):
         "layers": args.layers, "vocab": args.vocab, "batch": 1, "compiled": compiled,
         "sdpa": {"step_ms": round(sdpa_ms, 3), "peak_gib": round(sdpa_gib, 2), "first_loss": sdpa_loss},
         "flashlab": {"step_ms": round(lab_ms, 3), "peak_gib": round(lab_gib, 2), "first_loss": lab_loss,
-                     "calls_per_step": calls.count / (args.warmup + args.iters),
+                     "calls_per_step": calls.count / (args.warmup + args.iters),  # compiled: the tracing's alone
                      "variant": auto_variant(args, seq, head_dim), "fallbacks": fallbacks},
         "sdpa_over_flashlab": round(sdpa_ms / lab_ms, 3),
     }

@@ -224,7 +224,7 @@ def test_dropout_uses_a_seed_from_pytorchs_generator_in_both_passes():
     seed = int(torch.randint(2**62, (1,)).item())  # what the wrapper draws after the same manual_seed
     torch.manual_seed(11)
     out, dq, dk, dv = attention_and_grads(ft.scaled_dot_product_attention, q, k, v, grad_out, dropout_p=0.2,
-                                          is_causal=True)
+                                          is_causal=True, variant="cuda-fa2")
     options = dict(variant="cuda-fa2", is_causal=True, dropout_p=0.2, seed=seed, layout="bhsd")
     qb, kb, vb = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in (q, k, v))
     o, lse = flashlab.attention(qb, kb, vb, return_lse=True, **options)
@@ -234,7 +234,8 @@ def test_dropout_uses_a_seed_from_pytorchs_generator_in_both_passes():
     for mine, want in zip((dq, dk, dv), grads):
         assert close_to_ulps(host(mine), host(torch.from_dlpack(want)), "bf16")
     torch.manual_seed(12)
-    assert not torch.equal(out, ft.scaled_dot_product_attention(q, k, v, dropout_p=0.2, is_causal=True))
+    assert not torch.equal(out, ft.scaled_dot_product_attention(q, k, v, dropout_p=0.2, is_causal=True,
+                                                                variant="cuda-fa2"))
 
 
 def test_cpu_tensors_go_through_the_cpu_variants_with_autograd():
