@@ -32,6 +32,8 @@ KINDs (every table block ends with a source note naming the files, device and da
   long-sequences FILE             time and TFLOP/s of each variant and PyTorch peer, per N
   determinism FILE                the backward's TFLOP/s without and with --deterministic, and the cost
   python-overhead FILE            what a call costs beyond its kernel, per N and way of calling, beside PyTorch
+  torch-overhead FILE             a flashlab.torch call's host time beside SDPA's, forward and with backward
+  llama-step FILE...              a Llama training step with transformers' "sdpa" and with FlashLab, per S, d, mode
   ring-one-gpu FILE... [causal=yes|no]   flashlab bench --ring on one GPU: one-shot ms, efficiency per layout
   ring-gpus FILE...               ring attention over GPUs beside PyTorch's CP (scripts/ring_tables.py's table)
   lazy-rescale FILE               how often the online softmax rescales O, lazily and exactly (lazy_rescale_study)
@@ -474,6 +476,33 @@ def python_overhead(sources, opts):
     return table_lines(header, body)
 
 
+def torch_overhead(sources, opts):
+    j = one("torch-overhead", sources)
+    names = {"forward": "forward", "forward_backward": "forward + backward"}
+    header = ["N", "B × H, d", "pass", "`flashlab.torch`", "its operator alone", "PyTorch SDPA", "difference"]
+    body = []
+    for r in sorted(j["rows"], key=lambda r: r["seq"]):
+        for key, name in names.items():
+            p = r[key]
+            body.append([ring_tables.size(r["seq"]), f"{r['batch']} × {r['heads']}, {r['head_dim']}", name,
+                         f"{p['flashlab']['host_us']:.0f} µs", f"{p['flashlab']['operator_alone_host_us']:.0f} µs",
+                         f"{p['sdpa']['host_us']:.0f} µs", f"{p['host_us_over_sdpa']:+.0f} µs"])
+    return table_lines(header, body)
+
+
+def llama_step(sources, opts):
+    rows = [r for _, j in sources for r in j["rows"]]
+    if not rows:
+        raise Error("llama-step: the files hold no rows")
+    header = ["S", "d", "mode", "SDPA step", "FlashLab step", "SDPA / FlashLab"]
+    body = []
+    for r in sorted(rows, key=lambda r: (r["compiled"], r["head_dim"], r["seq"])):
+        body.append([ring_tables.size(r["seq"]), str(r["head_dim"]), "compiled" if r["compiled"] else "eager",
+                     fmt_ms(r["sdpa"]["step_ms"]), fmt_ms(r["flashlab"]["step_ms"]),
+                     fmt_ratio(r["sdpa_over_flashlab"])])
+    return table_lines(header, body)
+
+
 LAYOUTS = ["contiguous", "zigzag", "striped"]
 
 
@@ -637,6 +666,8 @@ KINDS = {
     "long-sequences": (long_sequences, set()),
     "determinism": (determinism, set()),
     "python-overhead": (python_overhead, set()),
+    "torch-overhead": (torch_overhead, set()),
+    "llama-step": (llama_step, set()),
     "ring-one-gpu": (ring_one_gpu, {"causal"}),
     "ring-gpus": (ring_gpus, set()),
     "fp8-error": (fp8_error, {"head_dim"}),
