@@ -28,10 +28,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-import flashlab
 import flashlab.torch as ft
-
-TOKENS, HIDDEN = 16384, 2048
+from python_overhead import HIDDEN, TOKENS, gpu_ms_back_to_back as gpu_ms  # the same setting, the same GPU timing
 
 
 def host_us(call, iters, warmup=10, calls_per_round=10):
@@ -49,20 +47,6 @@ def host_us(call, iters, warmup=10, calls_per_round=10):
         times.append((time.perf_counter() - start) * 1e6 / calls_per_round)
         torch.cuda.synchronize()
     return statistics.median(times)
-
-
-def gpu_ms(call, iters, warmup=5):
-    """GPU time per call() of `iters` back-to-back calls, between two CUDA events."""
-    for _ in range(warmup):
-        call()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        call()
-    stop.record()
-    stop.synchronize()
-    return start.elapsed_time(stop) / iters
 
 
 def passes(attend, q, k, v, dy):
