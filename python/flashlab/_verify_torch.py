@@ -132,8 +132,8 @@ def forward_flops(batch, heads, seq, head_dim, causal):
 
 def median_ms(call):
     """The median over RUNS calls, after WARMUP, of the time between two CUDA events around each call. A call's
-    host-side work before its kernels counts (FlashLab's calls return when their kernels end; a PyTorch call's
-    kernels are waited for by the stop event)."""
+    host-side work before its kernels counts (calls that queue their kernels on the current stream, PyTorch's and
+    FlashLab's operators, are waited for by the stop event; FlashLab's other variants return when their kernels end)."""
     for _ in range(WARMUP):
         call()
     torch.cuda.synchronize()
