@@ -72,8 +72,8 @@ struct BwdConfig {
   static constexpr bool kDqFirst = !(kDropout && D == 128);
   // At d = 128 (DqSplit::Columns, dS^T from both consumers) step n's dQ_i is computed at step n + 1, after the other
   // consumer has finished step n, instead of after a barrier in the middle of step n: the consumers need not
-  // reach their pointwise parts at the same moment, so one's exponentials overlap the other's GEMMs (measured
-  // on the H100 at N = 1k-16k, backward alone: +3-9%, and +4-10% with consumer 1 started behind consumer 0). The
+  // reach their pointwise parts at the same moment, so one's exponentials overlap the other's GEMMs (faster on the
+  // H100 at N = 1k-16k, backward alone, more so with consumer 1 started behind consumer 0). The
   // registers are those of kDqFirst's order; with dropout it is not done (kDqFirst is false there).
   static constexpr bool kDeferDq = D == 128 && !kDropout;
   static constexpr int kDqPieceFloats = kBr * kDqCols;

@@ -163,7 +163,7 @@ struct Consumer {
   // to dQ_accum from the registers, in the staged layout (float4 q * 128 + tid of each piece). Deterministic: after
   // the pieces' earlier additions (dq_turn), and counted once every thread's are issued (the barrier orders them
   // before thread 0's release). Without a writer the conversion waits for the whole main kernel instead: counted
-  // in default mode too, the barrier and fence each step made the d = 256 backward 40% slower on the H100.
+  // in default mode too, the barrier and fence each step made the d = 256 backward much slower on the H100.
   __device__ void add_dq_pieces(const float (&dq)[kPieces][kNQ], int h, int i) const {
     const std::int64_t first = dq_piece_index<Cfg>(p, kb, h, i, 0) + c * kPieces;
     if (p.deterministic) {
@@ -313,7 +313,7 @@ struct Consumer {
       tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
       // Step n is done as far as the other consumer is concerned (dS^T(n) written, buffer (n + 1) % 2 read): say so
       // now rather than after dV_j and dK_j, which it does not need (side by side at d = 128, N = 4k-16k on the H100:
-      // -1% to +9%, +3% on average).
+      // faster on average, bench/results/h100-fa3-ws-backward-notes.md).
       named_barrier_arrive(BackwardBarriers::kStepDone + 2 * c + n % 2, kConsumers * kWarpgroupThreads);
       if (n > 0) hand_dq_piece(dq, n - 1);
       wgmma_wait_group<0>();

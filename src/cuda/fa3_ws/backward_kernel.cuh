@@ -20,13 +20,13 @@
 //  * At d = 128 both consumers' halves of dS_ij^T feed each one's piece of dQ_i, so they must wait for each other.
 //    Step n's dQ GEMM runs at step n + 1, after the other consumer has finished step n, rather than after a
 //    barrier in the middle of step n: the consumers then drift apart, and one's exponentials overlap the other's
-//    GEMMs (BwdConfig::kDeferDq; +4-10% on the H100). A consumer tells the other it is through step n as soon as
-//    its dQ GEMM has read the tiles, not after its dV_j and dK_j GEMMs (-1% to +9%, +3% on average).
+//    GEMMs (BwdConfig::kDeferDq). A consumer tells the other it is through step n as soon as
+//    its dQ GEMM has read the tiles, not after its dV_j and dK_j GEMMs.
 //  * dQ leaves through the copy engine: each consumer stages its piece in shared memory (two buffers) and
 //    hands it to a dQ writer warp, which adds it to dQ_accum in global memory with one bulk reduction
 //    (cp.reduce.async.bulk .add.f32, 16 KiB) instead of 64 x 64 / 128 fp32 atomics per thread, and hands the
-//    buffer back once the copy engine has read it. The consumers never wait on the copy engine (measured on
-//    the H100: +6-13% over a consumer thread issuing the reduction itself, side by side). The piece's GEMM is
+//    buffer back once the copy engine has read it. The consumers never wait on the copy engine (faster on the
+//    H100 than a consumer thread issuing the reduction itself, side by side). The piece's GEMM is
 //    issued before dV_j's and dK_j's, so that it is staged while they run (not timed apart from the writer). dQ_accum holds the pieces in the
 //    consumers' register order (a 16-byte vector per thread per four registers, conflict-free to stage);
 //    convert_dq_kernel reads that order back and writes dQ = scale dQ_accum in the input dtype. Each addition

@@ -17,8 +17,8 @@ namespace {
 // so it converts on the SMs the main kernel's last wave leaves idle. A block takes the pieces in order from a
 // ticket, waits until the piece's counter has all its additions (dq_additions), and converts it; at the end it
 // waits for the main kernel to finish, so that work queued after the backward sees dK and dV written too.
-// (Measured on the H100 at d = 128, N = 4k: as a separate pass after the main kernel it took 115 us, and the
-// backward runs 7-10% faster with it overlapped; at d = 64 1-2%.) Without a writer warp (d = 256) the additions
+// (Measured on the H100: the backward runs faster with it overlapped, most at d = 128; the figures are in
+// bench/results/h100-fa3-ws-backward-notes.md.) Without a writer warp (d = 256) the additions
 // are not counted in default mode, and the conversion waits for the main kernel first.
 // stage_dq wrote thread `thread`'s registers 4 q .. 4 q + 3 of a piece as vector q * 128 + thread, and in wgmma's
 // accumulator layout (thread = 32 w + 4 g + t) those are columns cc, cc + 1 of rows r and r + 8, with r = 16 w + g

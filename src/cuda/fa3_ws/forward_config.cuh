@@ -81,8 +81,8 @@ struct WithSoftmaxTrees : Sched {
 // What ships: every idea above, and the wide blocks where the launcher takes them (fa3_ws::takes_wide_blocks,
 // cuda/tilings.hpp: long keys, steps 2-5, no dropout); every exponential on the MUFU; the lazy rescale; for FP8 at
 // d = 256 an O buffer per consumer, and V^T from the pre-pass. Raced (tools/fa3_harness/race.sh, bench/results/h200-fa3-ws-e4m3-notes.md):
-// the own buffers were 1-3% faster from N = 4k to 8k; for FP8 at d = 128 the exponential split gained at most 1%
-// and lost 4-7% once half the groups took it, so the MUFU is not what sets the FP8 softmax's pace on Hopper.
+// the own buffers were faster from N = 4k to 8k; for FP8 at d = 128 the exponential split gained little and lost
+// once half the groups took it, so the MUFU is not what sets the FP8 softmax's pace on Hopper.
 template <bool kWideBlocks>
 using ShippedSchedule = Schedule<true, true, true, kWideBlocks, /*kExp2PolyEvery=*/0, /*kFp8OwnOBuffers=*/true,
                                  /*kLazyRescale=*/true>;
@@ -103,7 +103,7 @@ using Fp8ShippedSchedule = WithSplitS<ShippedSchedule<D <= 128>>;
 // of its own (Schedule::kThreeStages).
 // Long keys (Schedule::kWideBlocks) take wider K/V blocks at d = 64 and 128: Bc = 192 and 160. Every trip around the K/V
 // loop pays fixed costs (barrier and mbarrier waits, the row max and sum shuffles, wgmma fences and
-// waits) that a wider block spreads over more keys: on the H100, +5-8% at d = 128 and up to +12% at
+// waits) that a wider block spreads over more keys: on the H100 a gain at d = 128 and a larger one at
 // d = 64 from N = 4k on, but a loss below N = 2k, where the last block is mostly masked padding
 // (bench/results/h100-fa3-ws-notes.md). 160 is the widest that leaves O_i's own buffer at d = 128 (Q 32 +
 // 2 x (40 + 40) + O 32 = 224 KiB); 176 was no faster at step 4, and 256 spills at d = 64.
@@ -129,8 +129,8 @@ struct HeadConfig {
   static constexpr bool kOverlapFits = !kPvBeforeS;
   static constexpr int kExp2PolyEvery = Sched::kExp2PolyEvery;
   static constexpr int kStagingStages = 0;  // V_j lands where the consumers read it (E4m3HeadConfig has the other case)
-  // The softmax's reductions as trees where they were raced faster: the shipped (persistent) kernel at d = 64, +7% and
-  // +11% unmasked at N = 4k and 16k on an H100, 0 to +2% causal; at d = 128 and 256 -3.4% to +0.6%
+  // The softmax's reductions as trees where they were raced faster: the shipped (persistent) kernel at d = 64, on an
+  // H100; at d = 128 and 256 they were even or slower
   // (bench/results/h100-fa3-ws-race-softmax-trees_2026-11-28.txt).
   static constexpr bool kTreeReductions = Sched::kSoftmaxTrees >= 0 ? Sched::kSoftmaxTrees == 1 : kPersistent && D == 64;
 };
@@ -166,7 +166,7 @@ struct E4m3HeadConfig {
   static constexpr int kStages = D == 64 ? 4 : D == 128 && kBc == 128 ? 3 : 2;
   static constexpr bool kOverlapFits = D == 64 || (D == 128 && kBc == 128);
   static constexpr int kExp2PolyEvery = Sched::kExp2PolyEvery;
-  // The softmax's reductions as trees at d = 256 only: +0.9 to +1.9% there, -1.4 to -5.3% at d = 64 and 128 (H100,
+  // The softmax's reductions as trees at d = 256 only: faster there, slower at d = 64 and 128 (H100,
   // bench/results/h100-fa3-ws-race-softmax-trees_2026-11-28.txt).
   static constexpr bool kTreeReductions = Sched::kSoftmaxTrees >= 0 ? Sched::kSoftmaxTrees == 1 : D == 256;
   static constexpr int kStagingStages = !Sched::kFp8TransposeInKernel ? 0 : D <= 128 && kBc == 128 ? 2 : 1;

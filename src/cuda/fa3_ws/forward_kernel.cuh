@@ -224,9 +224,9 @@ void launch_config(const Params& p, cudaStream_t stream, int heads_per_group_giv
     // Heads per group of the tile order (cuda/tilings.hpp): as many KV heads as have K and V fit in half
     // the L2 (the H100's L2 is two partitions), times the query heads that share each. Under a causal mask
     // over 4096 keys or more, four times as many: measured on the H100 (fa3_harness --hpg,
-    // bench/results/h100-fa3-ws-notes.md), larger groups ran 7-23% faster there at d = 128 and 256, but
-    // 15-20% slower below 4096 keys, and even or slower without a mask. Why is not pinned down yet (no
-    // counters taken on it).
+    // bench/results/h100-fa3-ws-notes.md), larger groups ran faster there at d = 128 and 256, but slower
+    // below 4096 keys, and even or slower without a mask. Why is not pinned down yet (no counters taken
+    // on it).
     const Shape shape{.batch = p.batch, .heads_q = p.heads_q, .heads_kv = p.heads_kv, .seq_q = p.seq_q,
                       .seq_k = p.seq_k, .head_dim = D};
     params.heads_per_group = heads_per_group_given > 0 ? heads_per_group_given
