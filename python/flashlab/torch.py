@@ -18,9 +18,10 @@ CUDA graph. The output has q's memory layout, as SDPA's does (no copy where q is
 memory, as a transformer's projections make it). The other CUDA variants run through flashlab.attention (the legacy
 default stream, and the call waits for its kernels); CPU tensors go to the CPU variants through NumPy.
 
-Dropout draws its mask from a seed taken from PyTorch's default generator on every call (reading it back waits for
-the GPU, and torch.compile breaks its graph there), so torch.manual_seed makes a run repeatable; the mask is
-FlashLab's own (a Philox draw per element), not PyTorch's, so the two drop different elements.
+Dropout draws its mask from a seed taken from PyTorch's default (CPU) generator on every call, as a Python integer
+(torch.compile breaks its graph there; a CUDA graph replays the seed drawn at capture), so torch.manual_seed makes a
+run repeatable; the mask is FlashLab's own (a Philox draw per element), not PyTorch's, so the two drop different
+elements.
 
 fp8_attention is cuda-fa3-ws's FP8 forward on torch.float8_e4m3fn CUDA tensors with FlashAttention-3's
 descales (one float32 per (batch, head)): O in bfloat16 and the LSE in float32, forward only.
