@@ -63,9 +63,8 @@ cuda::fa3_ws::Params make_params(const Problem& p) {
 
 // The persistent grid's tile counter (two ints) of the current device, zeroed when first asked for; every
 // launch leaves it zero. One per device serves the benches: their launches all go to the legacy default
-// stream, which runs them one after another (a device entry takes a counter of its own per call,
-// zeroed_tile_counter). It lives as long as the process (not a DeviceBuffer: its 8 bytes are not a
-// problem's memory, and a static's destructor would run after the CUDA runtime's).
+// stream, which runs them one after another (the device entries take a counter per call). It lives as long as the process (not a DeviceBuffer: its
+// 8 bytes are not a problem's memory, and a static's destructor would run after the CUDA runtime's).
 int* device_tile_counter() {
   static std::mutex mutex;
   static std::map<int, int*> counters;
@@ -81,9 +80,9 @@ int* device_tile_counter() {
 }
 
 // The kernel's view of a forward's tensors: make_params, their device pointers, and the tile counter.
-cuda::fa3_ws::Params params_for(const Problem& p, const DeviceForwardIo& io, int* tile_counter) {
+cuda::fa3_ws::Params params_for(const Problem& p, const DeviceForwardIo& io) {
   cuda::fa3_ws::Params params = make_params(p);
-  params.tile_counter = tile_counter;
+  params.tile_counter = device_tile_counter();
   params.q = io.q;
   params.k = io.k;
   params.v = io.v;
@@ -220,7 +219,7 @@ BenchResult bench_as(cuda::fa3_ws::LadderStep step, const Problem& p, DType dtyp
   const cuda::PeakScope scope;
   auto t = cuda::DeviceAttention<T>::random(p.shape, settings.backward);
   BackwardScratch scratch(p.shape, settings.backward);
-  const cuda::fa3_ws::Params params = params_for(p, t.forward_io(), device_tile_counter());
+  const cuda::fa3_ws::Params params = params_for(p, t.forward_io());
   cuda::fa3_ws::Params backward_params = backward_params_for(p, t.backward_io());
   scratch.attach(backward_params);
   const auto forward = [&] { cuda::fa3_ws::launch_forward(dtype, params, /*stream=*/0, step); };
@@ -245,9 +244,9 @@ cuda::DeviceBuffer<std::uint8_t> e4m3_vt_scratch(const Shape& s) {
 
 // The kernel's view of an FP8 forward's tensors: params_for's fields (the tile counter among them), the descales
 // and the V^T scratch.
-cuda::fa3_ws::Params e4m3_params_for(const Problem& p, const DeviceForwardIo& io, int* tile_counter,
-                                     const float* q_descale, const float* k_descale, const float* v_descale, void* vt) {
-  cuda::fa3_ws::Params params = params_for(p, io, tile_counter);
+cuda::fa3_ws::Params e4m3_params_for(const Problem& p, const DeviceForwardIo& io, const float* q_descale,
+                                     const float* k_descale, const float* v_descale, void* vt) {
+  cuda::fa3_ws::Params params = params_for(p, io);
   params.q_descale = q_descale;
   params.k_descale = k_descale;
   params.v_descale = v_descale;
@@ -284,8 +283,7 @@ struct DeviceE4m3 {
   }
 
   cuda::fa3_ws::Params params(const Problem& p) {
-    return e4m3_params_for(p, forward_io(), device_tile_counter(), q_descale.data(), k_descale.data(),
-                           v_descale.data(), vt.data());
+    return e4m3_params_for(p, forward_io(), q_descale.data(), k_descale.data(), v_descale.data(), vt.data());
   }
 };
 
@@ -397,12 +395,13 @@ std::size_t cuda_fa3_ws_device_scratch_bytes(const Problem& p, DType dtype, bool
 
 namespace {
 
-// A device call's tile counter: its own, the first thing in its scratch, zeroed on its stream (calls on several
-// streams may run at once).
-int* zeroed_tile_counter(const DeviceForwardIo& io, cuda::CallScratch& scratch) {
-  int* counter = take_tile_counter(scratch.carver());
-  CUDA_CHECK(cudaMemsetAsync(counter, 0, 2 * sizeof(int), cuda::stream_of(io.launch)));
-  return counter;
+// The kernel's view of a forward on the call's stream: params_for's, with the tile counter taken from the call's
+// scratch and zeroed on its stream (a counter per call: calls on several streams may run at once).
+cuda::fa3_ws::Params forward_params_on(const Problem& p, const DeviceForwardIo& io, cuda::CallScratch& scratch) {
+  cuda::fa3_ws::Params params = params_for(p, io);
+  params.tile_counter = take_tile_counter(scratch.carver());
+  CUDA_CHECK(cudaMemsetAsync(params.tile_counter, 0, 2 * sizeof(int), cuda::stream_of(io.launch)));
+  return params;
 }
 
 }  // namespace
@@ -410,11 +409,13 @@ int* zeroed_tile_counter(const DeviceForwardIo& io, cuda::CallScratch& scratch) 
 void cuda_fa3_ws_forward_e4m3_on_device(const Problem& p, const DeviceForwardIo& io, const float* q_descale,
                                         const float* k_descale, const float* v_descale) {
   cuda::CallScratch scratch(io.launch, cuda_fa3_ws_device_scratch_bytes(p, DType::E4M3, false));
-  int* tile_counter = zeroed_tile_counter(io, scratch);
-  void* vt = scratch.take<std::uint8_t>(static_cast<std::size_t>(
+  cuda::fa3_ws::Params params = forward_params_on(p, io, scratch);
+  params.q_descale = q_descale;
+  params.k_descale = k_descale;
+  params.v_descale = v_descale;
+  params.vt = scratch.take<std::uint8_t>(static_cast<std::size_t>(
       cuda::fa3_ws::fp8_vt_bytes(p.shape.batch, p.shape.heads_kv, p.shape.head_dim, p.shape.seq_k)));
-  cuda::fa3_ws::launch_forward_e4m3(e4m3_params_for(p, io, tile_counter, q_descale, k_descale, v_descale, vt),
-                                    cuda::stream_of(io.launch));
+  cuda::fa3_ws::launch_forward_e4m3(params, cuda::stream_of(io.launch));
   cuda::finish(io.launch);
 }
 
@@ -435,8 +436,7 @@ ForwardOut cuda_fa3_ws_forward_e4m3(const Problem& p, const E4m3Qkv& in) {
 void cuda_fa3_ws_forward_on_device_at(int step, const Problem& p, DType dtype, const DeviceForwardIo& io) {
   const cuda::fa3_ws::LadderStep s = ladder_step(step);
   cuda::CallScratch scratch(io.launch, cuda_fa3_ws_device_scratch_bytes(p, dtype, false));
-  cuda::fa3_ws::launch_forward(dtype, params_for(p, io, zeroed_tile_counter(io, scratch)), cuda::stream_of(io.launch),
-                                s);
+  cuda::fa3_ws::launch_forward(dtype, forward_params_on(p, io, scratch), cuda::stream_of(io.launch), s);
   cuda::finish(io.launch);
 }
 
@@ -451,9 +451,8 @@ void cuda_fa3_ws_backward_on_device(const Problem& p, DType dtype, const DeviceB
   const std::size_t bytes = cuda_fa3_ws_device_scratch_bytes(p, dtype, true);
   cuda::CallScratch scratch(io.launch, bytes);
   cuda::fa3_ws::Params params = backward_params_for(p, io);
-  take_backward_scratch(scratch.carver(),
-                        cuda::fa3_ws::backward_scratch(p.shape.batch, p.shape.heads_q, p.shape.seq_q, p.shape.head_dim),
-                        params);
+  take_backward_scratch(scratch.carver(), cuda::fa3_ws::backward_scratch(p.shape.batch, p.shape.heads_q, p.shape.seq_q,
+                                                             p.shape.head_dim), params);
   cuda::fa3_ws::launch_backward(dtype, params, cuda::stream_of(io.launch));  // its pre-pass clears dQ's sums
   cuda::finish(io.launch);
 }
