@@ -31,13 +31,6 @@
 namespace flashlab::python {
 namespace {
 
-// The softmax scale as the Python API takes it: None is 1/sqrt(head_dim); 0 is refused, since core's
-// Options would read it as "the default".
-double scale_option(std::optional<double> scale) {
-  if (scale && *scale == 0.0) throw InputError("scale must not be 0 (None means 1/sqrt(head_dim))");
-  return scale.value_or(0.0);
-}
-
 // The options of a call as the Python API names them. is_causal turns the mask on; causal_align says
 // which diagonal (top-left as PyTorch's is_causal, bottom-right as FlashAttention >= 2.1). deterministic
 // is the backward's (dQ summed in a fixed order); forward calls pass false, since the forward ignores it.

@@ -72,14 +72,14 @@ std::vector<std::int64_t> dims_of(const Tensor& t) { return std::vector<std::int
 Problem problem_of(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* d_o, bool is_causal,
                    bool bottom_right, std::optional<double> scale, double dropout_p, std::int64_t seed,
                    bool deterministic) {
-  if (scale && *scale == 0.0) throw InputError("scale must not be 0 (None means 1/sqrt(head_dim))");
+  const double softmax_scale = scale_option(scale);
   const InputDims dq{"query", dims_of(q)}, dk{"key", dims_of(k)}, dv{"value", dims_of(v)};
   std::optional<InputDims> ddo;
   if (d_o != nullptr) ddo = InputDims{"grad_out", dims_of(*d_o)};
   Problem p;
   p.shape = shape_of_inputs(Layout::BHSD, dq, dk, dv, ddo ? &*ddo : nullptr);
   p.options.causal = !is_causal ? CausalAlign::None : bottom_right ? CausalAlign::BottomRight : CausalAlign::TopLeft;
-  p.options.scale = scale.value_or(0.0);
+  p.options.scale = softmax_scale;
   p.options.dropout_p = dropout_p;
   p.options.seed = static_cast<std::uint64_t>(seed);
   p.options.deterministic = deterministic;

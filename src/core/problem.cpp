@@ -7,6 +7,11 @@
 
 namespace flashlab {
 
+double scale_option(std::optional<double> scale) {
+  if (scale && *scale == 0.0) throw InputError("scale must not be 0 (None means 1/sqrt(head_dim))");
+  return scale.value_or(0.0);
+}
+
 double Problem::softmax_scale() const {
   return options.scale != 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(shape.head_dim));
 }

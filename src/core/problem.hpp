@@ -2,6 +2,7 @@
 // The attention problem every variant solves: shapes, options, dtypes, and the one error type for bad
 // input. Tensors are row-major in layout (B, S, H, D); the LSE is (B, H_q, S_q).
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -39,6 +40,10 @@ struct Problem {
   Options options;
   double softmax_scale() const;  // options.scale, or 1/sqrt(head_dim)
 };
+
+// Options::scale from a caller's optional scale (the Python API's and the PyTorch operators': None is
+// 1/sqrt(head_dim)); 0 is refused with InputError, since Options would read it as that default.
+double scale_option(std::optional<double> scale);
 
 // E4M3: float8 e4m3 (core/fp8.hpp), the FP8 forward's input format. Unlike the others it is not a precision a
 // value is rounded to on its own: each (batch, head) of Q, K, V is scaled to the format's range first and carries
