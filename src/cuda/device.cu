@@ -48,6 +48,17 @@ int device_compute_capability() {
   return major * 10 + minor;
 }
 
+int device_sm_count() {
+  if (!device_present()) return 0;
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return sms;
+}
+
 CurrentDevice::CurrentDevice(int ordinal) {
   const int count = device_count();
   if (ordinal < 0 || ordinal >= count)

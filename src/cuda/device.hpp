@@ -13,6 +13,8 @@ std::string device_name();  // e.g. "NVIDIA H100 80GB HBM3"; "" without a device
 // The current device's compute capability as major * 10 + minor (90 on an H100, 80 on an A100); 0
 // without a device.
 int device_compute_capability();
+// The current device's streaming multiprocessors (132 on an H100 SXM or H200); 0 without a device.
+int device_sm_count();
 // How many CUDA devices this machine has; 0 without a device or a driver.
 int device_count();
 

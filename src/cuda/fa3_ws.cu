@@ -110,31 +110,56 @@ cuda::fa3_ws::Params backward_params_for(const Problem& p, const DeviceBackwardI
 // A device call's scratch (core/scratch.hpp carves it; counting with a carver of no base gives its size):
 //  * a forward: the persistent grid's tile counter of its own (the benches share the device's, device_tile_counter,
 //    on the legacy default stream), and for an FP8 forward V^T (fp8_vt_bytes) after it;
-//  * a backward: BackwardScratch's four arrays, in its order.
+//  * a backward: BackwardScratch's arrays, in its order.
 int* take_tile_counter(ScratchCarver& carve) { return carve.take<int>(2); }
-void take_backward_scratch(ScratchCarver& carve, const cuda::fa3_ws::BackwardScratchSizes& n,
-                           cuda::fa3_ws::Params& params) {
+
+// How this GPU's backward shares the query heads of a group among thread blocks (backward_split), for a problem.
+cuda::fa3_ws::BackwardSplit backward_split_here(const Shape& s) {
+  return cuda::fa3_ws::backward_split(s.batch, s.heads_q, s.heads_kv, s.seq_k, s.head_dim, cuda::device_sm_count());
+}
+
+void take_backward_scratch(ScratchCarver& carve, const Shape& s, cuda::fa3_ws::Params& params) {
+  const cuda::fa3_ws::BackwardScratchSizes n = cuda::fa3_ws::backward_scratch(s.batch, s.heads_q, s.seq_q, s.head_dim);
   params.lse_log2 = carve.take<float>(n.row_stats);
   params.D_i = carve.take<float>(n.row_stats);
   params.dq_accum = carve.take<float>(n.dq_accum);
   params.dq_semaphore = carve.take<int>(n.semaphores);
+  const cuda::fa3_ws::BackwardSplit split = backward_split_here(s);
+  params.group_splits = split.group_splits;
+  if (split.group_splits > 1) {
+    params.dk_partial = carve.take<float>(split.partials);
+    params.dv_partial = carve.take<float>(split.partials);
+    params.kv_tickets = carve.take<int>(split.tickets);
+  }
 }
 
 // The backward's scratch (cuda::fa3_ws::backward_scratch): L_i log2(e) and D_i padded to whole query blocks, dQ's fp32
-// sums, and their counters of completed additions (with the conversion's ticket).
+// sums, and their counters of completed additions (with the conversion's ticket); where the group's query heads are
+// shared among thread blocks (backward_split), dK's and dV's fp32 partial sums and their tickets.
 struct BackwardScratch {
   cuda::DeviceBuffer<float> lse_log2, D_i, dq_accum;
   cuda::DeviceBuffer<int> dq_semaphore;
+  cuda::fa3_ws::BackwardSplit split;
+  cuda::DeviceBuffer<float> dk_partial, dv_partial;
+  cuda::DeviceBuffer<int> kv_tickets;
   BackwardScratch(const Shape& s, bool backward)
-      : BackwardScratch(cuda::fa3_ws::backward_scratch(s.batch, s.heads_q, s.seq_q, s.head_dim), backward) {}
-  BackwardScratch(const cuda::fa3_ws::BackwardScratchSizes& n, bool backward)
+      : BackwardScratch(cuda::fa3_ws::backward_scratch(s.batch, s.heads_q, s.seq_q, s.head_dim),
+                        backward ? backward_split_here(s) : cuda::fa3_ws::BackwardSplit{}, backward) {}
+  BackwardScratch(const cuda::fa3_ws::BackwardScratchSizes& n, const cuda::fa3_ws::BackwardSplit& split, bool backward)
       : lse_log2(backward ? n.row_stats : 0), D_i(backward ? n.row_stats : 0), dq_accum(backward ? n.dq_accum : 0),
-        dq_semaphore(backward ? n.semaphores : 0) {}
+        dq_semaphore(backward ? n.semaphores : 0), split(split), dk_partial(split.partials),
+        dv_partial(split.partials), kv_tickets(split.tickets) {}
   void attach(cuda::fa3_ws::Params& params) {
     params.lse_log2 = lse_log2.data();
     params.D_i = D_i.data();
     params.dq_accum = dq_accum.data();
     params.dq_semaphore = dq_semaphore.data();
+    params.group_splits = split.group_splits;
+    if (split.group_splits > 1) {
+      params.dk_partial = dk_partial.data();
+      params.dv_partial = dv_partial.data();
+      params.kv_tickets = kv_tickets.data();
+    }
   }
 };
 
@@ -382,8 +407,7 @@ std::size_t cuda_fa3_ws_device_scratch_bytes(const Problem& p, DType dtype, bool
   ScratchCarver count;
   if (backward) {
     cuda::fa3_ws::Params params;
-    take_backward_scratch(count, cuda::fa3_ws::backward_scratch(p.shape.batch, p.shape.heads_q, p.shape.seq_q,
-                                                               p.shape.head_dim), params);
+    take_backward_scratch(count, p.shape, params);
   } else {
     take_tile_counter(count);
     if (dtype == DType::E4M3)
@@ -451,8 +475,7 @@ void cuda_fa3_ws_backward_on_device(const Problem& p, DType dtype, const DeviceB
   const std::size_t bytes = cuda_fa3_ws_device_scratch_bytes(p, dtype, true);
   cuda::CallScratch scratch(io.launch, bytes);
   cuda::fa3_ws::Params params = backward_params_for(p, io);
-  take_backward_scratch(scratch.carver(), cuda::fa3_ws::backward_scratch(p.shape.batch, p.shape.heads_q, p.shape.seq_q,
-                                                             p.shape.head_dim), params);
+  take_backward_scratch(scratch.carver(), p.shape, params);
   cuda::fa3_ws::launch_backward(dtype, params, cuda::stream_of(io.launch));  // its pre-pass clears dQ's sums
   cuda::finish(io.launch);
 }

@@ -14,10 +14,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
+#include <iterator>
 #include <string>
 
 #include "core/tolerance.hpp"
 #include "cuda/constraints.hpp"
+#include "cuda/device.hpp"
+#include "cuda/fa3_ws/fa3_ws_params.hpp"
 #include "cpu_reference/naive.hpp"
 #include "gpu/flashattention_rule.hpp"
 #include "gpu/fresh_inputs.hpp"
@@ -36,12 +40,13 @@ bool skip_unless_hopper() {
   return true;
 }
 
-// The forward and backward of cuda-fa3-ws on fresh random inputs, at every head dim and dtype, the backward in
-// the default and the deterministic mode, against one reference per (head dim, dtype).
-void check_problem(Shape shape, Options options) {
+// The forward and backward of cuda-fa3-ws on fresh random inputs, at every head dim and dtype (or those given), the
+// backward in the default and the deterministic mode, against one reference per (head dim, dtype).
+void check_problem(Shape shape, Options options, std::initializer_list<DType> dtypes,
+                   std::initializer_list<int> head_dims) {
   const Variant& fa3 = find_variant("cuda-fa3-ws");
-  for (DType dtype : kDtypes)
-    for (int d : kBackwardHeadDims) {
+  for (DType dtype : dtypes)
+    for (int d : head_dims) {
       shape.head_dim = d;
       const std::uint64_t seed = fresh_seed();
       Problem p{.shape = shape, .options = options};
@@ -63,6 +68,12 @@ void check_problem(Shape shape, Options options) {
         check_output("dV", dtype, Quantity::Gradient, g.dv, gref.dv, glowp.dv);
       }
     }
+}
+
+void check_problem(Shape shape, Options options) {
+  check_problem(shape, options, {DType::F16, DType::BF16}, {64, 128, 256});
+  static_assert(std::size(kBackwardHeadDims) == 3 && kBackwardHeadDims[0] == 64 && kBackwardHeadDims[2] == 256,
+                "check_problem's head dims are the backward's");
 }
 
 Options opts(CausalAlign align, double dropout_p = 0.0, double scale = 0.0) {
@@ -119,6 +130,26 @@ TEST_CASE("cuda-fa3-ws's backward: GQA and MQA (dK, dV summed over the query hea
   check_problem(shape(2, 4, 2, 97, 131), opts(CausalAlign::None));
   check_problem(shape(1, 6, 1, 131, 97), opts(CausalAlign::BottomRight));
   check_problem(shape(1, 4, 2, 200, 200), opts(CausalAlign::TopLeft));
+}
+
+TEST_CASE("cuda-fa3-ws's backward: GQA on too few K/V blocks to fill the GPU shares each group among thread blocks") {
+  if (skip_unless_hopper()) return;
+  // The small GQA problems above take every group apart (a thread block per query head and K/V block). Here the
+  // batch is chosen so that half the group per thread block is the fewest that gives every SM two blocks: the blocks
+  // of one K/V block then add partial dK, dV sums of two query heads each, the last to finish adding them up.
+  const int sms = cuda::device_sm_count();
+  REQUIRE(sms > 0);
+  for (int heads_q : {4, 6}) {
+    Shape s = shape(sms, heads_q, 1, 128, 128);  // one K/V block a (batch, K/V head) at d = 64 and 128
+    for (int d : {64, 128}) {
+      const cuda::fa3_ws::BackwardSplit split = cuda::fa3_ws::backward_split(s.batch, s.heads_q, s.heads_kv, s.seq_k, d, sms);
+      INFO("heads_q " << heads_q << ", d " << d);
+      CHECK(split.group_splits == 2);
+    }
+    check_problem(s, opts(CausalAlign::TopLeft), {DType::BF16}, {64, 128});
+  }
+  // Batch 1 and long keys: enough K/V blocks, one thread block per group.
+  CHECK(cuda::fa3_ws::backward_split(1, 16, 4, 4 * sms * 128, 128, sms).group_splits == 1);
 }
 
 TEST_CASE("cuda-fa3-ws's backward: dropout with the forward's mask (same Philox seed as the CPU reference)") {

@@ -38,7 +38,7 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
   auto kernel = fa3_ws_backward_kernel<T, D, kDropout, kTimeline, kAccumulate>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kBytes),
              "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
-  const dim3 grid((p.seq_k + Cfg::kBc - 1) / Cfg::kBc, p.batch * p.heads_kv);
+  const dim3 grid((p.seq_k + Cfg::kBc - 1) / Cfg::kBc, p.batch * p.heads_kv * p.group_splits);
   kernel<<<grid, kThreads, Cfg::kBytes, stream>>>(p, maps);
   check_cuda(cudaGetLastError(), "the backward kernel launch");
 
@@ -72,11 +72,19 @@ void launch(DType dtype, const Params& p, cudaStream_t stream) {
   expect(on_hopper(), "the GPU has compute capability 9.0");
   expect(std::int64_t(p.batch) * p.heads_kv <= kMaxBackwardRows,
          "at most " + std::to_string(kMaxBackwardRows) + " rows of thread blocks (batch x heads_kv)");
+  expect(p.heads_kv > 0 && p.heads_q % p.heads_kv == 0 && p.group_splits >= 1 &&
+             (p.heads_q / p.heads_kv) % p.group_splits == 0,
+         "group_splits divides the query heads per K/V head");
+  expect(std::int64_t(p.batch) * p.heads_kv * p.group_splits <= kMaxBackwardRows,
+         "at most " + std::to_string(kMaxBackwardRows) + " rows of thread blocks (batch x heads_kv x group_splits)");
+  expect(p.group_splits == 1 || (p.dk_partial != nullptr && p.dv_partial != nullptr && p.kv_tickets != nullptr),
+         "a backward with group_splits > 1 has dk_partial, dv_partial and kv_tickets (sizes from backward_split)");
   expect(p.lse_log2 != nullptr && p.D_i != nullptr && p.dq_accum != nullptr && p.dq_semaphore != nullptr,
          "the backward has its scratch (lse_log2, D_i, dq_accum and dq_semaphore; sizes from backward_scratch)");
   const int sums = (p.dq_sum != nullptr) + (p.dk_sum != nullptr) + (p.dv_sum != nullptr);
   expect(sums == 0 || sums == 3, "the backward accumulates into fp32 sums with all three of dq_sum, dk_sum and dv_sum "
                                  "set, or none");
+  expect(sums == 0 || p.group_splits == 1, "a ring's block (fp32 sums) takes each group whole (group_splits 1)");
   expect(sums == 0 || !(p.dropout || kTimeline), "the backward accumulates into fp32 sums only without dropout and "
                                                  "outside the timeline build (a ring's block has neither)");
   expect(reinterpret_cast<std::uintptr_t>(p.o) % 16 == 0 && reinterpret_cast<std::uintptr_t>(p.d_o) % 16 == 0,
@@ -102,6 +110,27 @@ BackwardScratchSizes backward_scratch(int batch, int heads_q, int seq_q, int hea
   sizes.dq_accum = sizes.row_stats * head_dim;
   sizes.semaphores = std::int64_t(batch) * heads_q * n_q * dq_pieces(head_dim) + 1;  // a counter per piece, the ticket
   return sizes;
+}
+
+BackwardSplit backward_split(int batch, int heads_q, int heads_kv, int seq_k, int head_dim, int sms) {
+  BackwardSplit split;
+  if (batch <= 0 || heads_kv <= 0 || heads_q % heads_kv != 0 || seq_k <= 0 || head_dim <= 0 || sms <= 0) return split;
+  const int group = heads_q / heads_kv;
+  const std::int64_t blocks = std::int64_t(batch) * heads_kv * ((seq_k + backward_block_keys(head_dim) - 1) /
+                                                                 backward_block_keys(head_dim));
+  const std::int64_t wanted = 2 * std::int64_t(sms);
+  if (blocks >= wanted) return split;
+  int splits = group;
+  for (int s = 2; s < group; ++s)
+    if (group % s == 0 && blocks * s >= wanted) {
+      splits = s;
+      break;
+    }
+  if (splits == 1 || std::int64_t(batch) * heads_kv * splits > kMaxBackwardRows) return split;
+  split.group_splits = splits;
+  split.partials = std::int64_t(splits) * batch * seq_k * heads_kv * head_dim;
+  split.tickets = blocks * kConsumers * kWarpsPerWarpgroup;
+  return split;
 }
 
 void launch_backward(DType dtype, const Params& p, cudaStream_t stream) { launch<false>(dtype, p, stream); }

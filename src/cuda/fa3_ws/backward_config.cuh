@@ -29,6 +29,10 @@ constexpr int kDqBuffers = 2;  // dQ staging buffers per consumer (BackwardBarri
 // (with dQ split by rows between the consumers).
 // The one definition the host's scratch sizes use.
 __host__ __device__ constexpr int backward_block_rows(int head_dim) { return head_dim > 0 ? 64 : 0; }
+// Keys per K/V block (Bc; KvSplit below says why): the host's grid and scratch sizes use it too.
+__host__ __device__ constexpr int backward_block_keys(int head_dim) {
+  return head_dim == 256 ? kKeysPerConsumer : kConsumers * kKeysPerConsumer;
+}
 // dQ_accum's pieces (64 x 64 fp32 each) per query block: one at d = 64 (both consumers add to it), d / 64 above.
 __host__ __device__ constexpr int dq_pieces(int head_dim) { return head_dim <= 64 ? 1 : head_dim / 64; }
 
@@ -54,6 +58,7 @@ struct BwdConfig {
   static constexpr bool kKvByKeys = kKvSplit == KvSplit::Keys;
   static constexpr int kBc = kKvByKeys ? kConsumers * kKeysPerConsumer : kKeysPerConsumer;  // 128 or 64 keys per block
   static constexpr int kBr = backward_block_rows(D);
+  static_assert(kBc == backward_block_keys(D), "one definition of Bc for the kernel and the host");
   static constexpr int kSQueries = kKvByKeys ? kBr : kBr / kConsumers;  // queries of a consumer's S^T, dP^T (wgmma N)
   static constexpr int kKvCols = kKvByKeys ? D : D / kConsumers;        // columns of a consumer's dK_j, dV_j
   static constexpr DqSplit kDqSplit = D == 64 ? DqSplit::Keys : DqSplit::Columns;

@@ -4,8 +4,10 @@
 // (Bc, d) and swizzled like K_j), then out in 16-byte coalesced stores, rows past the end of the keys dropped.
 // Stored straight from the registers (two columns a thread, eight rows a warp per store), they took 5.6 us of a
 // 105-us block at d = 128, N = 2k on the H100. A ring's block (accumulate mode) adds them to fp32 sums instead,
-// from the registers. `C` is the backward's Consumer (backward_consumer.cuh), whose thread coordinates and shared
-// memory this reads.
+// from the registers. Where thread blocks share a group's query heads (Params::group_splits > 1), each block's dK_j,
+// dV_j are partial sums: add_group_splits writes them to the block's fp32 slice, and the last block to finish adds
+// the slices. `C` is the backward's Consumer (backward_consumer.cuh), whose thread coordinates and shared memory this
+// reads.
 #include <cstdint>
 
 #include "cuda/fa3_ws/backward_config.cuh"
@@ -16,6 +18,63 @@
 
 namespace flashlab::cuda::fa3_ws {
 namespace {
+
+// Params::group_splits > 1: this block's dK_j (scaled) and dV_j are its share of the group's sum. Each warp writes
+// its rows, in fp32, to the block's slice of dk_partial and dv_partial and takes a ticket; the warp that takes the
+// last one (every other slice is written by then) adds all slices in split order, so that the sum does not depend
+// on which block finished last, and writes dK_j and dV_j in the input dtype. A warp's rows are its accumulator rows
+// (key_of), so the warps need no barrier among themselves.
+template <class C>
+__device__ void add_group_splits(const C& self, const float (&dk)[C::kNKV], const float (&dv)[C::kNKV]) {
+  using T = typename C::Element;
+  constexpr int D = C::kD, kNKV = C::kNKV, kBc = C::kBc;
+  const Params& p = self.p;
+  const KeyBlock& kb = self.kb;
+  const std::int64_t slice = std::int64_t(p.batch) * p.seq_k * p.heads_kv * D;
+  const auto row_of = [&](int key) { return ((std::int64_t(kb.b) * p.seq_k + key) * p.heads_kv + kb.h_kv) * D; };
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int key = self.key_of(hf);
+    if (key >= p.seq_k) continue;
+    const std::int64_t row = kb.split * slice + row_of(key);
+#pragma unroll
+    for (int ii = 0; ii < kNKV / 4; ++ii) {
+      const int col = self.kv_col0() + 8 * ii + 2 * self.t;
+      *reinterpret_cast<float2*>(p.dk_partial + row + col) =
+          make_float2(dk[4 * ii + 2 * hf] * p.scale, dk[4 * ii + 2 * hf + 1] * p.scale);
+      *reinterpret_cast<float2*>(p.dv_partial + row + col) = make_float2(dv[4 * ii + 2 * hf], dv[4 * ii + 2 * hf + 1]);
+    }
+  }
+  __threadfence();  // this thread's slice before the warp's ticket
+  __syncwarp();
+  const int lane = 4 * self.g + self.t;
+  const int n_kv = (p.seq_k + kBc - 1) / kBc;
+  int* const ticket = p.kv_tickets +
+                      ((std::int64_t(kb.b * p.heads_kv + kb.h_kv) * n_kv + kb.j) * kConsumers + self.c) * kWarpsPerWarpgroup +
+                      self.warp;
+  int taken = 0;
+  if (lane == 0) taken = atomicAdd(ticket, 1);
+  if (__shfl_sync(0xffffffffu, taken, 0) != p.group_splits - 1) return;
+  __threadfence();  // the other blocks' slices, which they wrote before their tickets
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int key = self.key_of(hf);
+    if (key >= p.seq_k) continue;
+    const std::int64_t row = row_of(key);
+#pragma unroll
+    for (int ii = 0; ii < kNKV / 4; ++ii) {
+      const int col = self.kv_col0() + 8 * ii + 2 * self.t;
+      float2 sk = make_float2(0.f, 0.f), sv = sk;
+      for (int s = 0; s < p.group_splits; ++s) {
+        const float2 k2 = __ldcg(reinterpret_cast<const float2*>(p.dk_partial + s * slice + row + col));
+        const float2 v2 = __ldcg(reinterpret_cast<const float2*>(p.dv_partial + s * slice + row + col));
+        sk.x += k2.x, sk.y += k2.y, sv.x += v2.x, sv.y += v2.y;
+      }
+      *reinterpret_cast<std::uint32_t*>(static_cast<T*>(p.dk) + row + col) = pack2<T>(sk.x, sk.y);
+      *reinterpret_cast<std::uint32_t*>(static_cast<T*>(p.dv) + row + col) = pack2<T>(sv.x, sv.y);
+    }
+  }
+}
 
 template <class C>
 __device__ void backward_epilogue(const C& self, float (&dk)[C::kNKV], float (&dv)[C::kNKV]) {
@@ -41,6 +100,10 @@ __device__ void backward_epilogue(const C& self, float (&dk)[C::kNKV], float (&d
         *at_v = make_float2(sv.x + dv[4 * ii + 2 * hf], sv.y + dv[4 * ii + 2 * hf + 1]);
       }
     }
+    return;
+  }
+  if (p.group_splits > 1) {
+    add_group_splits(self, dk, dv);
     return;
   }
   static_assert(2 * Cfg::kKVBytes <= 2 * kStages * Cfg::kQBytes && Cfg::kDOOffset == Cfg::kQOffset + kStages * Cfg::kQBytes,

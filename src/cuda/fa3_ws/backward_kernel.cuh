@@ -8,6 +8,12 @@
 //  * One thread block per K/V block j, as in cuda-fa2: K_j and V_j stay in shared memory, dK_j and dV_j in the
 //    registers, while the block walks the query blocks i that see them (and, under GQA, the query heads
 //    of its group, so dK and dV sum over the group without atomics).
+//  * Except where that grid is too small for the GPU: GQA with few (batch, K/V head) rows and short keys, as a
+//    Llama's training step at batch 1 has (16 query heads on 4 K/V heads, 2k keys: 64 thread blocks for 132 SMs,
+//    and under a causal mask the first K/V block has 4 times the average's steps). There the group's query heads
+//    are shared among group_splits thread blocks per K/V block (backward_split: the fewest that give every SM two),
+//    each writes its partial dK_j, dV_j in fp32, and the last to finish adds them in a fixed order
+//    (backward_epilogue.cuh, add_group_splits).
 //  * The products are computed transposed. Each consumer warpgroup owns 64 keys (wgmma's M), so it
 //    computes S_ij^T = K_j Q_i^T and dP_ij^T = V_j dO_i^T (both operands K-major in shared memory, the
 //    forward's S GEMM with Q and K swapped). Their accumulators then hold P_ij^T and dS_ij^T with keys
@@ -57,12 +63,12 @@
 // wrappers; element.cuh, the element types; warp_roles.cuh, the register budgets; named_barriers.cuh, the barrier
 // ids; timeline_lane.cuh; head_dims.hpp):
 //   backward_config.cuh     BwdConfig: the block shape per head dim, the shared-memory layout
-//   backward_scheduler.cuh  KeyBlock: which K/V block a thread block takes, and its steps
+//   backward_scheduler.cuh  KeyBlock: which K/V block a thread block takes, its share of the group, and its steps
 //   backward_prepass.cuh    row_stats_kernel: D_i, L_i log2(e), dQ_accum and its counters cleared
 //   backward_producer.cuh   the TMA copies of K_j, V_j and each step's Q_i, dO_i, L_i, D_i (produce)
 //   backward_dq.cuh         dQ_accum's pieces, the order and count of their additions, the dQ writer warp
 //   backward_consumer.cuh   per step the five products, then the dQ piece out (Consumer)
-//   backward_epilogue.cuh   dK_j and dV_j out
+//   backward_epilogue.cuh   dK_j and dV_j out (or, group splits, the partial sums and their addition)
 //   backward_kernel.cuh     this file: the kernel shell (warp roles, barriers)
 //   convert_dq.cuh          convert_dq_kernel: dQ = scale dQ_accum in the input dtype
 //   backward.cu             the host launchers (launch_backward, launch_backward_timeline) and the scratch sizes

@@ -1,6 +1,7 @@
 #pragma once
 // cuda-fa3-ws backward, its pre-pass (row_stats_kernel): D_i = rowsum(dO_i o O_i) and L_i log2(e) into scratch
-// padded to whole query blocks, and dQ_accum and dQ's counters cleared, before the main kernel runs.
+// padded to whole query blocks, and dQ_accum, dQ's counters and (group splits) dK, dV's tickets cleared, before the
+// main kernel runs.
 #include <cmath>
 #include <cstdint>
 
@@ -26,6 +27,12 @@ __global__ void row_stats_kernel(const Params p, int padded_rows) {
   const std::int64_t row_index = thread / kGroup;  // over (B, H_q, padded S_q)
   const int part = static_cast<int>(thread % kGroup);
   const bool in_grid = row_index < std::int64_t(p.batch) * p.heads_q * padded_rows;
+  using Cfg = BwdConfig<D>;
+  if (p.group_splits > 1) {  // the tickets of the blocks that share a group's query heads (add_group_splits)
+    const std::int64_t tickets = std::int64_t(p.batch) * p.heads_kv * ((p.seq_k + Cfg::kBc - 1) / Cfg::kBc) *
+                                 kConsumers * kWarpsPerWarpgroup;
+    for (std::int64_t i = thread; i < tickets; i += std::int64_t(gridDim.x) * blockDim.x) p.kv_tickets[i] = 0;
+  }
   const int row = static_cast<int>(row_index % padded_rows);
   const std::int64_t bh = row_index / padded_rows;
   float sum = 0.f, lse2 = INFINITY;
@@ -48,7 +55,6 @@ __global__ void row_stats_kernel(const Params p, int padded_rows) {
   clear[0] = clear[1] = make_float4(0.f, 0.f, 0.f, 0.f);
   // The first row of each query block's group clears the block's dQ counters, and the grid's first the
   // conversion's ticket after them.
-  using Cfg = BwdConfig<D>;
   if (row % Cfg::kBr == 0 && part < Cfg::kDqPieces) p.dq_semaphore[row_index / Cfg::kBr * Cfg::kDqPieces + part] = 0;
   if (row_index == 0 && part == 0)
     p.dq_semaphore[std::int64_t(p.batch) * p.heads_q * (padded_rows / Cfg::kBr) * Cfg::kDqPieces] = 0;

@@ -7,11 +7,12 @@
 namespace flashlab::cuda::fa3_ws {
 namespace {
 
-// What a block works on: K/V block j of (batch b, K/V head h_kv), and its steps: every (query head of the
-// group, query block i >= i_first), heads outer.
+// What a block works on: K/V block j of (batch b, K/V head h_kv), and its steps: every (query head of its share of
+// the group, query block i >= i_first), heads outer. The group's query heads h_kv * group .. are shared among
+// Params::group_splits blocks (backward_split), `heads` each; this block's share is number `split`, from head0.
 struct KeyBlock {
-  int b, h_kv, j, key0, group, n_q, i_first, n_i, n_steps;
-  __device__ int head(int step) const { return h_kv * group + step / n_i; }
+  int b, h_kv, split, j, key0, head0, heads, n_q, i_first, n_i, n_steps;
+  __device__ int head(int step) const { return head0 + step / n_i; }
   __device__ int q_block(int step) const { return i_first + step % n_i; }
 };
 
@@ -24,15 +25,19 @@ __device__ KeyBlock key_block(const Params& p) {
   // would wait for one that has no SM to run on.
   const int n_kv = (p.seq_k + kBc - 1) / kBc;
   kb.j = p.deterministic && p.align != CausalAlign::None ? n_kv - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
-  kb.b = static_cast<int>(blockIdx.y) / p.heads_kv;
-  kb.h_kv = static_cast<int>(blockIdx.y) % p.heads_kv;
+  const int row = static_cast<int>(blockIdx.y);  // (b, h_kv, split)
+  kb.split = row % p.group_splits;
+  kb.b = row / p.group_splits / p.heads_kv;
+  kb.h_kv = row / p.group_splits % p.heads_kv;
   kb.key0 = kb.j * kBc;
-  kb.group = p.heads_q / p.heads_kv;
+  const int group = p.heads_q / p.heads_kv;
+  kb.heads = group / p.group_splits;
+  kb.head0 = kb.h_kv * group + kb.split * kb.heads;
   kb.n_q = (p.seq_q + kBr - 1) / kBr;
   const int first_row = first_row_seeing_key(p.align, kb.key0, p.seq_q, p.seq_k);
   kb.i_first = first_row < p.seq_q ? first_row / kBr : kb.n_q;
   kb.n_i = kb.n_q - kb.i_first;
-  kb.n_steps = kb.group * kb.n_i;
+  kb.n_steps = kb.heads * kb.n_i;
   return kb;
 }
 

@@ -64,6 +64,15 @@ struct Params {
   // Add the dQ partials of the K/V blocks in a fixed order (block 0 first), so that two runs give
   // bit-identical dQ; otherwise in whatever order they arrive.
   bool deterministic = false;
+  // Grouped-query attention on too few K/V blocks to fill the GPU (backward_split): the query heads of each K/V
+  // head's group are shared among group_splits thread blocks per K/V block. Each writes its partial dK_j and dV_j
+  // in fp32 (dK scaled) to its slice of dk_partial, dv_partial; the last of them to finish a warp's rows (counted in
+  // kv_tickets, which the pre-pass zeroes) adds the slices in split order and writes dK_j, dV_j. 1: one thread
+  // block takes the whole group, and the three buffers are not used.
+  int group_splits = 1;
+  float* dk_partial = nullptr;  // (group_splits, B, S_k, H_kv, D)
+  float* dv_partial = nullptr;  // (group_splits, B, S_k, H_kv, D)
+  int* kv_tickets = nullptr;    // per (batch, K/V head, K/V block, consumer warp)
 
   // ---- the FP8 forward only (launch_forward_e4m3): q, k, v hold e4m3 bytes, o bf16 ----
   // Descale factors, one float per (batch, head), row-major: the real value of an input element is its e4m3 value
@@ -82,6 +91,17 @@ struct BackwardScratchSizes {
   std::int64_t row_stats = 0, dq_accum = 0, semaphores = 0;
 };
 BackwardScratchSizes backward_scratch(int batch, int heads_q, int seq_q, int head_dim);
+// How many thread blocks share each K/V block's group of query heads (Params::group_splits), and the scratch that
+// takes: the fewest that give every one of `sms` SMs two thread blocks (a divisor of the group), where the problem
+// has fewer K/V blocks than that, else 1. Without splits each thread block walks every query head of its group: with
+// few (batch, K/V head) rows and short keys the grid leaves most SMs idle, and under a causal mask the block of
+// the first keys, with the most steps, sets the time.
+struct BackwardSplit {
+  int group_splits = 1;
+  std::int64_t partials = 0;  // floats in each of dk_partial and dv_partial
+  std::int64_t tickets = 0;   // ints in kv_tickets
+};
+BackwardSplit backward_split(int batch, int heads_q, int heads_kv, int seq_k, int head_dim, int sms);
 // (Head dims the backward is compiled for: kBackwardHeadDims, cuda/constraints.hpp.)
 
 // The TMA descriptors of Q, K and V: 4-D (D, H, S, B) views with 128B swizzle, boxes of
