@@ -23,12 +23,13 @@ own shapes; the warmup steps include the compilation.
 What each backend computes, as transformers' source has it (masking_utils; not measured here):
   * eager: transformers builds no mask (causal, nothing padded); SDPA runs with is_causal=True, FlashLab too;
   * compiled: transformers' own builder makes the causal mask a boolean tensor while dynamo traces the model (it does
-    not look at data there), so SDPA runs with that mask; FlashLab's builder returns None there (no padding mask
-    was given) and its operator is traced into the graph with is_causal=True.
-Each row records FlashLab's calls per step (compiled: only those made while tracing, since the compiled graph calls
-the operator itself), the variant variant="auto" picks (flashlab.explain), and every FlashLabFallbackWarning of its
-run, so a row where FlashLab did not compute the attention says so. The first step's
-loss is kept for both backends: the same model on the same tokens, it agrees to bf16 rounding.
+    not look at data there), so SDPA runs with that mask; FlashLab's builder compares that mask with the causal
+    pattern outside the graph (one graph break per forward pass) and, finding it, returns None, so every layer's
+    operator is traced into the graph with is_causal=True.
+Each row records what FlashLab did in its model's first step (eager: its attention calls; compiled: the graph breaks
+dynamo took, with their reasons, beside SDPA's model's), the variant variant="auto" picks (flashlab.explain), and
+every FlashLabFallbackWarning of its run, so a row where FlashLab did not compute the attention says so. The first
+step's loss is kept for both backends: the same model on the same tokens, it agrees to bf16 rounding.
 """
 import argparse
 import copy
@@ -42,6 +43,7 @@ import warnings
 
 import torch
 import torch._dynamo
+import torch._dynamo.utils
 import transformers
 from transformers import AutoModelForCausalLM, LlamaConfig
 
@@ -67,23 +69,36 @@ def initial_weights(config):
 
 
 class FlashLabCalls:
-    """Counts flashlab.torch.scaled_dot_product_attention calls (the backend looks the function up on each call)."""
+    """Counts the attention calls FlashLab makes (flashlab.torch._attend, where flashlab.hf's calls go through)."""
 
     def __init__(self):
         self.count, self._original = 0, None
 
     def __enter__(self):
-        self._original = ft.scaled_dot_product_attention
+        self._original = ft._attend
 
         def counting(*args, **kwargs):
             self.count += 1
             return self._original(*args, **kwargs)
 
-        ft.scaled_dot_product_attention = counting
+        ft._attend = counting
         return self
 
     def __exit__(self, *exc):
-        ft.scaled_dot_product_attention = self._original
+        ft._attend = self._original
+
+
+def first_step(step, compiled):
+    """Runs a model's first step (the compilation, when compiled) and says what FlashLab did in it: eager, the
+    attention calls it made; compiled, the graph breaks dynamo took (each with its reason) while compiling it."""
+    if compiled:
+        torch._dynamo.utils.counters.clear()
+        step()
+        breaks = dict(torch._dynamo.utils.counters["graph_break"])
+        return {"graph_breaks": sum(breaks.values()), "graph_break_reasons": sorted(breaks)}
+    with FlashLabCalls() as calls:
+        step()
+    return {"calls_per_step": calls.count}
 
 
 def make_step(attn_implementation, config, weights, tokens, compiled):
@@ -150,10 +165,11 @@ def measure(args, seq, head_dim, compiled, weights):
     tokens = torch.randint(0, args.vocab, (1, seq), generator=generator).to("cuda")
 
     hf._warned_reasons.clear()  # this row reports its own fallbacks
-    with FlashLabCalls() as calls, warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", hf.FlashLabFallbackWarning)
         sdpa_step, sdpa_losses = make_step("sdpa", config, weights, tokens, compiled)
         lab_step, lab_losses = make_step(hf.NAME, config, weights, tokens, compiled)
+        sdpa_first, lab_first = first_step(sdpa_step, compiled), first_step(lab_step, compiled)
         timed = time_in_turn({"sdpa": sdpa_step, "flashlab": lab_step}, args)
     (sdpa_ms, sdpa_gib), (lab_ms, lab_gib) = timed["sdpa"], timed["flashlab"]
     sdpa_loss, lab_loss = sdpa_losses[0].item(), lab_losses[0].item()
@@ -165,21 +181,23 @@ def measure(args, seq, head_dim, compiled, weights):
     return {
         "seq": seq, "head_dim": head_dim, "hidden": HEADS * head_dim, "heads": HEADS, "kv_heads": args.kv_heads,
         "layers": args.layers, "vocab": args.vocab, "batch": 1, "compiled": compiled,
-        "sdpa": {"step_ms": round(sdpa_ms, 3), "peak_gib": round(sdpa_gib, 2), "first_loss": sdpa_loss},
+        "sdpa": {"step_ms": round(sdpa_ms, 3), "peak_gib": round(sdpa_gib, 2), "first_loss": sdpa_loss,
+                 **sdpa_first},
         "flashlab": {"step_ms": round(lab_ms, 3), "peak_gib": round(lab_gib, 2), "first_loss": lab_loss,
-                     "calls_per_step": calls.count / (args.warmup + args.iters),  # compiled: the tracing's alone
-                     "variant": auto_variant(args, seq, head_dim), "fallbacks": fallbacks},
+                     **lab_first, "variant": auto_variant(args, seq, head_dim), "fallbacks": fallbacks},
         "sdpa_over_flashlab": round(sdpa_ms / lab_ms, 3),
     }
 
 
 def table(rows):
-    lines = [f"{'S':>6} {'d':>4} {'mode':>8} {'SDPA ms':>9} {'FlashLab ms':>12} {'SDPA/FL':>8} {'FL calls/step':>14}"]
+    lines = [f"{'S':>6} {'d':>4} {'mode':>8} {'SDPA ms':>9} {'FlashLab ms':>12} {'SDPA/FL':>8}  FlashLab's first step"]
     for r in rows:
+        lab = r["flashlab"]
+        first = (f"{lab['graph_breaks']} graph breaks (SDPA's: {r['sdpa']['graph_breaks']})" if r["compiled"]
+                 else f"{lab['calls_per_step']} FlashLab calls")
         lines.append(f"{r['seq']:>6} {r['head_dim']:>4} {'compiled' if r['compiled'] else 'eager':>8} "
-                     f"{r['sdpa']['step_ms']:>9.2f} {r['flashlab']['step_ms']:>12.2f} {r['sdpa_over_flashlab']:>8.3f} "
-                     f"{r['flashlab']['calls_per_step']:>14.1f}"
-                     + ("  (fell back to SDPA)" if r['flashlab']['fallbacks'] else ""))
+                     f"{r['sdpa']['step_ms']:>9.2f} {lab['step_ms']:>12.2f} {r['sdpa_over_flashlab']:>8.3f}  {first}"
+                     + ("  (fell back to SDPA)" if lab['fallbacks'] else ""))
     return "\n".join(lines)
 
 

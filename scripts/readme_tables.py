@@ -33,6 +33,7 @@ KINDs (every table block ends with a source note naming the files, device and da
   determinism FILE                the backward's TFLOP/s without and with --deterministic, and the cost
   python-overhead FILE            what a call costs beyond its kernel, per N and way of calling, beside PyTorch
   torch-overhead FILE             a flashlab.torch call's host time beside SDPA's, forward and with backward
+  torch-kernel-time FILE...       the GPU time of those calls (CUDA graph replays), FlashLab's beside SDPA's
   llama-step FILE...              a Llama training step with transformers' "sdpa" and with FlashLab, per S, d, mode
   ring-one-gpu FILE... [causal=yes|no]   flashlab bench --ring on one GPU: one-shot ms, efficiency per layout
   ring-gpus FILE...               ring attention over GPUs beside PyTorch's CP (scripts/ring_tables.py's table)
@@ -484,9 +485,33 @@ def torch_overhead(sources, opts):
     for r in sorted(j["rows"], key=lambda r: r["seq"]):
         for key, name in names.items():
             p = r[key]
-            body.append([ring_tables.size(r["seq"]), f"{r['batch']} × {r['heads']}, {r['head_dim']}", name,
+            body.append([ring_tables.size(r["seq"]), torch_heads(r), name,
                          f"{p['flashlab']['host_us']:.0f} µs", f"{p['flashlab']['operator_alone_host_us']:.0f} µs",
                          f"{p['sdpa']['host_us']:.0f} µs", f"{p['host_us_over_sdpa']:+.0f} µs"])
+    return table_lines(header, body)
+
+
+def torch_heads(r):
+    """B × H (or B × H_q/H_kv under GQA), d: a torch_overhead.py row's problem."""
+    kv = r.get("kv_heads", r["heads"])
+    heads = str(r["heads"]) if kv == r["heads"] else f"{r['heads']}/{kv}"
+    return f"{r['batch']} × {heads}, {r['head_dim']}"
+
+
+def torch_kernel_time(sources, opts):
+    header = ["N", "B × H, d", "pass", "FlashLab (GPU)", "PyTorch SDPA (GPU)", "SDPA / FlashLab"]
+    body = []
+    for path, j in sources:
+        if not all("kv_heads" in r for r in j["rows"]):
+            raise Error(f"{path} was written before scripts/torch_overhead.py timed GPU time from CUDA graph replays "
+                        "(its gpu_ms then timed back-to-back calls, which the host paces at small N)")
+        for r in sorted(j["rows"], key=lambda r: r["seq"]):
+            for key, name in (("forward", "forward"), ("forward_backward", "forward + backward")):
+                ours, theirs = r[key]["flashlab"]["gpu_ms"], r[key]["sdpa"]["gpu_ms"]
+                body.append([ring_tables.size(r["seq"]), torch_heads(r), name, fmt_ms(ours), fmt_ms(theirs),
+                             fmt_ratio(theirs / ours)])
+    if not body:
+        raise Error("torch-kernel-time: the files hold no rows")
     return table_lines(header, body)
 
 
@@ -667,6 +692,7 @@ KINDS = {
     "determinism": (determinism, set()),
     "python-overhead": (python_overhead, set()),
     "torch-overhead": (torch_overhead, set()),
+    "torch-kernel-time": (torch_kernel_time, set()),
     "llama-step": (llama_step, set()),
     "ring-one-gpu": (ring_one_gpu, {"causal"}),
     "ring-gpus": (ring_gpus, set()),

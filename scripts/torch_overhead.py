@@ -5,7 +5,9 @@ Needs a CUDA GPU, PyTorch with CUDA, and FlashLab's module built for this Python
     source scripts/python_path.sh build-device
     python3 scripts/torch_overhead.py --json torch_overhead.json
 
-Per sequence length N (the FA2 paper's setting: B * N = 16384 tokens, H * d = 2048; bf16, causal), two passes:
+Per sequence length N (by default the FA2 paper's setting: B * N = 16384 tokens, H * d = 2048; --batch, --heads and
+--kv-heads set another, e.g. a Llama's grouped-query attention: --batch 1 --heads 16 --kv-heads 4; bf16, causal), two
+passes:
   forward            y = attention(q, k, v) under torch.no_grad()
   forward_backward   y = attention(q, k, v); y.backward(dy), q, k, v requiring grad
 and for each, for FlashLab (flashlab.torch.scaled_dot_product_attention, variant "auto") and for PyTorch's SDPA:
@@ -13,7 +15,9 @@ and for each, for FlashLab (flashlab.torch.scaled_dot_product_attention, variant
   host_us   the host time of one call: calls queued ten at a time behind a long sleep kernel (torch.cuda._sleep), so
             the GPU is busy and no launch waits for it, timed per round and divided by ten; the median over the
             rounds. What the call costs the host, the launches included, and none of the kernels' own time.
-  gpu_ms    the GPU time of one pass, from CUDA events around --iters back-to-back passes (launches run ahead).
+  gpu_ms    the GPU time of one pass: the pass captured once in a CUDA graph, then CUDA events around --iters
+            replays of it. Where a pass's launches take the host longer than its kernels take the GPU (small
+            problems with backward), back-to-back calls would time the host instead; replays do not.
 
 host_us_over_sdpa is FlashLab's host_us minus SDPA's: what replacing SDPA adds to each call. operator_alone_host_us
 calls torch.ops.flashlab.attention itself, without flashlab.torch's Python checks in front of it.
@@ -29,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 import flashlab.torch as ft
-from python_overhead import HIDDEN, TOKENS, gpu_ms_back_to_back as gpu_ms  # the same setting, the same GPU timing
+from python_overhead import HIDDEN, TOKENS  # the same setting
 
 
 def host_us(call, iters, warmup=10, calls_per_round=10):
@@ -49,6 +53,29 @@ def host_us(call, iters, warmup=10, calls_per_round=10):
     return statistics.median(times)
 
 
+def gpu_ms(call, iters, warmup=3):
+    """GPU time of one call() in ms: call() captured in a CUDA graph (after warm-up on a side stream, as PyTorch asks
+    before a capture), then CUDA events around `iters` back-to-back replays."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        graph.replay()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop) / iters
+
+
 def passes(attend, q, k, v, dy):
     def forward():
         with torch.no_grad():
@@ -63,18 +90,23 @@ def passes(attend, q, k, v, dy):
 
 
 def measure(args, seq):
-    batch, heads = TOKENS // seq, HIDDEN // args.head_dim
+    batch = args.batch or TOKENS // seq
+    heads = args.heads or HIDDEN // args.head_dim
+    kv_heads = args.kv_heads or heads
+    gqa = kv_heads != heads
     torch.manual_seed(0)
     # (B, H, N, d) views of (B, N, H, d) memory, as a transformer's projections make them.
-    q, k, v, dy = (torch.randn(batch, seq, heads, args.head_dim, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
-                   for _ in range(4))
+    q, dy = (torch.randn(batch, seq, heads, args.head_dim, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+             for _ in range(2))
+    k, v = (torch.randn(batch, seq, kv_heads, args.head_dim, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+            for _ in range(2))
     variant = ft._auto(*ft._problem_key(q, k, v, True, 0.0, True, False))[0]
-    ours = passes(lambda *x: ft.scaled_dot_product_attention(*x, is_causal=True), q, k, v, dy)
+    ours = passes(lambda *x: ft.scaled_dot_product_attention(*x, is_causal=True, enable_gqa=gqa), q, k, v, dy)
     operator = passes(lambda *x: torch.ops.flashlab.attention(*x, variant, True, False, None, 0.0, 0, False), q, k, v,
                       dy)
-    theirs = passes(lambda *x: F.scaled_dot_product_attention(*x, is_causal=True), q, k, v, dy)
-    row = {"seq": seq, "batch": batch, "heads": heads, "head_dim": args.head_dim, "dtype": "bf16", "causal": True,
-           "variant": variant}
+    theirs = passes(lambda *x: F.scaled_dot_product_attention(*x, is_causal=True, enable_gqa=gqa), q, k, v, dy)
+    row = {"seq": seq, "batch": batch, "heads": heads, "kv_heads": kv_heads, "head_dim": args.head_dim,
+           "dtype": "bf16", "causal": True, "variant": variant}
     for name in ("forward", "forward_backward"):
         mine, sdpa = host_us(ours[name], args.iters), host_us(theirs[name], args.iters)
         row[name] = {"flashlab": {"host_us": round(mine, 1), "gpu_ms": gpu_ms(ours[name], args.iters),
@@ -88,6 +120,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seqs", default="1024,16384")
     parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=0, help="batch B (default: 16384 tokens / N)")
+    parser.add_argument("--heads", type=int, default=0, help="query heads H (default: 2048 / d)")
+    parser.add_argument("--kv-heads", type=int, default=0, help="K/V heads (default: --heads; fewer: grouped-query)")
     parser.add_argument("--iters", type=int, default=200)
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
@@ -100,7 +135,9 @@ def main():
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "command": " ".join(["scripts/torch_overhead.py", *sys.argv[1:]]),
         "torch": torch.__version__,
-        "setting": f"bf16, causal; B * N = {TOKENS} tokens, H * d = {HIDDEN}; medians of {args.iters} calls",
+        "setting": (f"bf16, causal; B * N = {TOKENS} tokens, H * d = {HIDDEN}" if not (args.batch or args.heads)
+                    else f"bf16, causal; B = {rows[0]['batch']}, {rows[0]['heads']} query heads, "
+                         f"{rows[0]['kv_heads']} K/V heads") + f"; medians of {args.iters} calls",
         "rows": rows,
     }
     text = json.dumps(result, indent=1)
@@ -108,8 +145,10 @@ def main():
     for r in rows:
         for name in ("forward", "forward_backward"):
             p = r[name]
-            print(f"N={r['seq']:>6} {name:<17} flashlab {p['flashlab']['host_us']:7.1f} us  sdpa "
-                  f"{p['sdpa']['host_us']:7.1f} us  difference {p['host_us_over_sdpa']:+7.1f} us")
+            print(f"N={r['seq']:>6} d={r['head_dim']} H={r['heads']}/{r['kv_heads']} {name:<17} host: flashlab "
+                  f"{p['flashlab']['host_us']:7.1f} us (operator {p['flashlab']['operator_alone_host_us']:7.1f}) sdpa "
+                  f"{p['sdpa']['host_us']:7.1f} us, difference {p['host_us_over_sdpa']:+7.1f} us; GPU: flashlab "
+                  f"{p['flashlab']['gpu_ms']:.3f} ms sdpa {p['sdpa']['gpu_ms']:.3f} ms")
     if args.json:
         with open(args.json, "w") as out:
             out.write(text + "\n")

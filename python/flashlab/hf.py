@@ -21,12 +21,18 @@ What runs where, for q (B, H_q, S_q, D) and k, v (B, H_kv, S_k, D):
     as transformers' own "sdpa" backend computes it, with a FlashLabFallbackWarning saying why, once per process
     for each distinct reason.
 
-The mask builder is transformers' SDPA one, except that it also returns None (no mask: is_causal does it) for a
-prefill against a cache with nothing padded, where the SDPA builder makes a tensor.
+The mask builder is transformers' SDPA one, except that it returns None (no mask: is_causal does it) wherever the
+mask is exactly the causal one with nothing padded: also for a prefill against a cache, where the SDPA builder makes
+a tensor, and while torch.compile traces the model.
 
-Under torch.compile the attention function runs outside the compiled graphs (torch.compiler.disable), a graph break
-per layer: transformers hands it a mask tensor there even for plain causal attention (it builds one whenever it
-cannot look at the data), and telling whether that mask is the causal one means reading its values.
+Under torch.compile the attention function is traced into the model's graph, with the operator in it. The mask
+costs one graph break per forward pass, not one per layer: while tracing, transformers cannot look at the position
+ids, so it always asks for the causal mask combined with a packed-sequence mask (one sequence per row or several),
+and only the values tell which. The builder makes that mask as the SDPA builder would, then hands it to a function
+that runs outside the graph (torch.compiler.disable), once per forward pass, and compares it with the causal
+pattern: None when it is that, and every layer runs FlashLab; the mask itself when it is not (packed sequences), and
+every layer falls back to SDPA with it. So torch.compile(model) works, and fullgraph=True stops at that break (which
+dynamo reports once for each function between the model's forward and the mask builder, as it resumes each).
 """
 import threading
 import warnings
@@ -122,10 +128,23 @@ def _causal_needs_no_mask(kwargs):
 def mask_for_flashlab(*args, **kwargs):
     """The mask builder registered for NAME: transformers' sdpa_mask, which returns None where is_causal does the
     mask (causal with S_q == S_k or S_q == 1, nothing padded, not tracing), and None also for a causal prefill
-    against a cache (1 < S_q < S_k) with nothing padded, which the attention function runs bottom-right aligned."""
+    against a cache (1 < S_q < S_k) with nothing padded, which the attention function runs bottom-right aligned.
+    While tracing, the mask sdpa_mask makes is compared with the causal pattern outside the graph (one graph break
+    per forward pass), and None stands for it when it is that."""
     if not args and _causal_needs_no_mask(kwargs):
         return None
-    return sdpa_mask(*args, **kwargs)
+    mask = sdpa_mask(*args, **kwargs)
+    if isinstance(mask, torch.Tensor) and torch.compiler.is_compiling():
+        return _none_if_causal(mask)
+    return mask
+
+
+@torch.compiler.disable
+def _none_if_causal(mask):
+    """None if mask (B or 1, 1, S_q, S_k), boolean, is exactly the bottom-right causal pattern, else mask. Runs
+    outside a compiled graph, where the values can be read."""
+    q_len, k_len = mask.shape[-2], mask.shape[-1]
+    return None if _is_causal_mask(mask, q_len, k_len) else mask
 
 
 # --- The attention function -------------------------------------------------------------------------------------
@@ -162,7 +181,6 @@ def _bottom_right_mask(q_len, k_len, device):
     return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril_(k_len - q_len)[None, None]
 
 
-@torch.compiler.disable
 def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None,
                       **kwargs):
     """The attention function registered for NAME, called by each attention layer as transformers calls its
@@ -170,34 +188,43 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     from mask_for_flashlab. Returns (attn_output (B, S_q, H_q, D), None): there are no attention weights to return.
 
     Causal exactly where transformers' sdpa function is: the call's is_causal (else the module's, else True), with
-    S_q > 1 and no mask; a mask that is exactly the causal pattern counts as no mask."""
+    S_q > 1 and no mask; a mask that is exactly the causal pattern counts as no mask (outside torch.compile: the
+    builder already turned such masks into None while tracing). Traced into the graph under torch.compile wherever
+    FlashLab runs the call; a fallback to SDPA runs outside it."""
     is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     q_len, k_len = query.shape[2], key.shape[2]
-
-    mask_is_causal = attention_mask is not None and q_len > 1 and is_causal and _is_causal_mask(attention_mask,
-                                                                                                 q_len, k_len)
-    if attention_mask is not None and not mask_is_causal:
-        _warn_once("transformers passed an attention mask other than the causal one (padding in the batch, packed "
-                   "sequences, a sliding window or a static cache), and FlashLab's kernels take only the causal mask")
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      is_causal=is_causal, **kwargs)
+    if attention_mask is not None:
+        if (torch.compiler.is_compiling() or not (q_len > 1 and is_causal)
+                or not _is_causal_mask(attention_mask, q_len, k_len)):
+            return _sdpa_fallback("transformers passed an attention mask other than the causal one (padding in the "
+                                  "batch, packed sequences, a sliding window or a static cache), and FlashLab's "
+                                  "kernels take only the causal mask", module, query, key, value, attention_mask,
+                                  dropout, scaling, is_causal, kwargs)
 
     causal = bool(is_causal) and q_len > 1
-    needs_grad = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
-    reason = _flashlab_torch.supports(query, key, value, is_causal=causal, dropout_p=dropout, backward=needs_grad)
-    if reason is not None:
-        _warn_once(f"FlashLab cannot run this problem: {reason}")
-        if causal and q_len < k_len:  # sdpa would align the diagonal top-left: hand it the bottom-right mask
-            mask = _bottom_right_mask(q_len, k_len, query.device)
-            return sdpa_attention_forward(module, query, key, value, mask, dropout=dropout, scaling=scaling,
-                                          is_causal=is_causal, **kwargs)
-        return sdpa_attention_forward(module, query, key, value, None, dropout=dropout, scaling=scaling,
-                                      is_causal=is_causal, **kwargs)
+    if query.dim() != 4 or key.dim() != 4 or query.dtype not in _ATTENTION_DTYPES:
+        variant, refusal = None, "FlashLab's attention takes 4-d float16, bfloat16 or float32 tensors (B, H, S, D)"
+    else:
+        variant, refusal = _flashlab_torch._auto_for(query, key, value, causal, dropout)
+    if variant is None:
+        return _sdpa_fallback(f"FlashLab cannot run this problem: {refusal}", module, query, key, value,
+                              _bottom_right_mask(q_len, k_len, query.device) if causal and q_len < k_len else None,
+                              dropout, scaling, is_causal, kwargs)
 
-    out = _flashlab_torch.scaled_dot_product_attention(
-        query, key, value, dropout_p=dropout, is_causal=causal, scale=scaling,
-        enable_gqa=query.shape[1] != key.shape[1], variant="auto",
-        causal_align="bottom-right" if causal and q_len < k_len else "top-left")
+    out = _flashlab_torch._attend(query, key, value, variant, causal,
+                                  "bottom-right" if causal and q_len < k_len else "top-left", scaling, dropout, False)
     # O has q's memory layout; q is a (B, H, S, D) view of (B, S, H, D) rows in transformers' models, so this
     # transpose is contiguous already and .contiguous() copies nothing there.
     return out.transpose(1, 2).contiguous(), None
+
+
+_ATTENTION_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@torch.compiler.disable
+def _sdpa_fallback(reason, module, query, key, value, mask, dropout, scaling, is_causal, kwargs):
+    """transformers' sdpa attention function on this call, after the once-per-reason warning (outside any compiled
+    graph: the warning's lock and set are Python state)."""
+    _warn_once(reason)
+    return sdpa_attention_forward(module, query, key, value, mask, dropout=dropout, scaling=scaling,
+                                  is_causal=is_causal, **kwargs)

@@ -154,14 +154,27 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if causal_align not in ("top-left", "bottom-right"):
         raise ValueError(f"causal_align is top-left or bottom-right, not {causal_align!r}")
     if variant == "auto":
-        backward = torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value))
-        variant, refusal = _auto(*_problem_key(query, key, value, is_causal, dropout_p, backward, deterministic))
+        variant, refusal = _auto_for(query, key, value, is_causal, dropout_p, deterministic)
         if variant is None:
             raise ValueError(refusal)
+    return _attend(query, key, value, variant, is_causal, causal_align, scale, dropout_p, deterministic)
+
+
+def _auto_for(query, key, value, is_causal, dropout_p, deterministic=False):
+    """(variant, "") that variant="auto" runs for these tensors, or (None, the sentence why none can): the backward
+    counts where autograd will need it."""
+    backward = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
+    return _auto(*_problem_key(query, key, value, is_causal, dropout_p, backward, deterministic))
+
+
+def _attend(query, key, value, variant, is_causal, causal_align, scale, dropout_p, deterministic):
+    """The attention of a checked call, by a named variant: the PyTorch operator where there is one, else the
+    autograd Function over flashlab.attention."""
     seed = int(torch.randint(_SEED_BOUND, (1,)).item()) if dropout_p > 0 else 0
     if query.is_cuda and _is_operator(variant):
-        return torch.ops.flashlab.attention(query, key, value, variant, bool(is_causal), causal_align == "bottom-right",
-                                            scale, float(dropout_p), seed, bool(deterministic))
+        return torch.ops.flashlab.attention.default(query, key, value, variant, bool(is_causal),
+                                                    causal_align == "bottom-right", scale, float(dropout_p), seed,
+                                                    bool(deterministic))
     return FlashLabAttention.apply(query, key, value, variant, bool(is_causal), causal_align, scale, float(dropout_p),
                                    seed, bool(deterministic))
 

@@ -9,10 +9,14 @@ with "sdpa" from the same weights:
     is, plus half a bf16 unit in the last place of the largest value (see within_twice_sdpas_error);
   * greedy generate() of 20 tokens (a prefill, then 19 decoding steps with one query against the cache) gives SDPA's
     tokens, on a model trained to recite a sequence, so that no step is a near-tie;
+  * under torch.compile (backend aot_eager: dynamo's and AOT autograd's graphs, eager kernels), every layer's
+    operator is in dynamo's graphs and the only graph breaks are the mask builder's comparison; a compiled training
+    step agrees with SDPA's; packed sequences (position ids restarting in a row) fall back to SDPA with their mask,
+    compiled and eager;
   * what FlashLab cannot run (a padded batch's mask, a head dim FlashLab lacks) falls back to PyTorch's SDPA with
     one FlashLabFallbackWarning per process saying why, bit-identical to the "sdpa" backend; a mask that is exactly
     the causal one runs on FlashLab, and one changed element (even in place) sends it back to SDPA.
-Every FlashLab call is counted through flashlab.torch.scaled_dot_product_attention, so a silent fallback fails.
+Every FlashLab call is counted where flashlab.torch makes it (_attend), so a silent fallback fails.
 """
 import copy
 import os
@@ -78,16 +82,16 @@ class FlashLabCalls(list):
 @pytest.fixture
 def flashlab_calls(monkeypatch):
     calls = FlashLabCalls()
-    counted = ft.scaled_dot_product_attention
+    counted = ft._attend  # where every FlashLab attention of flashlab.torch and flashlab.hf is made
 
-    def counting(query, key, value, *args, **kwargs):
-        calls.append(dict(q_len=query.shape[2], k_len=key.shape[2], is_causal=kwargs.get("is_causal"),
-                          causal_align=kwargs.get("causal_align"), enable_gqa=kwargs.get("enable_gqa")))
-        out = counted(query, key, value, *args, **kwargs)
+    def counting(query, key, value, variant, is_causal, causal_align, *args):
+        calls.append(dict(q_len=query.shape[2], k_len=key.shape[2], is_causal=is_causal, causal_align=causal_align,
+                          enable_gqa=query.shape[1] != key.shape[1]))
+        out = counted(query, key, value, variant, is_causal, causal_align, *args)
         calls.backward_nodes.append(None if out.grad_fn is None else type(out.grad_fn).__name__)
         return out
 
-    monkeypatch.setattr(ft, "scaled_dot_product_attention", counting)
+    monkeypatch.setattr(ft, "_attend", counting)
     return calls
 
 
@@ -254,6 +258,75 @@ def test_greedy_generate_gives_sdpas_tokens(reciting_weights, flashlab_calls):
     assert prefill == [dict(q_len=8, k_len=8, is_causal=True, causal_align="top-left", enable_gqa=True)] * LAYERS
     assert len(decoding) == 19 * LAYERS and all(not c["is_causal"] for c in decoding)
     assert [c["k_len"] for c in decoding[::LAYERS]] == list(range(9, 28))
+
+
+# --- Under torch.compile ----------------------------------------------------------------------------------------
+# backend="aot_eager": dynamo's graphs and AOT autograd's forward and backward graphs, as the default backend makes
+# them (so the graph breaks, the operators' Meta implementations and their autograd are those a real compile sees),
+# run by PyTorch's eager kernels instead of code inductor generates, which takes far longer to build.
+
+def explained(model, **inputs):
+    torch._dynamo.reset()
+    explanation = torch._dynamo.explain(model)(**inputs)
+    ops = [node.target for graph in explanation.graphs for node in graph.graph.nodes if node.op == "call_function"]
+    return explanation, ops
+
+
+def test_a_compiled_model_has_flashlab_in_its_graph_and_breaks_only_for_the_mask(weights):
+    tokens = random_tokens((1, 128), seed=11)
+    inputs = dict(input_ids=tokens, labels=tokens, use_cache=False)  # (with a cache, transformers ignores packing)
+    ours, our_ops = explained(build(hf.NAME, weights).train(), **inputs)
+    sdpa, _ = explained(build("sdpa", weights).train(), **inputs)
+    reasons = [str(b.reason) for b in ours.break_reasons]
+    print(f"graph breaks: {ours.graph_break_count} (SDPA's model: {sdpa.graph_break_count}):", reasons)
+    assert our_ops.count(torch.ops.flashlab.attention.default) == LAYERS, "not every layer's attention is in a graph"
+    # The one break of a forward pass, at the mask's comparison, counts once in each function between the model's
+    # forward and the mask builder (dynamo resumes each of them after it); none is in a layer.
+    assert 1 <= ours.graph_break_count <= sdpa.graph_break_count + 4, reasons
+    assert [r for r in reasons if "_none_if_causal" not in r] == [str(b.reason) for b in sdpa.break_reasons], reasons
+
+
+def test_a_compiled_training_step_agrees_with_sdpa(weights):
+    tokens = random_tokens((2, 128), seed=12)
+    results = {}
+    for name, attn, dtype, compiled in (("reference", "sdpa", torch.float32, False), ("sdpa", "sdpa", torch.bfloat16,
+                                        False), ("flashlab", hf.NAME, torch.bfloat16, True)):
+        model = build(attn, weights, dtype=dtype).train()
+        torch._dynamo.reset()
+        run = torch.compile(model, backend="aot_eager") if compiled else model
+        hf._warned_reasons.clear()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            output = run(input_ids=tokens, labels=tokens, use_cache=False)
+            output.loss.backward()
+        assert fallback_warnings(caught) == [], [str(w.message) for w in caught]
+        results[name] = (output.logits.detach(), model.model.layers[0].self_attn.q_proj.weight.grad)
+    for index, what in enumerate(("compiled logits", "compiled gradient of layer 0's q_proj")):
+        within_twice_sdpas_error(results["flashlab"][index], results["sdpa"][index], results["reference"][index], what)
+
+
+def test_packed_sequences_fall_back_to_sdpa_with_their_mask_eager_and_compiled(weights):
+    tokens = random_tokens((1, 128), seed=13)
+    positions = torch.cat([torch.arange(64), torch.arange(64)])[None].to(CUDA)  # two sequences of 64 in one row
+    # Without a cache: with one, transformers looks for no packed sequences and masks causally.
+    packed = dict(input_ids=tokens, position_ids=positions, use_cache=False)
+    hf._warned_reasons.clear()
+    torch._dynamo.reset()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.no_grad():
+            got = torch.compile(build(hf.NAME, weights), backend="aot_eager")(**packed).logits
+    assert len(fallback_warnings(caught)) == 1, [str(w.message) for w in caught]
+    with torch.no_grad():
+        sdpa = build("sdpa", weights)(**packed).logits
+        reference = build("sdpa", weights, dtype=torch.float32)(**packed).logits
+        alone = build("sdpa", weights, dtype=torch.float32)(input_ids=tokens[:, 64:], use_cache=False).logits
+    # What the test holds FlashLab's model to is the packed attention: the second sequence as if it came alone.
+    torch.testing.assert_close(reference[:, 64:], alone, atol=1e-3, rtol=1e-3)
+    within_twice_sdpas_error(got, sdpa, reference, "logits of packed sequences, compiled")
+    with torch.no_grad():
+        eager = build(hf.NAME, weights)(**packed).logits
+    within_twice_sdpas_error(eager, sdpa, reference, "logits of packed sequences, eager")
 
 
 # --- Falling back -----------------------------------------------------------------------------------------------
