@@ -681,6 +681,28 @@ TEST_CASE("bench writes a JSON row per variant and size, with time, memory and m
   CHECK(std::count(csv_text.begin(), csv_text.end(), '\n') == 5);  // header + 4 rows
 }
 
+TEST_CASE("bench --heads-kv times grouped-query attention, and says when the heads do not divide") {
+  TempDir dir;
+  const CliResult r = cli({"bench", "--device", "cpu", "--variants", "cpu-fa2", "--seq", "32", "--head-dim", "8",
+                           "--heads", "4", "--heads-kv", "2", "--warmup", "0", "--iters", "1", "--backward", "--json",
+                           dir.file("b.json")});
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("heads 4 on 2 K/V heads") != std::string::npos);
+  std::ifstream f(dir.file("b.json"));
+  const auto j = nlohmann::json::parse(f);
+  CHECK(j["settings"]["heads_kv"] == 2);
+  REQUIRE(j["rows"].size() == 1);
+  CHECK(j["rows"][0]["status"] == "ok");
+  CHECK(j["rows"][0]["heads_q"] == 4);
+  CHECK(j["rows"][0]["heads_kv"] == 2);
+  CHECK(j["rows"][0]["backward_ms"].get<double>() > 0);
+  expect_bad_input({"bench", "--device", "cpu", "--heads", "4", "--heads-kv", "3"},
+                   "heads_q (4) must be a multiple of heads_kv (3)");
+  expect_bad_input({"bench", "--device", "cpu", "--heads", "4", "--heads-kv", "-1"}, "heads_kv must be at least 1");
+  expect_bad_input({"bench", "--ring", "2", "--heads", "4", "--heads-kv", "2"}, "--ring times multi-head attention");
+}
+
 TEST_CASE("bench reports a size that won't fit as a skipped row and goes on with the sweep") {
   TempDir dir;
   const CliResult r = cli({"bench", "--device", "cpu", "--variants", "cpu-naive", "--seq", "32,3000000,64",

@@ -264,6 +264,9 @@ void BenchCommand::add_to(CLI::App& app) {
   app.add_option("--causal", causal, "none, top-left or bottom-right")->capture_default_str();
   app.add_option("--batch", batch, "batch size B")->capture_default_str();
   app.add_option("--heads", heads, "heads H (default: 1 on cpu, 16 on cuda)");
+  app.add_option("--heads-kv", heads_kv,
+                 "K/V heads (default: --heads; fewer, a divisor of --heads: grouped-query attention, as a Llama's "
+                 "16 query heads on 4 K/V heads)");
   app.add_option("--dtype", dtype,
                  "f64, f32, f16, bf16 or e4m3 (default: f32 where supported, else the variant's first). e4m3 (fp8) "
                  "times cuda-fa3-ws's FP8 forward on random e4m3 inputs made on the GPU, its V^T pre-pass included "
@@ -350,7 +353,7 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
                      seqs.front(),
                      seqs.front(),
                      head_dim};
-  base.shape.heads_kv = base.shape.heads_q;
+  base.shape.heads_kv = heads_kv != 0 ? heads_kv : base.shape.heads_q;  // validate refuses one below 1
   base.options.causal = parse_causal(causal);
   base.options.seed = 1;
   if (deterministic && !backward)
@@ -482,6 +485,7 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
   // The table.
   const std::string device_name = dev == Device::Cpu ? cpu_model() : cuda_device_name();
   out << "bench on " << device_name << ": batch " << base.shape.batch << ", heads " << base.shape.heads_q
+      << (base.shape.heads_kv != base.shape.heads_q ? " on " + std::to_string(base.shape.heads_kv) + " K/V heads" : "")
       << ", head_dim " << head_dim << ", causal " << to_string(base.options.causal)
       << (one_pass ? ", one pass per row inside a profiler range (no warm-up, a single timed run)"
                    : ", median of " + std::to_string(iters) + " after " + std::to_string(warmup) + " warm-up")
@@ -529,6 +533,7 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
     j["date"] = started;  // when the sweep began
     j["settings"] = {{"batch", base.shape.batch},
                      {"heads", base.shape.heads_q},
+                     {"heads_kv", base.shape.heads_kv},
                      {"head_dim", head_dim},
                      {"causal", to_string(base.options.causal)},
                      {"backward", backward},

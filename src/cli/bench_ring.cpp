@@ -38,6 +38,9 @@ int BenchCommand::run_ring(std::ostream& out, std::ostream& err) const {
     throw InputError("--ring times whole ring passes: it takes none of --one-pass, --timeline, --deterministic");
   if (!csv_path.empty()) throw InputError("--ring writes its results as JSON (--json), not CSV");
   if (warmup < 0 || iters < 1) throw InputError("--warmup must be >= 0 and --iters >= 1");
+  if (heads_kv != 0 && heads_kv != (heads > 0 ? heads : 16))
+    throw InputError("--ring times multi-head attention (as many K/V heads as query heads): drop --heads-kv, or time "
+                     "grouped-query attention without --ring");
   std::vector<RingLayout> chosen;
   for (const std::string& name : split_list(layouts)) chosen.push_back(parse_ring_layout(name));
   if (chosen.empty()) throw InputError("--layouts names no layout: give contiguous, zigzag or striped");

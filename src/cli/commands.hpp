@@ -90,6 +90,7 @@ struct BenchCommand {
   int head_dim = 64;
   std::string causal = "none";
   int batch = 1, heads = 0;  // heads 0: 1 on the CPU, 16 on a GPU
+  int heads_kv = 0;          // 0: heads (multi-head); fewer: grouped-query attention
   std::string dtype;         // empty: f32 where the variant supports it, else its first dtype
   bool backward = false;
   bool deterministic = false;  // the backward sums dQ in a fixed order (Options::deterministic)
