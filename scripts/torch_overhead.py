@@ -12,18 +12,23 @@ passes:
   forward_backward   y = attention(q, k, v); y.backward(dy), q, k, v requiring grad
 and for each, for FlashLab (flashlab.torch.scaled_dot_product_attention, variant "auto") and for PyTorch's SDPA:
 
-  host_us   the host time of one call: calls queued ten at a time behind a long sleep kernel (torch.cuda._sleep), so
-            the GPU is busy and no launch waits for it, timed per round and divided by ten; the median over the
-            rounds. What the call costs the host, the launches included, and none of the kernels' own time.
+  host_us   the host time of one call: calls queued ten at a time behind a sleep kernel (torch.cuda._sleep), so
+            the GPU is busy and no launch waits for it, timed per round and divided by ten; the median over --rounds
+            rounds. What the call costs the host, the launches included, and none of the kernels' own time. In each
+            round FlashLab's calls, its operator's alone and SDPA's are taken in turn (the order rotated from round
+            to round), so that a drift of the machine falls on all three alike.
   gpu_ms    the GPU time of one pass: the pass captured once in a CUDA graph, then CUDA events around --iters
             replays of it. Where a pass's launches take the host longer than its kernels take the GPU (small
             problems with backward), back-to-back calls would time the host instead; replays do not.
 
-host_us_over_sdpa is FlashLab's host_us minus SDPA's: what replacing SDPA adds to each call. operator_alone_host_us
-calls torch.ops.flashlab.attention itself, without flashlab.torch's Python checks in front of it.
+host_us_over_sdpa is what replacing SDPA adds to each call: the median over the rounds of FlashLab's time minus SDPA's
+in the same round, with the quartiles of those differences (host_us_over_sdpa_quartiles) to say how far one round
+can move it. operator_alone_host_us calls torch.ops.flashlab.attention itself, without flashlab.torch's Python checks
+in front of it.
 """
 import argparse
 import datetime
+import gc
 import json
 import statistics
 import sys
@@ -36,21 +41,45 @@ import flashlab.torch as ft
 from python_overhead import HIDDEN, TOKENS  # the same setting
 
 
-def host_us(call, iters, warmup=10, calls_per_round=10):
-    """Median host time of one call() in µs: rounds of calls_per_round calls queued behind a long sleep kernel, so the
-    GPU is busy and never makes a launch wait; what each round takes on the host, per call."""
-    for _ in range(warmup):
-        call()
+# The sleep kernel a round's calls queue behind: about 20 ms of GPU cycles, longer than any round's launches here.
+SLEEP_CYCLES = 40_000_000
+
+
+def host_us_in_turn(calls, rounds, warmup=10, calls_per_round=10):
+    """The host time of one call of each of `calls` ({name: call}), in µs per call, one figure per round: in each
+    round every call's calls_per_round calls are queued behind a sleep kernel, so that the GPU is busy and no launch
+    waits for it, and timed on the host. The calls are taken in turn within a round, their order rotated from round
+    to round, so that a drift of the machine's speed falls on all alike and two calls can be compared round by round;
+    Python's garbage collector runs between rounds only. Returns {name: [µs per call, a round each]}."""
+    names = list(calls)
+    for name in names:
+        for _ in range(warmup):
+            calls[name]()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(max(1, iters // calls_per_round)):
-        torch.cuda._sleep(200_000_000)  # about 0.1 s of GPU cycles: longer than the round's launches
-        start = time.perf_counter()
-        for _ in range(calls_per_round):
-            call()
-        times.append((time.perf_counter() - start) * 1e6 / calls_per_round)
-        torch.cuda.synchronize()
-    return statistics.median(times)
+    times = {name: [] for name in names}
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for r in range(rounds):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                torch.cuda._sleep(SLEEP_CYCLES)
+                start = time.perf_counter()
+                for _ in range(calls_per_round):
+                    calls[name]()
+                times[name].append((time.perf_counter() - start) * 1e6 / calls_per_round)
+                torch.cuda.synchronize()
+            gc.collect()
+    finally:
+        if collecting:
+            gc.enable()
+    return times
+
+
+def paired_difference(mine, theirs):
+    """The median of the round-by-round differences mine - theirs, and their quartiles (µs)."""
+    differences = [a - b for a, b in zip(mine, theirs)]
+    q1, median, q3 = statistics.quantiles(differences, n=4)
+    return median, [round(q1, 1), round(q3, 1)]
 
 
 def gpu_ms(call, iters, warmup=3):
@@ -108,11 +137,15 @@ def measure(args, seq):
     row = {"seq": seq, "batch": batch, "heads": heads, "kv_heads": kv_heads, "head_dim": args.head_dim,
            "dtype": "bf16", "causal": True, "variant": variant}
     for name in ("forward", "forward_backward"):
-        mine, sdpa = host_us(ours[name], args.iters), host_us(theirs[name], args.iters)
-        row[name] = {"flashlab": {"host_us": round(mine, 1), "gpu_ms": gpu_ms(ours[name], args.iters),
-                                  "operator_alone_host_us": round(host_us(operator[name], args.iters), 1)},
-                     "sdpa": {"host_us": round(sdpa, 1), "gpu_ms": gpu_ms(theirs[name], args.iters)},
-                     "host_us_over_sdpa": round(mine - sdpa, 1)}
+        host = host_us_in_turn({"flashlab": ours[name], "operator": operator[name], "sdpa": theirs[name]},
+                               args.rounds)
+        difference, quartiles = paired_difference(host["flashlab"], host["sdpa"])
+        row[name] = {"flashlab": {"host_us": round(statistics.median(host["flashlab"]), 1),
+                                  "gpu_ms": gpu_ms(ours[name], args.iters),
+                                  "operator_alone_host_us": round(statistics.median(host["operator"]), 1)},
+                     "sdpa": {"host_us": round(statistics.median(host["sdpa"]), 1),
+                              "gpu_ms": gpu_ms(theirs[name], args.iters)},
+                     "host_us_over_sdpa": round(difference, 1), "host_us_over_sdpa_quartiles": quartiles}
     return row
 
 
@@ -123,7 +156,8 @@ def main():
     parser.add_argument("--batch", type=int, default=0, help="batch B (default: 16384 tokens / N)")
     parser.add_argument("--heads", type=int, default=0, help="query heads H (default: 2048 / d)")
     parser.add_argument("--kv-heads", type=int, default=0, help="K/V heads (default: --heads; fewer: grouped-query)")
-    parser.add_argument("--iters", type=int, default=200)
+    parser.add_argument("--iters", type=int, default=200, help="CUDA graph replays timed for gpu_ms")
+    parser.add_argument("--rounds", type=int, default=60, help="rounds of host timing (10 calls of each per round)")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     if not ft.OPERATORS:
@@ -137,7 +171,7 @@ def main():
         "torch": torch.__version__,
         "setting": (f"bf16, causal; B * N = {TOKENS} tokens, H * d = {HIDDEN}" if not (args.batch or args.heads)
                     else f"bf16, causal; B = {rows[0]['batch']}, {rows[0]['heads']} query heads, "
-                         f"{rows[0]['kv_heads']} K/V heads") + f"; medians of {args.iters} calls",
+                         f"{rows[0]['kv_heads']} K/V heads") + f"; host: medians of {args.rounds} rounds of 10 calls; GPU: {args.iters} CUDA graph replays",
         "rows": rows,
     }
     text = json.dumps(result, indent=1)
