@@ -5,8 +5,8 @@
 # Writes its files into OUT (default $OUT), named as bench/results/ keeps them.
 #   device run: bash scripts/device_build.sh flashlab_python flashlab_torch_ops && \
 #               bash scripts/bench_pytorch_training.sh "$OUT" [PART...]                    (carry .deps)
-# PARTs (default: all of them). All take about 12 minutes on an H200, more than one device call's limit, since
-# compiling both models takes about a minute per sequence length: name the parts of each call.
+# PARTs (default: all of them). Compiling both Llama models once per sequence length makes all of them together run
+# longer than one device call may: name the parts of each call.
 #   overhead       torch_overhead.py at the FA2 paper's setting (d = 128), and at the Llama's attention (batch 1, 16
 #                  query heads on 4 K/V heads) at d = 64 and 128: <gpu>-torch-overhead[-gqa-dD]_<date>.json
 #   eager          the Llama step, eager, d = 64 and 128: <gpu>-llama-step-eager_<date>.json

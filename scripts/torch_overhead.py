@@ -171,7 +171,8 @@ def main():
         "torch": torch.__version__,
         "setting": (f"bf16, causal; B * N = {TOKENS} tokens, H * d = {HIDDEN}" if not (args.batch or args.heads)
                     else f"bf16, causal; B = {rows[0]['batch']}, {rows[0]['heads']} query heads, "
-                         f"{rows[0]['kv_heads']} K/V heads") + f"; host: medians of {args.rounds} rounds of 10 calls; GPU: {args.iters} CUDA graph replays",
+                         f"{rows[0]['kv_heads']} K/V heads")
+                   + f"; host: medians of {args.rounds} rounds of 10 calls; GPU: {args.iters} CUDA graph replays",
         "rows": rows,
     }
     text = json.dumps(result, indent=1)

@@ -202,10 +202,8 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
                                   dropout, scaling, is_causal, kwargs)
 
     causal = bool(is_causal) and q_len > 1
-    if query.dim() != 4 or key.dim() != 4 or query.dtype not in _ATTENTION_DTYPES:
-        variant, refusal = None, "FlashLab's attention takes 4-d float16, bfloat16 or float32 tensors (B, H, S, D)"
-    else:
-        variant, refusal = _flashlab_torch._auto_for(query, key, value, causal, dropout)
+    variant, refusal = _flashlab_torch._choice(query, key, value, causal, dropout,
+                                               _flashlab_torch._needs_backward(query, key, value))
     if variant is None:
         return _sdpa_fallback(f"FlashLab cannot run this problem: {refusal}", module, query, key, value,
                               _bottom_right_mask(q_len, k_len, query.device) if causal and q_len < k_len else None,
@@ -216,9 +214,6 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     # O has q's memory layout; q is a (B, H, S, D) view of (B, S, H, D) rows in transformers' models, so this
     # transpose is contiguous already and .contiguous() copies nothing there.
     return out.transpose(1, 2).contiguous(), None
-
-
-_ATTENTION_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 @torch.compiler.disable

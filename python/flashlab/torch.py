@@ -160,10 +160,15 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     return _attend(query, key, value, variant, is_causal, causal_align, scale, dropout_p, deterministic)
 
 
+def _needs_backward(query, key, value):
+    """Whether autograd will run the backward of an attention of these tensors."""
+    return torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
+
+
 def _auto_for(query, key, value, is_causal, dropout_p, deterministic=False):
     """(variant, "") that variant="auto" runs for these tensors, or (None, the sentence why none can): the backward
     counts where autograd will need it."""
-    backward = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
+    backward = _needs_backward(query, key, value)
     return _auto(*_problem_key(query, key, value, is_causal, dropout_p, backward, deterministic))
 
 
@@ -182,9 +187,15 @@ def _attend(query, key, value, variant, is_causal, causal_align, scale, dropout_
 def supports(query, key, value, *, is_causal=False, dropout_p=0.0, backward=False, deterministic=False):
     """None when variant="auto" finds a FlashLab variant for this problem here, else the one sentence saying why not
     (flashlab.explain's refusal). Only the tensors' shapes, dtypes and device are read."""
+    return _choice(query, key, value, is_causal, dropout_p, backward, deterministic)[1] or None
+
+
+def _choice(query, key, value, is_causal, dropout_p, backward, deterministic=False):
+    """supports() as (variant, "") or (None, the sentence): what a caller that goes on to _attend needs."""
     if query.dtype in _FLOAT8 or query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
-        return "FlashLab's scaled_dot_product_attention takes 4-d float16, bfloat16 or float32 tensors (B, H, S, D)"
-    return _auto(*_problem_key(query, key, value, is_causal, dropout_p, backward, deterministic))[1] or None
+        return None, ("FlashLab's scaled_dot_product_attention takes 4-d float16, bfloat16 or float32 tensors "
+                      "(B, H, S, D)")
+    return _auto(*_problem_key(query, key, value, is_causal, dropout_p, backward, deterministic))
 
 
 def _problem_key(query, key, value, is_causal, dropout_p, backward, deterministic):

@@ -92,8 +92,8 @@ struct BackwardScratchSizes {
 };
 BackwardScratchSizes backward_scratch(int batch, int heads_q, int seq_q, int head_dim);
 // How many thread blocks share each K/V block's group of query heads (Params::group_splits), and the scratch that
-// takes: the fewest that give every one of `sms` SMs two thread blocks (a divisor of the group), where the problem
-// has fewer K/V blocks than that, else 1. Without splits each thread block walks every query head of its group: with
+// takes: where the problem has fewer K/V blocks than two per SM (of `sms`), the fewest splits (a divisor of the group)
+// that reach two, or the whole group where none does; else 1. Without splits each thread block walks every query head of its group: with
 // few (batch, K/V head) rows and short keys the grid leaves most SMs idle, and under a causal mask the block of
 // the first keys, with the most steps, sets the time.
 struct BackwardSplit {
