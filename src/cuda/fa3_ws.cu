@@ -91,7 +91,7 @@ cuda::fa3_ws::Params params_for(const Problem& p, const DeviceForwardIo& io) {
   return params;
 }
 
-// The backward's kernel view: params_for's fields, the backward's tensors, the deterministic switch.
+// The backward's kernel view: params_for's fields, the backward's tensors, the deterministic switch, the launch order.
 cuda::fa3_ws::Params backward_params_for(const Problem& p, const DeviceBackwardIo& io) {
   cuda::fa3_ws::Params params = make_params(p);
   params.q = io.q;
@@ -104,6 +104,9 @@ cuda::fa3_ws::Params backward_params_for(const Problem& p, const DeviceBackwardI
   params.dk = io.dk;
   params.dv = io.dv;
   params.deterministic = p.options.deterministic;
+  params.key_blocks_outer =
+      cuda::fa3_ws::backward_key_blocks_outer(p.options.causal != CausalAlign::None, p.shape.batch, p.shape.heads_kv,
+                                              p.shape.seq_k, p.shape.head_dim, cuda::device_sm_count());
   return params;
 }
 

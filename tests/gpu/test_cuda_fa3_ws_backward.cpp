@@ -145,11 +145,15 @@ TEST_CASE("cuda-fa3-ws's backward: GQA on too few K/V blocks to fill the GPU sha
       const cuda::fa3_ws::BackwardSplit split = cuda::fa3_ws::backward_split(s.batch, s.heads_q, s.heads_kv, s.seq_k, d, sms);
       INFO("heads_q " << heads_q << ", d " << d);
       CHECK(split.group_splits == 2);
+      // ... and, causal, launched K/V block by K/V block
+      CHECK(cuda::fa3_ws::backward_key_blocks_outer(true, s.batch, s.heads_kv, s.seq_k, d, sms));
+      CHECK_FALSE(cuda::fa3_ws::backward_key_blocks_outer(false, s.batch, s.heads_kv, s.seq_k, d, sms));
     }
     check_problem(s, opts(CausalAlign::TopLeft), {DType::BF16}, {64, 128});
   }
-  // Batch 1 and long keys: enough K/V blocks, one thread block per group.
+  // Batch 1 and long keys: enough K/V blocks, one thread block per group, launched row by row.
   CHECK(cuda::fa3_ws::backward_split(1, 16, 4, 4 * sms * 128, 128, sms).group_splits == 1);
+  CHECK_FALSE(cuda::fa3_ws::backward_key_blocks_outer(true, 1, 4, 4 * sms * 128, 128, sms));
 }
 
 TEST_CASE("cuda-fa3-ws's backward: dropout with the forward's mask (same Philox seed as the CPU reference)") {
@@ -169,29 +173,31 @@ TEST_CASE("cuda-fa3-ws's backward: a given softmax scale, a negative one, and ba
 
 TEST_CASE("cuda-fa3-ws's backward, deterministic mode: repeated runs give bit-identical gradients") {
   if (skip_unless_hopper()) return;
-  // 16 K/V blocks add to every query block, over 64 (batch, head) rows of blocks: the default mode's adds
-  // race there; the deterministic mode's must not.
+  // 16 K/V blocks add to every query block, over 32 (batch, K/V head) rows of blocks: the default mode's adds
+  // race there; the deterministic mode's must not. The second shape, a Llama's 16 query heads on 4 K/V heads at
+  // batch 1, has too few K/V blocks for the GPU: its groups are shared among thread blocks, and causal, they are
+  // launched K/V block by K/V block.
   for (DType dtype : kDtypes)
     for (int d : kBackwardHeadDims)
-      for (CausalAlign align : {CausalAlign::None, CausalAlign::TopLeft}) {
-        Shape s = shape(4, 16, 8, 2048, 2048);
-        s.head_dim = d;
-        Problem p{.shape = s, .options = opts(align)};
-        p.options.deterministic = true;
-        const std::uint64_t seed = fresh_seed();
-        INFO(describe(p, dtype, seed));
-        const Variant& fa3 = find_variant("cuda-fa3-ws");
-        const Qkv in = random_qkv(s, dtype, seed);
-        const HostTensor dO = random_like_o(s, dtype, seed);
-        const ForwardOut out = fa3.forward(p, dtype, in, nullptr);
-        const Grads first = fa3.backward(p, dtype, in, out, dO);
-        for (int run = 1; run < 4; ++run) {
-          const Grads again = fa3.backward(p, dtype, in, out, dO);
-          CHECK_MESSAGE(same_bits(again.dq, first.dq), "run " << run << ": dQ differs");
-          CHECK_MESSAGE(same_bits(again.dk, first.dk), "run " << run << ": dK differs");
-          CHECK_MESSAGE(same_bits(again.dv, first.dv), "run " << run << ": dV differs");
+      for (CausalAlign align : {CausalAlign::None, CausalAlign::TopLeft})
+        for (Shape s : {shape(4, 16, 8, 2048, 2048), shape(1, 16, 4, 2048, 2048)}) {
+          s.head_dim = d;
+          Problem p{.shape = s, .options = opts(align)};
+          p.options.deterministic = true;
+          const std::uint64_t seed = fresh_seed();
+          INFO(describe(p, dtype, seed));
+          const Variant& fa3 = find_variant("cuda-fa3-ws");
+          const Qkv in = random_qkv(s, dtype, seed);
+          const HostTensor dO = random_like_o(s, dtype, seed);
+          const ForwardOut out = fa3.forward(p, dtype, in, nullptr);
+          const Grads first = fa3.backward(p, dtype, in, out, dO);
+          for (int run = 1; run < 4; ++run) {
+            const Grads again = fa3.backward(p, dtype, in, out, dO);
+            CHECK_MESSAGE(same_bits(again.dq, first.dq), "run " << run << ": dQ differs");
+            CHECK_MESSAGE(same_bits(again.dk, first.dk), "run " << run << ": dK differs");
+            CHECK_MESSAGE(same_bits(again.dv, first.dv), "run " << run << ": dV differs");
+          }
         }
-      }
 }
 
 TEST_CASE("cuda-fa3-ws's backward, deterministic and causal, with more K/V blocks in a head than the GPU holds at once") {

@@ -112,13 +112,20 @@ BackwardScratchSizes backward_scratch(int batch, int heads_q, int seq_q, int hea
   return sizes;
 }
 
+namespace {
+// The thread blocks of a backward with one per K/V block and (batch, K/V head), and the fewest that give every SM two.
+std::int64_t key_blocks(int batch, int heads_kv, int seq_k, int head_dim) {
+  return std::int64_t(batch) * heads_kv * ((seq_k + backward_block_keys(head_dim) - 1) / backward_block_keys(head_dim));
+}
+std::int64_t blocks_to_fill(int sms) { return 2 * std::int64_t(sms); }
+}  // namespace
+
 BackwardSplit backward_split(int batch, int heads_q, int heads_kv, int seq_k, int head_dim, int sms) {
   BackwardSplit split;
   if (batch <= 0 || heads_kv <= 0 || heads_q % heads_kv != 0 || seq_k <= 0 || head_dim <= 0 || sms <= 0) return split;
   const int group = heads_q / heads_kv;
-  const std::int64_t blocks = std::int64_t(batch) * heads_kv * ((seq_k + backward_block_keys(head_dim) - 1) /
-                                                                 backward_block_keys(head_dim));
-  const std::int64_t wanted = 2 * std::int64_t(sms);
+  const std::int64_t blocks = key_blocks(batch, heads_kv, seq_k, head_dim);
+  const std::int64_t wanted = blocks_to_fill(sms);
   if (blocks >= wanted) return split;
   int splits = group;
   for (int s = 2; s < group; ++s)
@@ -131,6 +138,11 @@ BackwardSplit backward_split(int batch, int heads_q, int heads_kv, int seq_k, in
   split.partials = std::int64_t(splits) * batch * seq_k * heads_kv * head_dim;
   split.tickets = blocks * kConsumers * kWarpsPerWarpgroup;
   return split;
+}
+
+bool backward_key_blocks_outer(bool causal, int batch, int heads_kv, int seq_k, int head_dim, int sms) {
+  if (!causal || batch <= 0 || heads_kv <= 0 || seq_k <= 0 || head_dim <= 0 || sms <= 0) return false;
+  return key_blocks(batch, heads_kv, seq_k, head_dim) < blocks_to_fill(sms);
 }
 
 void launch_backward(DType dtype, const Params& p, cudaStream_t stream) { launch<false>(dtype, p, stream); }

@@ -13,7 +13,9 @@
 //    and under a causal mask the first K/V block has 4 times the average's steps). There the group's query heads
 //    are shared among group_splits thread blocks per K/V block (backward_split: the fewest that give every SM two),
 //    each writes its partial dK_j, dV_j in fp32, and the last to finish adds them in a fixed order
-//    (backward_epilogue.cuh, add_group_splits).
+//    (backward_epilogue.cuh, add_group_splits). Such a small grid under a causal mask is also launched K/V block by
+//    K/V block, the longest blocks of every row first (Params::key_blocks_outer, backward_key_blocks_outer): row
+//    by row, the last row's longest blocks started when the rest of the GPU was nearly done, and ran alone.
 //  * The products are computed transposed. Each consumer warpgroup owns 64 keys (wgmma's M), so it
 //    computes S_ij^T = K_j Q_i^T and dP_ij^T = V_j dO_i^T (both operands K-major in shared memory, the
 //    forward's S GEMM with Q and K swapped). Their accumulators then hold P_ij^T and dS_ij^T with keys
@@ -122,7 +124,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     enter_consumer_role();
     const int lane = tid % 32;
     const Consumer<T, D, kDropout, kTimeline, kAccumulate> consumer{p, kb, smem, bars, wg - 1, tid, tid / 32, lane / 4, lane % 4};
-    consumer.tl.start(p, tid == 0 && blockIdx.y == 0);  // the K/V blocks j < kTimelineBlocks of (batch 0, head 0)
+    consumer.tl.start(p, tid == 0 && blockIdx.y == 0);  // the first kTimelineBlocks thread blocks launched
     consumer.run();
   }
 }

@@ -1,6 +1,8 @@
 #pragma once
 // cuda-fa3-ws backward, its schedule: which K/V block j a thread block takes (and in what order the blocks are
 // launched), and its steps, the (query head, query block i) pairs that see the block.
+#include <cstdint>
+
 #include "core/mask.hpp"
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
 
@@ -23,9 +25,16 @@ __device__ KeyBlock key_block(const Params& p) {
   // launched in that order too: a block then waits only for blocks launched before it, which run or are done.
   // Launched the other way round, once a head has more K/V blocks than the GPU holds at once, every resident block
   // would wait for one that has no SM to run on.
+  // The grid is (K/V blocks, rows); blocks are launched in the order of their linear index, x fastest. Keys outer
+  // (Params::key_blocks_outer) reads that index the other way round, so the rows vary fastest.
   const int n_kv = (p.seq_k + kBc - 1) / kBc;
-  kb.j = p.deterministic && p.align != CausalAlign::None ? n_kv - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
-  const int row = static_cast<int>(blockIdx.y);  // (b, h_kv, split)
+  int launched = static_cast<int>(blockIdx.x), row = static_cast<int>(blockIdx.y);  // row: (b, h_kv, split)
+  if (p.key_blocks_outer) {
+    const std::int64_t linear = std::int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
+    launched = static_cast<int>(linear / gridDim.y);
+    row = static_cast<int>(linear % gridDim.y);
+  }
+  kb.j = p.deterministic && p.align != CausalAlign::None ? n_kv - 1 - launched : launched;
   kb.split = row % p.group_splits;
   kb.b = row / p.group_splits / p.heads_kv;
   kb.h_kv = row / p.group_splits % p.heads_kv;

@@ -70,6 +70,11 @@ struct Params {
   // kv_tickets, which the pre-pass zeroes) adds the slices in split order and writes dK_j, dV_j. 1: one thread
   // block takes the whole group, and the three buffers are not used.
   int group_splits = 1;
+  // The order the backward's thread blocks are launched in (backward_key_blocks_outer): false, row by row, every K/V
+  // block j of (batch, K/V head, split) row 0, then of row 1, ...; true, K/V block by K/V block, block 0 of every
+  // row, then block 1 of every row, ... Under a causal mask the larger j, the fewer steps (top-left and
+  // bottom-right alike), so the second order launches the longest blocks of every row first.
+  bool key_blocks_outer = false;
   float* dk_partial = nullptr;  // (group_splits, B, S_k, H_kv, D)
   float* dv_partial = nullptr;  // (group_splits, B, S_k, H_kv, D)
   int* kv_tickets = nullptr;    // per (batch, K/V head, K/V block, consumer warp)
@@ -102,6 +107,13 @@ struct BackwardSplit {
   std::int64_t tickets = 0;   // ints in kv_tickets
 };
 BackwardSplit backward_split(int batch, int heads_q, int heads_kv, int seq_k, int head_dim, int sms);
+// The order to launch the backward's thread blocks in (Params::key_blocks_outer): K/V block by K/V block under a
+// causal mask where the grid is that small (before backward_split shares the groups), else row by row. With few
+// blocks, each thread block's steps weigh on the total: under the mask block j has its share of the group's query
+// heads times (its query blocks, fewer the larger j is) steps, and launched row by row the last row's longest
+// blocks start when most of the GPU is done, and run alone. With many blocks the tail is short, and row by row
+// keeps one head's Q, dO and dQ sums in the L2 while its K/V blocks walk them.
+bool backward_key_blocks_outer(bool causal, int batch, int heads_kv, int seq_k, int head_dim, int sms);
 // (Head dims the backward is compiled for: kBackwardHeadDims, cuda/constraints.hpp.)
 
 // The TMA descriptors of Q, K and V: 4-D (D, H, S, B) views with 128B swizzle, boxes of
