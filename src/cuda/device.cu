@@ -1,6 +1,8 @@
 // cuda/device.hpp: is there a CUDA device here, and which.
 #include <cuda_runtime.h>
 
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "core/problem.hpp"
@@ -36,28 +38,38 @@ std::string device_name() {
   return prop.name;
 }
 
-int device_compute_capability() {
-  if (!device_present()) return 0;
-  int device = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+namespace {
+// The current device's compute capability and SM count, asked of the runtime once per device (they cannot change
+// while the process runs; the registry's checks ask for them on every call). {0, 0} without a device.
+struct Attributes {
+  int compute_capability = 0;
+  int sms = 0;
+};
+Attributes current_attributes() {
+  if (!device_present()) return {};
+  static std::mutex mutex;
+  static std::map<int, Attributes> asked;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
     (void)cudaGetLastError();
-    return 0;
+    return {};
   }
-  return major * 10 + minor;
-}
-
-int device_sm_count() {
-  if (!device_present()) return 0;
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (const auto known = asked.find(device); known != asked.end()) return known->second;
+  int major = 0, minor = 0, sms = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
     (void)cudaGetLastError();
-    return 0;
+    return {};
   }
-  return sms;
+  return asked[device] = Attributes{major * 10 + minor, sms};
 }
+}  // namespace
+
+int device_compute_capability() { return current_attributes().compute_capability; }
+
+int device_sm_count() { return current_attributes().sms; }
 
 CurrentDevice::CurrentDevice(int ordinal) {
   const int count = device_count();

@@ -36,22 +36,18 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
   maps.k = make_bshd_tensor_map(p.k, dtype, p.batch, p.seq_k, p.heads_kv, D, Cfg::kBc);
   maps.v = make_bshd_tensor_map(p.v, dtype, p.batch, p.seq_k, p.heads_kv, D, Cfg::kBc);
   auto kernel = fa3_ws_backward_kernel<T, D, kDropout, kTimeline, kAccumulate>;
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kBytes),
-             "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kBytes);
   const dim3 grid((p.seq_k + Cfg::kBc - 1) / Cfg::kBc, p.batch * p.heads_kv * p.group_splits);
   kernel<<<grid, kThreads, Cfg::kBytes, stream>>>(p, maps);
   check_cuda(cudaGetLastError(), "the backward kernel launch");
 
   // The conversion may start once every block of the main kernel has (griddepcontrol.launch_dependents there):
   // enough blocks to fill the GPU, each taking pieces until none are left.
-  int dev = 0, sms = 0, blocks_per_sm = 0;
-  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute(SM count)");
-  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, convert_dq_kernel<T, D>, kConvertThreads, 0),
-             "cudaOccupancyMaxActiveBlocksPerMultiprocessor(dQ conversion)");
+  const std::int64_t resident =
+      std::int64_t(current_gpu().sms) * blocks_per_sm(reinterpret_cast<const void*>(convert_dq_kernel<T, D>), kConvertThreads);
   cudaLaunchConfig_t config{};
   const std::int64_t pieces = sizes.semaphores - 1;
-  config.gridDim = dim3(static_cast<unsigned>(std::min<std::int64_t>(pieces, std::int64_t(sms) * blocks_per_sm)));
+  config.gridDim = dim3(static_cast<unsigned>(std::min<std::int64_t>(pieces, resident)));
   config.blockDim = dim3(kConvertThreads);
   config.stream = stream;
   cudaLaunchAttribute overlap{};
