@@ -235,13 +235,6 @@ def main():
     hf.register()
 
     weights = {d: initial_weights(llama_config(args, d)) for d in args.head_dims}
-    rows = []
-    print(table([]), flush=True)
-    for compiled in args.modes or (False, True):
-        for head_dim in args.head_dims:
-            for seq in args.seqs:
-                rows.append(measure(args, seq, head_dim, compiled, weights[head_dim]))
-                print(table(rows[-1:]).splitlines()[-1], flush=True)
     result = {
         "device": torch.cuda.get_device_name(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -253,12 +246,19 @@ def main():
                     f"query heads and {args.kv_heads} KV heads, hidden 16 d, vocabulary {args.vocab}, batch 1; "
                     f"median of {args.iters} steps after {args.warmup}, synchronized around each step; compiled: "
                     "torch.compile(model), default mode"),
-        "rows": rows,
+        "rows": [],
     }
+    rows = result["rows"]
+    print(table([]), flush=True)
+    for compiled in args.modes or (False, True):
+        for head_dim in args.head_dims:
+            for seq in args.seqs:
+                rows.append(measure(args, seq, head_dim, compiled, weights[head_dim]))
+                print(table(rows[-1:]).splitlines()[-1], flush=True)
+                if args.json:  # after every row, so a run stopped by a time limit keeps the rows it finished
+                    with open(args.json, "w") as out:
+                        out.write(json.dumps(result, indent=1) + "\n")
     print(table(rows))
-    if args.json:
-        with open(args.json, "w") as out:
-            out.write(json.dumps(result, indent=1) + "\n")
 
 
 if __name__ == "__main__":

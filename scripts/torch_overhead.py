@@ -17,6 +17,8 @@ and for each, for FlashLab (flashlab.torch.scaled_dot_product_attention, variant
             rounds. What the call costs the host, the launches included, and none of the kernels' own time. In each
             round FlashLab's calls, its operator's alone and SDPA's are taken in turn (the order rotated from round
             to round), so that a drift of the machine falls on all three alike.
+  backend   (SDPA's) which of its backends ran the pass: cudnn, flash, efficient or math, read from the names of the
+            kernels it launched (kernels, from torch.profiler)
   gpu_ms    the GPU time of one pass: the pass captured once in a CUDA graph, then CUDA events around --iters
             replays of it. Where a pass's launches take the host longer than its kernels take the GPU (small
             problems with backward), back-to-back calls would time the host instead; replays do not.
@@ -105,6 +107,30 @@ def gpu_ms(call, iters, warmup=3):
     return start.elapsed_time(stop) / iters
 
 
+def kernels_of(call):
+    """The CUDA kernels one call() launches (torch.profiler), each name once, in order of first launch, cut to 100
+    characters."""
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        call()
+        torch.cuda.synchronize()
+    names = []
+    for event in profile.events():
+        name = event.name[:100]
+        if event.device_type == torch.autograd.DeviceType.CUDA and name not in names:
+            names.append(name)
+    return names
+
+
+def backend_of(kernels):
+    """Which of SDPA's backends launched these kernels, read from their names."""
+    text = " ".join(kernels).lower()
+    for backend, marks in (("cudnn", ("cudnn",)), ("flash", ("flash",)), ("efficient", ("fmha", "efficient"))):
+        if any(mark in text for mark in marks):
+            return backend
+    return "math"
+
+
 def passes(attend, q, k, v, dy):
     def forward():
         with torch.no_grad():
@@ -140,11 +166,13 @@ def measure(args, seq):
         host = host_us_in_turn({"flashlab": ours[name], "operator": operator[name], "sdpa": theirs[name]},
                                args.rounds)
         difference, quartiles = paired_difference(host["flashlab"], host["sdpa"])
+        sdpa_kernels = kernels_of(theirs[name])
         row[name] = {"flashlab": {"host_us": round(statistics.median(host["flashlab"]), 1),
                                   "gpu_ms": gpu_ms(ours[name], args.iters),
                                   "operator_alone_host_us": round(statistics.median(host["operator"]), 1)},
                      "sdpa": {"host_us": round(statistics.median(host["sdpa"]), 1),
-                              "gpu_ms": gpu_ms(theirs[name], args.iters)},
+                              "gpu_ms": gpu_ms(theirs[name], args.iters),
+                              "backend": backend_of(sdpa_kernels), "kernels": sdpa_kernels},
                      "host_us_over_sdpa": round(difference, 1), "host_us_over_sdpa_quartiles": quartiles}
     return row
 
@@ -182,7 +210,7 @@ def main():
             p = r[name]
             print(f"N={r['seq']:>6} d={r['head_dim']} H={r['heads']}/{r['kv_heads']} {name:<17} host: flashlab "
                   f"{p['flashlab']['host_us']:7.1f} us (operator {p['flashlab']['operator_alone_host_us']:7.1f}) sdpa "
-                  f"{p['sdpa']['host_us']:7.1f} us, difference {p['host_us_over_sdpa']:+7.1f} us; GPU: flashlab "
+                  f"{p['sdpa']['host_us']:7.1f} us ({p['sdpa']['backend']}), difference {p['host_us_over_sdpa']:+7.1f} us; GPU: flashlab "
                   f"{p['flashlab']['gpu_ms']:.3f} ms sdpa {p['sdpa']['gpu_ms']:.3f} ms")
     if args.json:
         with open(args.json, "w") as out:
