@@ -477,17 +477,32 @@ def python_overhead(sources, opts):
     return table_lines(header, body)
 
 
+SDPA_BACKENDS = {"cudnn": "cuDNN", "flash": "flash", "efficient": "memory-efficient", "math": "math"}
+
+
+def with_backend(cell, sdpa):
+    """A cell of SDPA's, with the backend it ran (torch_overhead.py records it from the kernels' names) where known."""
+    return f"{cell} ({SDPA_BACKENDS[sdpa['backend']]})" if "backend" in sdpa else cell
+
+
 def torch_overhead(sources, opts):
     j = one("torch-overhead", sources)
     names = {"forward": "forward", "forward_backward": "forward + backward"}
+    paired = all("host_us_over_sdpa_quartiles" in r[key] for r in j["rows"] for key in names)
     header = ["N", "B × H, d", "pass", "`flashlab.torch`", "its operator alone", "PyTorch SDPA", "difference"]
+    if paired:
+        header.append("middle half of the rounds")
     body = []
     for r in sorted(j["rows"], key=lambda r: r["seq"]):
         for key, name in names.items():
             p = r[key]
-            body.append([ring_tables.size(r["seq"]), torch_heads(r), name,
-                         f"{p['flashlab']['host_us']:.0f} µs", f"{p['flashlab']['operator_alone_host_us']:.0f} µs",
-                         f"{p['sdpa']['host_us']:.0f} µs", f"{p['host_us_over_sdpa']:+.0f} µs"])
+            line = [ring_tables.size(r["seq"]), torch_heads(r), name,
+                    f"{p['flashlab']['host_us']:.0f} µs", f"{p['flashlab']['operator_alone_host_us']:.0f} µs",
+                    with_backend(f"{p['sdpa']['host_us']:.0f} µs", p["sdpa"]), f"{p['host_us_over_sdpa']:+.0f} µs"]
+            if paired:
+                low, high = p["host_us_over_sdpa_quartiles"]
+                line.append(f"{low:+.0f} to {high:+.0f} µs")
+            body.append(line)
     return table_lines(header, body)
 
 
@@ -508,8 +523,8 @@ def torch_kernel_time(sources, opts):
         for r in sorted(j["rows"], key=lambda r: r["seq"]):
             for key, name in (("forward", "forward"), ("forward_backward", "forward + backward")):
                 ours, theirs = r[key]["flashlab"]["gpu_ms"], r[key]["sdpa"]["gpu_ms"]
-                body.append([ring_tables.size(r["seq"]), torch_heads(r), name, fmt_ms(ours), fmt_ms(theirs),
-                             fmt_ratio(theirs / ours)])
+                body.append([ring_tables.size(r["seq"]), torch_heads(r), name, fmt_ms(ours),
+                             with_backend(fmt_ms(theirs), r[key]["sdpa"]), fmt_ratio(theirs / ours)])
     if not body:
         raise Error("torch-kernel-time: the files hold no rows")
     return table_lines(header, body)
