@@ -63,8 +63,9 @@ cuda::fa3_ws::Params make_params(const Problem& p) {
 
 // The persistent grid's tile counter (two ints) of the current device, zeroed when first asked for; every
 // launch leaves it zero. One per device serves the benches: their launches all go to the legacy default
-// stream, which runs them one after another (the device entries take a counter per call). It lives as long as the process (not a DeviceBuffer: its
-// 8 bytes are not a problem's memory, and a static's destructor would run after the CUDA runtime's).
+// stream, which runs them one after another (the device entries take a counter per call). It lives as long as the
+// process (not a DeviceBuffer: its 8 bytes are not a problem's memory, and a static's destructor would run after the
+// CUDA runtime's).
 int* device_tile_counter() {
   static std::mutex mutex;
   static std::map<int, int*> counters;

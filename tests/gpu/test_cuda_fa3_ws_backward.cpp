@@ -182,6 +182,9 @@ TEST_CASE("cuda-fa3-ws's backward, deterministic mode: repeated runs give bit-id
       for (CausalAlign align : {CausalAlign::None, CausalAlign::TopLeft})
         for (Shape s : {shape(4, 16, 8, 2048, 2048), shape(1, 16, 4, 2048, 2048)}) {
           s.head_dim = d;
+          const bool llama = s.batch == 1, causal = align != CausalAlign::None;
+          CHECK(cuda::fa3_ws::backward_key_blocks_outer(causal, s.batch, s.heads_kv, s.seq_k, d,
+                                                        cuda::device_sm_count()) == (llama && causal));
           Problem p{.shape = s, .options = opts(align)};
           p.options.deterministic = true;
           const std::uint64_t seed = fresh_seed();
