@@ -28,6 +28,7 @@
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
 #include "core/bench.hpp"
+#include "cuda/gpu_facts.hpp"
 
 namespace flashlab::cuda {
 
@@ -88,10 +89,7 @@ inline std::string mebibytes(std::size_t bytes) { return std::to_string(bytes >>
 // The shared memory one block may opt in to on the current GPU: 227 KiB on sm_90, 163 KiB on sm_80,
 // 99 KiB on sm_86/89.
 inline std::size_t shared_memory_per_block() {
-  int device = 0, limit = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  return static_cast<std::size_t>(limit);
+  return static_cast<std::size_t>(current_gpu().shared_memory_per_block);
 }
 
 // Throws InputError unless one block of `kernel_name` may use `bytes` of shared memory on this GPU.

@@ -1,13 +1,13 @@
 // cuda/device.hpp: is there a CUDA device here, and which.
 #include <cuda_runtime.h>
 
-#include <map>
-#include <mutex>
+#include <optional>
 #include <string>
 
 #include "core/problem.hpp"
 #include "cuda/common.cuh"
 #include "cuda/device.hpp"
+#include "cuda/gpu_facts.hpp"
 
 namespace flashlab::cuda {
 
@@ -38,38 +38,18 @@ std::string device_name() {
   return prop.name;
 }
 
-namespace {
-// The current device's compute capability and SM count, asked of the runtime once per device (they cannot change
-// while the process runs; the registry's checks ask for them on every call). {0, 0} without a device.
-struct Attributes {
-  int compute_capability = 0;
-  int sms = 0;
-};
-Attributes current_attributes() {
-  if (!device_present()) return {};
-  static std::mutex mutex;
-  static std::map<int, Attributes> asked;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return {};
-  }
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (const auto known = asked.find(device); known != asked.end()) return known->second;
-  int major = 0, minor = 0, sms = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return {};
-  }
-  return asked[device] = Attributes{major * 10 + minor, sms};
+// Asked once per device (cuda/gpu_facts.hpp): the registry's checks ask on every call. 0 without a device.
+int device_compute_capability() {
+  if (!device_present()) return 0;
+  const std::optional<GpuFacts> gpu = current_gpu_if_any();
+  return gpu ? gpu->compute_capability : 0;
 }
-}  // namespace
 
-int device_compute_capability() { return current_attributes().compute_capability; }
-
-int device_sm_count() { return current_attributes().sms; }
+int device_sm_count() {
+  if (!device_present()) return 0;
+  const std::optional<GpuFacts> gpu = current_gpu_if_any();
+  return gpu ? gpu->sms : 0;
+}
 
 CurrentDevice::CurrentDevice(int ordinal) {
   const int count = device_count();

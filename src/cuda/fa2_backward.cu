@@ -474,7 +474,7 @@ void launch_tiles(const Params& p, cudaStream_t stream) {
   using Cfg = BwdConfig<D, kCompact>;
   auto kernel = backward_kernel<T, D, kDropout, kCompact, kAccumulate>;
   require_shared_memory(Cfg::kSmemBytes, "cuda-fa2 backward at head dim " + std::to_string(D));
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes);
   const dim3 grid((p.seq_k + Cfg::kBc - 1) / Cfg::kBc, p.batch * p.heads_kv);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
   CUDA_CHECK_LAUNCH();

@@ -308,7 +308,7 @@ void launch(const Params& p, cudaStream_t stream) {
   using Cfg = FwdConfig<D>;
   auto kernel = forward_kernel<T, D, kDropout>;
   require_shared_memory(Cfg::kSmemBytes, "cuda-fa2 forward at head dim " + std::to_string(D));
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+  allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes);
   const dim3 grid((p.seq_q + Cfg::kBr - 1) / Cfg::kBr, p.batch * p.heads_q);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
   CUDA_CHECK_LAUNCH();

@@ -333,10 +333,11 @@ __device__ __forceinline__ float lse_base2(float lse_natural, bool valid_row) {
   return lse_natural * kLog2e;
 }
 
-// Raise a kernel's dynamic shared memory limit above the default 48 KB (done once per kernel).
+// Raise a kernel's dynamic shared memory limit above the default 48 KB (asked of the runtime once per kernel, device
+// and size).
 template <class Kernel>
 void allow_shared_bytes(Kernel kernel, std::size_t bytes) {
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), static_cast<int>(bytes));
 }
 
 }  // namespace flashlab::cuda

@@ -36,7 +36,7 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
   maps.k = make_bshd_tensor_map(p.k, dtype, p.batch, p.seq_k, p.heads_kv, D, Cfg::kBc);
   maps.v = make_bshd_tensor_map(p.v, dtype, p.batch, p.seq_k, p.heads_kv, D, Cfg::kBc);
   auto kernel = fa3_ws_backward_kernel<T, D, kDropout, kTimeline, kAccumulate>;
-  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), Cfg::kBytes);
+  allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), Cfg::kBytes);
   const dim3 grid((p.seq_k + Cfg::kBc - 1) / Cfg::kBc, p.batch * p.heads_kv * p.group_splits);
   kernel<<<grid, kThreads, Cfg::kBytes, stream>>>(p, maps);
   check_cuda(cudaGetLastError(), "the backward kernel launch");

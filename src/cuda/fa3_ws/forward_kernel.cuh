@@ -207,7 +207,7 @@ void launch_config(const Params& p, cudaStream_t stream, int heads_per_group_giv
   else maps.v = make_bshd_tensor_map(p.v, E::kTensorMapType, E::kBytes, p.batch, p.seq_k, p.heads_kv, D, Cfg::kBc);
   auto kernel = fa3_ws_kernel<T, D, kStep, kDropout, kTimeline, Sched>;
   constexpr int kSmem = Cfg::Smem::kBytes;
-  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), kSmem);
+  allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kSmem);
   const long long total = static_cast<long long>((p.seq_q + Cfg::kBr - 1) / Cfg::kBr) * p.batch * p.heads_q;
   expect(total <= kMaxQueryTiles, "at most " + std::to_string(kMaxQueryTiles) + " tiles");
   int grid = static_cast<int>(total);
@@ -215,7 +215,7 @@ void launch_config(const Params& p, cudaStream_t stream, int heads_per_group_giv
   Params params = p;
   if constexpr (Cfg::kPersistent) {
     expect(p.tile_counter != nullptr, "step 5 needs Params::tile_counter (two zeroed ints on the device)");
-    const Gpu gpu = current_gpu();
+    const GpuFacts gpu = current_gpu();
     const int sms = gpu.sms, l2_bytes = gpu.l2_bytes;
     grid = grid < sms ? grid : sms;
     // Heads per group of the tile order (cuda/tilings.hpp): as many KV heads as have K and V fit in half

@@ -213,7 +213,13 @@ enum cudaMemcpyKind {
 enum cudaDeviceAttr {
   cudaDevAttrMaxSharedMemoryPerBlock = 8,
   cudaDevAttrMultiProcessorCount = 16,
+  cudaDevAttrL2CacheSize = 38,
+  cudaDevAttrComputeCapabilityMajor = 75,
+  cudaDevAttrComputeCapabilityMinor = 76,
   cudaDevAttrMaxSharedMemoryPerBlockOptin = 97,
+};
+enum cudaFuncAttribute {
+  cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
 };
 
 inline const char* cudaGetErrorName(cudaError_t err) {
@@ -281,13 +287,28 @@ inline cudaError_t cudaGetDeviceCount(int* count) {
   *count = 1;
   return cudaSuccess;
 }
-// The emulated "GPU" reports an H100's shared memory (227 KiB opt-in) and 132 SMs.
+// The emulated "GPU" reports an H100's compute capability (9.0), shared memory (227 KiB opt-in), L2 (50 MiB) and
+// 132 SMs.
 inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int /*device*/) {
   switch (attr) {
     case cudaDevAttrMaxSharedMemoryPerBlock: *value = 48 * 1024; break;
     case cudaDevAttrMultiProcessorCount: *value = 132; break;
+    case cudaDevAttrL2CacheSize: *value = 50 * 1024 * 1024; break;
+    case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = 227 * 1024; break;
   }
+  return cudaSuccess;
+}
+// Shared memory is host memory here: any size a kernel asks for is allowed.
+template <class Kernel>
+cudaError_t cudaFuncSetAttribute(Kernel, cudaFuncAttribute, int) {
+  return cudaSuccess;
+}
+// The emulation runs a launch's blocks one after another: one is resident at a time.
+template <class Kernel>
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, Kernel, int, std::size_t) {
+  *blocks = 1;
   return cudaSuccess;
 }
 // Free and total "device" memory: the host's is not asked; a generous constant keeps messages readable.
