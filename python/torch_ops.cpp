@@ -17,11 +17,15 @@
 //  * the registry's checks stay the one place bad input is caught: its InputError (one sentence) becomes ValueError.
 //
 // The operators (schemas below):
-//   flashlab::attention            O = attention(q, k, v), differentiable (an Autograd kernel around the two below)
-//   flashlab::attention_forward    (O, LSE)
-//   flashlab::attention_backward   (dQ, dK, dV) from dO, q, k, v, O, LSE
+//   flashlab::attention              O = attention(q, k, v), differentiable (an Autograd kernel around the two below)
+//   flashlab::attention_forward      (O, LSE)
+//   flashlab::attention_backward     (dQ, dK, dV) from dO, q, k, v, O, LSE
+//   flashlab::fp8_attention_forward  (O, LSE) of the FP8 (e4m3) forward, from q, k, v and their descales
 // q (B, H_q, S_q, D), k and v (B, H_kv, S_k, D) in f16 or bf16 (f32 for the fp32 variants), as
 // torch.nn.functional.scaled_dot_product_attention takes them; LSE (B, H_q, S_q) float32, natural log.
+// fp8_attention_forward (cuda-fa3-ws) takes q, k, v in float8_e4m3fn with FlashAttention-3's descales, float32
+// q_descale (B, H_q), k_descale and v_descale (B, H_kv) (value = e4m3 value x descale), and gives O in bfloat16. It
+// is not differentiable (there is no FP8 backward), so it has no Autograd kernel and refuses inputs that require grad.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -54,16 +58,32 @@ auto sentences_as_value_errors(F&& body) {
   }
 }
 
-DType dtype_of(const Tensor& t, const char* name) {
-  switch (t.scalar_type()) {
+// The registry's dtype of a PyTorch one, where it has one.
+std::optional<DType> registry_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kDouble: return DType::F64;
+    case at::kFloat: return DType::F32;
     case at::kHalf: return DType::F16;
     case at::kBFloat16: return DType::BF16;
-    case at::kFloat: return DType::F32;
-    default:
-      throw InputError(std::string(name) + " is " + std::string(c10::toString(t.scalar_type())) +
-                       ": FlashLab's operators take float16, bfloat16 or float32 CUDA tensors (float8 goes through "
-                       "flashlab.torch.fp8_attention)");
+    case at::kFloat8_e4m3fn: return DType::E4M3;
+    default: return std::nullopt;
   }
+}
+
+// What an operator's q, k, v may be: the attention operators' f16, bf16 or f32, or the FP8 forward's e4m3 alone.
+enum class Computes { Floats, E4m3 };
+
+DType dtype_of(const Tensor& t, const char* name, Computes computes) {
+  const std::optional<DType> dtype = registry_dtype(t.scalar_type());
+  const std::string is = std::string(name) + " is " + std::string(c10::toString(t.scalar_type()));
+  if (computes == Computes::E4m3) {
+    if (dtype == DType::E4M3) return *dtype;
+    throw InputError(is + ": flashlab::fp8_attention_forward takes float8_e4m3fn CUDA tensors with their descales "
+                     "(float16 and bfloat16 go through flashlab::attention)");
+  }
+  if (dtype == DType::F16 || dtype == DType::BF16 || dtype == DType::F32) return *dtype;
+  throw InputError(is + ": FlashLab's operators take float16, bfloat16 or float32 CUDA tensors (float8 goes through "
+                   "flashlab.torch.fp8_attention)");
 }
 
 std::vector<std::int64_t> dims_of(const Tensor& t) { return std::vector<std::int64_t>(t.sizes().begin(), t.sizes().end()); }
@@ -86,10 +106,11 @@ Problem problem_of(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   return p;
 }
 
-// Every tensor on one CUDA device and in one dtype (LSE: float32); returns that dtype.
-DType common_dtype(std::initializer_list<std::pair<const Tensor*, const char*>> tensors) {
+// Every tensor on one CUDA device and in one dtype the operator computes in (LSE: float32); returns that dtype.
+DType common_dtype(std::initializer_list<std::pair<const Tensor*, const char*>> tensors,
+                   Computes computes = Computes::Floats) {
   const auto& [first, first_name] = *tensors.begin();
-  const DType dtype = dtype_of(*first, first_name);
+  const DType dtype = dtype_of(*first, first_name, computes);
   for (const auto& [t, name] : tensors) {
     if (!t->is_cuda())
       throw InputError(std::string(name) + " is on the " + t->device().str() + " but " + first_name +
@@ -97,12 +118,48 @@ DType common_dtype(std::initializer_list<std::pair<const Tensor*, const char*>> 
     if (t->device() != first->device())
       throw InputError(std::string(name) + " is on " + t->device().str() + " but " + first_name + " is on " +
                        first->device().str() + ": pass every tensor on one GPU");
-    if (dtype_of(*t, name) != dtype)
+    if (dtype_of(*t, name, computes) != dtype)
       throw InputError(std::string(name) + " is " + std::string(c10::toString(t->scalar_type())) + " but " +
                        first_name + " is " + std::string(c10::toString(first->scalar_type())) +
                        ": pass them in one dtype, the one to compute in");
   }
   return dtype;
+}
+
+// One descale of the FP8 forward, checked: float32 (B, H) on q's GPU (the dtype's and the shape's sentences are
+// flashlab.attention's). Made contiguous: the kernel reads one float per (batch, head), row-major.
+Tensor e4m3_descale(const Tensor& d, const char* name, const Tensor& q, const std::vector<std::int64_t>& dims,
+                    const char* extents) {
+  if (d.scalar_type() != at::kFloat) {
+    const std::optional<DType> dtype = registry_dtype(d.scalar_type());
+    throw InputError(std::string(name) + " is " +
+                     (dtype ? std::string(to_string(*dtype)) : std::string(c10::toString(d.scalar_type()))) +
+                     " but descales are float32");
+  }
+  if (!d.is_cuda())
+    throw InputError(std::string(name) + " is on the " + d.device().str() + " but query is on " + q.device().str() +
+                     ": the kernel reads the descales, so pass them as float32 tensors on query's GPU");
+  if (d.device() != q.device())
+    throw InputError(std::string(name) + " is on " + d.device().str() + " but query is on " + q.device().str() +
+                     ": pass every tensor on one GPU");
+  if (dims_of(d) != dims)
+    throw InputError(std::string(name) + " has shape " + dims_string(dims_of(d)) + " but the problem needs " + extents +
+                     " = " + dims_string(dims) + ": one descale per (batch, head)");
+  return d.contiguous();
+}
+
+// No FP8 backward exists (FlashAttention-3 ships none either), so the FP8 operator has no Autograd kernel, and
+// PyTorch's fallback for one would only warn once a backward reached it: inputs that require grad are refused.
+void refuse_requires_grad(std::initializer_list<std::pair<const Tensor*, const char*>> tensors) {
+  for (const auto& [t, name] : tensors)
+    if (t->requires_grad())
+      throw InputError(std::string(name) + " requires grad, but FlashLab has no FP8 backward (FlashAttention-3 ships "
+                       "none either): pass " + name + ".detach(), or run in bfloat16 for gradients");
+}
+
+// A forward's LSE for q (B, H_q, S_q, D): (B, H_q, S_q) float32, contiguous (symbolic sizes under fake tensors).
+Tensor empty_lse(const Tensor& q) {
+  return at::empty_symint({q.sym_size(0), q.sym_size(1), q.sym_size(2)}, q.options().dtype(at::kFloat));
 }
 
 // x (B, H, S, D) as the kernels read it: its (B, S, H, D) transpose, contiguous (a copy only when it is not already).
@@ -153,7 +210,7 @@ std::tuple<Tensor, Tensor> forward_cuda(const Tensor& q, const Tensor& k, const 
     const Tensor q_rows = bshd(q), k_rows = bshd(k), v_rows = bshd(v);
     Tensor out = at::empty_like(q);
     const Tensor out_rows = bshd_target(out);
-    Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
+    Tensor lse = empty_lse(q);
     Tensor scratch;
     DeviceForwardIo io{device, q_rows.data_ptr(), k_rows.data_ptr(), v_rows.data_ptr(), out_rows.data_ptr(),
                        lse.data_ptr<float>()};
@@ -197,17 +254,55 @@ std::tuple<Tensor, Tensor, Tensor> backward_cuda(const Tensor& d_o, const Tensor
   });
 }
 
+// The FP8 forward: O in bf16 (laid out as q is, as forward_cuda's), the LSE in float32. The descales are checked after
+// the registry's own checks of the call (a variant without an FP8 forward, a head dim it lacks: its sentences first).
+std::tuple<Tensor, Tensor> fp8_forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_descale,
+                                            const Tensor& k_descale, const Tensor& v_descale, c10::string_view variant,
+                                            bool is_causal, bool bottom_right, std::optional<double> scale) {
+  return sentences_as_value_errors([&] {
+    const Variant& var = caller_stream_variant(variant);
+    const Problem p = problem_of(q, k, v, nullptr, is_causal, bottom_right, scale, 0.0, 0, false);
+    common_dtype({{&q, "query"}, {&k, "key"}, {&v, "value"}}, Computes::E4m3);
+    refuse_requires_grad({{&q, "query"}, {&k, "key"}, {&v, "value"}, {&q_descale, "q_descale"},
+                          {&k_descale, "k_descale"}, {&v_descale, "v_descale"}});
+    const c10::cuda::CUDAGuard on(q.device());
+    const int device = q.device().index();
+    var.check_device_call(p, DType::E4M3, device, false);
+    require_e4m3_descales(var, q_descale.defined(), k_descale.defined(), v_descale.defined());  // C++ callers
+    const Shape& s = p.shape;
+    const Tensor q_scales = e4m3_descale(q_descale, "q_descale", q, {s.batch, s.heads_q}, "(B, H_q)");  // (B, H_q)
+    const Tensor k_scales = e4m3_descale(k_descale, "k_descale", q, {s.batch, s.heads_kv}, "(B, H_kv)");
+    const Tensor v_scales = e4m3_descale(v_descale, "v_descale", q, {s.batch, s.heads_kv}, "(B, H_kv)");
+    const Tensor q_rows = bshd(q), k_rows = bshd(k), v_rows = bshd(v);
+    Tensor out = at::empty_like(q, q.options().dtype(at::kBFloat16));
+    const Tensor out_rows = bshd_target(out);
+    Tensor lse = empty_lse(q);
+    Tensor scratch;  // the FP8 forward's V^T and tile counter
+    DeviceForwardIo io{device, q_rows.data_ptr(), k_rows.data_ptr(), v_rows.data_ptr(), out_rows.data_ptr(),
+                       lse.data_ptr<float>()};
+    io.launch = launch_on_current_stream(q, var.device_scratch_bytes(p, DType::E4M3, false), scratch);
+    var.forward_e4m3_on_device(
+        p, io, DeviceE4m3Descales{q_scales.data_ptr<float>(), k_scales.data_ptr<float>(), v_scales.data_ptr<float>()});
+    deliver(out_rows, out);
+    return std::make_tuple(out, lse);
+  });
+}
+
 // The Meta implementations: the outputs' shapes, dtypes and strides as the CUDA ones make them, nothing run.
 std::tuple<Tensor, Tensor> forward_meta(const Tensor& q, const Tensor&, const Tensor&, c10::string_view, bool, bool,
                                         std::optional<double>, double, std::int64_t) {
-  return std::make_tuple(at::empty_like(q),
-                         at::empty_symint({q.sym_size(0), q.sym_size(1), q.sym_size(2)}, q.options().dtype(at::kFloat)));
+  return std::make_tuple(at::empty_like(q), empty_lse(q));
 }
 
 std::tuple<Tensor, Tensor, Tensor> backward_meta(const Tensor&, const Tensor& q, const Tensor& k, const Tensor& v,
                                                  const Tensor&, const Tensor&, c10::string_view, bool, bool,
                                                  std::optional<double>, double, std::int64_t, bool) {
   return std::make_tuple(at::empty_like(q), at::empty_like(k), at::empty_like(v));
+}
+
+std::tuple<Tensor, Tensor> fp8_forward_meta(const Tensor& q, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                            const Tensor&, c10::string_view, bool, bool, std::optional<double>) {
+  return std::make_tuple(at::empty_like(q, q.options().dtype(at::kBFloat16)), empty_lse(q));
 }
 
 // The two operators, called through the dispatcher (so that torch.compile, CUDA graphs and other modes see them).
@@ -285,20 +380,25 @@ TORCH_LIBRARY(flashlab, m) {
   m.def("attention_backward(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, str variant, "
         "bool is_causal, bool bottom_right, float? scale, float dropout_p, int seed, bool deterministic) "
         "-> (Tensor, Tensor, Tensor)");
+  m.def("fp8_attention_forward(Tensor q, Tensor k, Tensor v, Tensor q_descale, Tensor k_descale, Tensor v_descale, "
+        "str variant, bool is_causal, bool bottom_right, float? scale) -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(flashlab, CUDA, m) {
   m.impl("attention_forward", &forward_cuda);
   m.impl("attention_backward", &backward_cuda);
   m.impl("attention", &attention_no_grad);
+  m.impl("fp8_attention_forward", &fp8_forward_cuda);
 }
 
 TORCH_LIBRARY_IMPL(flashlab, Meta, m) {
   m.impl("attention_forward", &forward_meta);
   m.impl("attention_backward", &backward_meta);
   m.impl("attention", &attention_no_grad);
+  m.impl("fp8_attention_forward", &fp8_forward_meta);
 }
 
+// fp8_attention_forward has none: it is not differentiable, and its CUDA kernel refuses inputs that require grad.
 TORCH_LIBRARY_IMPL(flashlab, Autograd, m) { m.impl("attention", &attention_autograd); }
 
 }  // namespace flashlab::torch_ops

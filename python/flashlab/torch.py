@@ -252,9 +252,13 @@ def fp8_attention(q, k, v, q_descale=None, k_descale=None, v_descale=None, *, is
     (causal_align="bottom-right": FlashAttention's); scale: the softmax scale, None for 1/sqrt(D).
 
     Forward only (there is no FP8 backward; tensors that require grad are refused), no dropout. As the bf16 path,
-    the tensors are read in place (a (B, H, S, D) tensor that is not a transposed view of (B, S, H, D) memory is
-    copied into one first), the results are written into tensors from PyTorch's allocator, and the call returns
-    when the kernels have finished.
+    it is a PyTorch operator, torch.ops.flashlab.fp8_attention_forward, where FlashLab's operators are built
+    (OPERATORS): its kernels run on torch.cuda.current_stream() and the call returns without waiting for them, O, the
+    LSE and the kernels' scratch come from PyTorch's caching allocator, and it has a Meta implementation, so a call
+    can be captured in a CUDA graph and compiled with torch.compile(fullgraph=True). The tensors are read in place
+    where their memory is contiguous (B, S, H, D) rows (a (B, H, S, D) tensor that is not a transposed view of such
+    memory is copied into rows first). Without the operators it runs through flashlab.attention, on the legacy
+    default stream, and returns when the kernels have finished.
     """
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
@@ -270,6 +274,20 @@ def fp8_attention(q, k, v, q_descale=None, k_descale=None, v_descale=None, *, is
                              f"either): pass {name}.detach(), or run in bfloat16 for gradients")
     if layout not in ("bhsd", "bshd"):
         raise ValueError(f"layout is bhsd or bshd, not {layout!r}")
+    descales_given = (isinstance(q_descale, torch.Tensor) and isinstance(k_descale, torch.Tensor)
+                      and isinstance(v_descale, torch.Tensor))
+    if OPERATORS and _is_operator(variant) and q.dim() == k.dim() == v.dim() == 4 and descales_given:
+        # The operator takes (B, H, S, D): for bshd, views of the caller's (B, S, H, D) memory, read in place. O comes
+        # back laid out as the q it was given, so turned back it is laid out as the caller's q. A missing descale, or
+        # inputs that are not 4-d, go the way below, to flashlab.attention's sentence.
+        if causal_align not in ("top-left", "bottom-right"):
+            raise ValueError(f"causal_align is top-left or bottom-right, not {causal_align!r}")
+        if layout == "bshd":
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        o, lse = torch.ops.flashlab.fp8_attention_forward.default(
+            q, k, v, q_descale, k_descale, v_descale, variant, bool(is_causal), causal_align == "bottom-right",
+            _flashlab._scale(scale))
+        return (o.transpose(1, 2) if layout == "bshd" else o), lse
     # The bytes go over DLPack as uint8 (the same memory, viewed): a PyTorch whose DLPack has no float8 exports them
     # too, and dtype="e4m3" tells flashlab what they hold.
     inputs = [x.view(torch.uint8) if layout == "bshd" else _kernel_layout(x.view(torch.uint8)) for x in (q, k, v)]

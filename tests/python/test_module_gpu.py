@@ -352,10 +352,8 @@ def test_fp8_numpy_path_within_the_fp8_rule_and_torch_path_bit_identical(problem
         qt, kt, vt = (to_torch(quantized[n]).view(torch.float8_e4m3fn).transpose(1, 2) for n in ("q", "k", "v"))
         descales = [to_torch(quantized[n]) for n in ("q_descale", "k_descale", "v_descale")]
         o_t, lse_t = ft.fp8_attention(qt, kt, vt, *descales, **options)
-        call = native.last_device_call()
-        assert (call["q"], call["q_descale"]) == (qt.data_ptr(), descales[0].data_ptr())  # read in place
         assert o_t.dtype == torch.bfloat16 and o_t.shape == (b, hq, sq, d) and lse_t.dtype == torch.float32
-        assert call["out"] == o_t.data_ptr()
+        assert o_t.stride() == qt.stride()  # laid out as q is: (B, S, H, D) rows, as SDPA lays out its output
         assert np.array_equal(host(o_t.transpose(1, 2)), o) and np.array_equal(host(lse_t), lse, equal_nan=True)
         # and in (B, S, H, D), FlashAttention-3's layout.
         o_s, lse_s = ft.fp8_attention(*(x.transpose(1, 2) for x in (qt, kt, vt)), *descales, layout="bshd",

@@ -7,9 +7,13 @@ run_pytest.py reports the suite as skipped where there is none):
   * a forward and backward captured in a CUDA graph replay on new inputs to the eager results;
   * torch.compile(fullgraph=True) and mode="reduce-overhead" compile a model that uses them, with the eager results;
   * the outputs have the strides SDPA's outputs have, for both memory layouts of q;
-  * bad input is one ValueError sentence through the operator.
+  * bad input is one ValueError sentence through the operator;
+  * the FP8 forward, torch.ops.flashlab.fp8_attention_forward (flashlab.torch.fp8_attention): the same bits as
+    flashlab.attention's path, on the current stream without waiting, replayed from a CUDA graph, compiled, opcheck, and
+    its sentences for bad descales and dtypes.
 """
 import functools
+import re
 
 import pytest
 import torch
@@ -57,7 +61,7 @@ def test_the_operators_are_built_and_carry_the_stream_variants():
     assert ft.OPERATORS, "FlashLab was built with CUDA for this Python, which has PyTorch: _flashlab_ops must be there"
     assert {"cuda-fa2", "cuda-fa3-ws"} <= {name for name, row in ROWS.items() if row["runs_on_caller_stream"]}
     assert not ROWS["cuda-naive"]["runs_on_caller_stream"]
-    for op in ("attention", "attention_forward", "attention_backward"):
+    for op in ("attention", "attention_forward", "attention_backward", "fp8_attention_forward"):
         assert hasattr(torch.ops.flashlab, op)
 
 
@@ -225,3 +229,178 @@ def test_bad_input_is_one_value_error_through_the_operator():
         torch.ops.flashlab.attention(x, x, x, "cuda-fa3-ws", False, False, None, 0.0, 0, False)
     with pytest.raises(ValueError, match="causal_align is top-left or bottom-right"):
         ft.scaled_dot_product_attention(q, q, q, is_causal=True, causal_align="diagonal")
+
+
+# --- the FP8 forward: torch.ops.flashlab.fp8_attention_forward ------------------------------------------------------
+
+FP8 = "cuda-fa3-ws"
+
+
+def quantized(x):
+    """x (B, H, S, D) in e4m3 with one descale per (batch, head), as FlashAttention-3's users make them: a head's
+    largest magnitude maps to 448, e4m3's largest finite value. Returns (e4m3 laid out as x is, float32 (B, H))."""
+    descale = x.float().abs().amax(dim=(2, 3)) / 448.0
+    return (x.float() / descale[:, :, None, None]).to(torch.float8_e4m3fn), descale.contiguous()
+
+
+def fp8_inputs(b, hq, hkv, sq, sk, d, seed):
+    """(q, k, v, q_descale, k_descale, v_descale): e4m3 (B, H, S, D) views of (B, S, H, D) memory and their descales."""
+    (q, qd), (k, kd), (v, vd) = (quantized(bshd_memory(b, h, s, d, seed=seed + i))
+                                 for i, (h, s) in enumerate(((hq, sq), (hkv, sk), (hkv, sk))))
+    q, k, v = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in (q, k, v))  # (a copy only if not already)
+    return q, k, v, qd, kd, vd
+
+
+def through_flashlab_attention(q, k, v, qd, kd, vd, layout, **options):
+    """fp8_attention as it ran before the operator: flashlab.attention over DLPack (the e4m3 bytes as uint8 views, in
+    the kernels' (B, S, H, D) memory), on the legacy default stream, into O and an LSE from PyTorch's allocator."""
+    if layout == "bhsd":
+        b, h, s, d = q.shape
+        o = torch.empty(b, s, h, d, dtype=torch.bfloat16, device=q.device).transpose(1, 2)
+    else:
+        b, s, h, d = q.shape
+        o = torch.empty(b, s, h, d, dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty(b, h, s, dtype=torch.float32, device=q.device)
+    flashlab.attention(*(x.view(torch.uint8) for x in (q, k, v)), variant=FP8, layout=layout, dtype="e4m3",
+                       q_descale=qd, k_descale=kd, v_descale=vd, return_lse=True, out=(o, lse), **options)
+    return o, lse
+
+
+def ops_run(call):
+    """The names of the operators a call went through, from PyTorch's profiler."""
+    traced = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+    with traced:
+        result = call()
+    return result, {event.name for event in traced.events()}
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_fp8_operator_gives_the_bits_of_the_flashlab_attention_path(layout, d):
+    require_available(FP8)
+    assert d in ROWS[FP8]["e4m3_head_dim_values"]
+    q, k, v, qd, kd, vd = fp8_inputs(2, 8, 2, 200, 333, d, seed=d)  # GQA 8/2, causal, seq_q != seq_k
+    if layout == "bshd":  # FlashAttention-3's layout: contiguous (B, S, H, D)
+        q, k, v = (x.transpose(1, 2) for x in (q, k, v))
+        assert q.is_contiguous()
+    (o, lse), names = ops_run(lambda: ft.fp8_attention(q, k, v, qd, kd, vd, is_causal=True, layout=layout))
+    assert "flashlab::fp8_attention_forward" in names, sorted(names)[:20]
+    o_ref, lse_ref = through_flashlab_attention(q, k, v, qd, kd, vd, layout, is_causal=True)
+    assert o.dtype == torch.bfloat16 and o.shape == q.shape and o.stride() == q.stride(), (o.shape, o.stride())
+    assert lse.dtype == torch.float32 and lse.shape == (2, 8, 200) and lse.is_contiguous()
+    assert torch.isfinite(o).all() and torch.isfinite(lse).all()  # top-left, seq_q <= seq_k: every row sees a key
+    # The same kernel on the same bytes and descales: the same bits.
+    assert torch.equal(o, o_ref)
+    assert torch.equal(lse, lse_ref)
+
+
+def test_fp8_kernels_run_on_the_current_stream_and_the_call_does_not_wait():
+    require_available(FP8)
+    q0, k, v, qd0, kd, vd = fp8_inputs(2, 8, 2, 1024, 1024, 128, seed=3)
+    want_o, want_lse = ft.fp8_attention(q0, k, v, qd0, kd, vd, is_causal=True)
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)  # keeps the side stream busy for a while
+        # Written on the side stream after the sleep: a kernel on another stream would read them too soon.
+        q, qd = q0.clone(), qd0.clone()
+        o, lse = ft.fp8_attention(q, k, v, qd, kd, vd, is_causal=True)
+        busy_after_call = not side.query()
+    side.synchronize()
+    assert busy_after_call, "the call waited for the side stream's work: it must only queue its kernels there"
+    assert torch.equal(o, want_o) and torch.equal(lse, want_lse)
+
+
+def test_fp8_forward_replays_from_a_cuda_graph():
+    require_available(FP8)
+    static = fp8_inputs(2, 8, 2, 512, 512, 128, seed=20)
+
+    def step():
+        return ft.fp8_attention(*static, is_causal=True)
+
+    first_o = step()[0].clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture, as PyTorch asks
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    for x, new in zip(static, fp8_inputs(2, 8, 2, 512, 512, 128, seed=30)):
+        x.copy_(new)
+    graph.replay()
+    torch.cuda.synchronize()
+    eager = step()
+    assert not torch.equal(eager[0], first_o)  # new inputs, new results: the replay must have read them
+    for name, replayed, want in zip(("O", "LSE"), captured, eager):
+        assert torch.equal(replayed, want), name  # the same kernels on the same inputs: bit-identical
+
+
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_fp8_attention_compiles_fullgraph_with_the_eager_results(mode):
+    require_available(FP8)
+
+    def both_layouts(q, k, v, qd, kd, vd):
+        o, lse = ft.fp8_attention(q, k, v, qd, kd, vd, is_causal=True)
+        o_bshd, lse_bshd = ft.fp8_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), qd, kd, vd,
+                                            is_causal=True, causal_align="bottom-right", layout="bshd")
+        return o, lse, o_bshd, lse_bshd
+
+    compiled = torch.compile(both_layouts, fullgraph=True, mode=mode)
+    for step, seq in enumerate((256, 256, 384, 512)):  # a new length: recompiled, with symbolic sizes
+        inputs = fp8_inputs(2, 4, 2, seq, seq + 64, 64, seed=40 + step)
+        eager = both_layouts(*inputs)
+        got = [x.clone() for x in compiled(*inputs)]  # reduce-overhead's outputs are overwritten by its next replay
+        for name, mine, want in zip(("O", "LSE", "O (bshd)", "LSE (bshd)"), got, eager):
+            assert mine.shape == want.shape and mine.stride() == want.stride(), (name, mine.stride(), want.stride())
+            assert torch.equal(mine, want), (name, seq)
+
+
+@pytest.mark.parametrize("layout", ["bshd-memory", "contiguous"])
+def test_fp8_opcheck(layout):
+    require_available(FP8)
+    q, k, v, qd, kd, vd = fp8_inputs(2, 4, 2, 130, 200, 64, seed=7)
+    if layout == "contiguous":  # copied into (B, S, H, D) rows, and O copied out: strides as q's all the same
+        q, k, v = (x.contiguous() for x in (q, k, v))
+    # Not "test_autograd_registration": it checks an operator's autograd kernel against inputs that require grad, and
+    # this one has none by design (there is no FP8 backward) and refuses such inputs
+    # (test_fp8_bad_input_is_one_value_error_through_the_operator); with no input requiring grad it checks nothing.
+    torch.library.opcheck(torch.ops.flashlab.fp8_attention_forward.default,
+                          (q, k, v, qd, kd, vd, FP8, True, False, None),
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+def test_fp8_bad_input_is_one_value_error_through_the_operator():
+    require_available(FP8)
+    q, k, v, qd, kd, vd = fp8_inputs(2, 8, 2, 64, 64, 64, seed=9)
+    op = torch.ops.flashlab.fp8_attention_forward
+    options = (FP8, False, False, None)
+    refused = [
+        (lambda: ft.fp8_attention(q, k, v, kd, kd, vd),
+         "q_descale has shape (2, 2) but the problem needs (B, H_q) = (2, 8): one descale per (batch, head)"),
+        (lambda: ft.fp8_attention(q, k, v, qd, kd.cpu(), vd), "k_descale is on the cpu but query is on cuda:"),
+        (lambda: ft.fp8_attention(q, k, v, qd, kd, vd.half()), "v_descale is f16 but descales are float32"),
+        (lambda: ft.fp8_attention(q, k, v, qd, kd), "v_descale is missing"),  # no operator call: flashlab.attention's
+        (lambda: op(q.half(), k, v, qd, kd, vd, *options),
+         "query is Half: flashlab::fp8_attention_forward takes float8_e4m3fn CUDA tensors"),
+        (lambda: op(q, k.half(), v, qd, kd, vd, *options), "key is Half: flashlab::fp8_attention_forward takes"),
+        (lambda: op(q, k, v, qd.clone().requires_grad_(), kd, vd, *options),
+         "q_descale requires grad, but FlashLab has no FP8 backward"),
+        (lambda: op(q.detach().requires_grad_(), k, v, qd, kd, vd, *options),
+         "query requires grad, but FlashLab has no FP8 backward"),
+        (lambda: op(q, k, v, qd, kd, vd, "cuda-fa2", False, False, None),
+         "variant cuda-fa2 takes f16 or bf16, not e4m3: only cuda-fa3-ws has an FP8 (e4m3) kernel"),
+        (lambda: op(q, k, v, qd, kd, vd, "cuda-naive", False, False, None), "runs on the legacy default stream"),
+        # The bf16 operators keep refusing float8, pointing here.
+        (lambda: torch.ops.flashlab.attention_forward(q, k, v, FP8, False, False, None, 0.0, 0),
+         "query is Float8_e4m3fn: FlashLab's operators take float16, bfloat16 or float32 CUDA tensors (float8 goes "
+         "through flashlab.torch.fp8_attention)"),
+    ]
+    for call, sentence in refused:
+        with pytest.raises(ValueError, match=re.escape(sentence)):
+            call()
+    wide = fp8_inputs(1, 2, 2, 64, 64, 96, seed=11)  # no FP8 kernel at head dim 96
+    with pytest.raises(ValueError, match="in e4m3: the FP8 kernel takes head dims"):
+        op(*wide, *options)
