@@ -12,11 +12,15 @@ passes:
   forward_backward   y = attention(q, k, v); y.backward(dy), q, k, v requiring grad
 and for each, for FlashLab (flashlab.torch.scaled_dot_product_attention, variant "auto") and for PyTorch's SDPA:
 
-  host_us   the host time of one call: calls queued ten at a time behind a sleep kernel (torch.cuda._sleep), so
-            the GPU is busy and no launch waits for it, timed per round and divided by ten; the median over --rounds
-            rounds. What the call costs the host, the launches included, and none of the kernels' own time. In each
-            round FlashLab's calls, its operator's alone and SDPA's are taken in turn (the order rotated from round
-            to round), so that a drift of the machine falls on all three alike.
+  host_us   the host time of one call: calls queued --layers at a time behind a sleep kernel (torch.cuda._sleep),
+            so the GPU is busy and no launch waits for it, timed per round and divided by --layers; the median over
+            --rounds rounds. What the call costs the host, the launches included, and none of the kernels' own time.
+            forward: --layers calls in a row. forward_backward: a stack of --layers attention layers, as a model is
+            (each layer's query is the previous layer's output, its own K and V leaves), and one backward() over
+            the stack: so the autograd engine's hand-over to its device thread, which swings by tens of µs from one
+            backward() to the next, is paid once per round, and each layer's share is its operator's forward, its
+            autograd node and its backward. In each round FlashLab's calls, its operator's alone and SDPA's are taken
+            in turn (the order rotated from round to round), so that a drift of the machine falls on all three alike.
   backend   (SDPA's) which of its backends ran the pass: cudnn, flash, efficient or math, read from the names of the
             kernels it launched (kernels, from torch.profiler)
   gpu_ms    the GPU time of one pass: the pass captured once in a CUDA graph, then CUDA events around --iters
@@ -47,16 +51,16 @@ from python_overhead import HIDDEN, TOKENS  # the same setting
 SLEEP_CYCLES = 40_000_000
 
 
-def host_us_in_turn(calls, rounds, warmup=10, calls_per_round=10):
-    """The host time of one call of each of `calls` ({name: call}), in µs per call, one figure per round: in each
-    round every call's calls_per_round calls are queued behind a sleep kernel, so that the GPU is busy and no launch
-    waits for it, and timed on the host. The calls are taken in turn within a round, their order rotated from round
-    to round, so that a drift of the machine's speed falls on all alike and two calls can be compared round by round;
+def host_us_in_turn(rounds_of, rounds, layers, warmup=5):
+    """The host time of one attention call in each of `rounds_of` ({name: round}, a round making `layers` calls), in µs
+    per call, one figure per round: each round is queued behind a sleep kernel, so that the GPU is busy and no launch
+    waits for it, and timed on the host. The rounds of each name are taken in turn, their order rotated from round to
+    round, so that a drift of the machine's speed falls on all alike and two names can be compared round by round;
     Python's garbage collector runs between rounds only. Returns {name: [µs per call, a round each]}."""
-    names = list(calls)
+    names = list(rounds_of)
     for name in names:
         for _ in range(warmup):
-            calls[name]()
+            rounds_of[name]()
     torch.cuda.synchronize()
     times = {name: [] for name in names}
     collecting = gc.isenabled()
@@ -66,9 +70,8 @@ def host_us_in_turn(calls, rounds, warmup=10, calls_per_round=10):
             for name in names[r % len(names):] + names[:r % len(names)]:
                 torch.cuda._sleep(SLEEP_CYCLES)
                 start = time.perf_counter()
-                for _ in range(calls_per_round):
-                    calls[name]()
-                times[name].append((time.perf_counter() - start) * 1e6 / calls_per_round)
+                rounds_of[name]()
+                times[name].append((time.perf_counter() - start) * 1e6 / layers)
                 torch.cuda.synchronize()
             gc.collect()
     finally:
@@ -131,6 +134,27 @@ def backend_of(kernels):
     return "math"
 
 
+def host_rounds(attend, q, k, v, dy, layers):
+    """One round of host timing per pass: forward, `layers` calls under no_grad; forward_backward, a stack of `layers`
+    attention layers (layer l's query is layer l - 1's output; its K and V are leaves of its own, as a model's
+    projections are) and one backward() over it."""
+    def forward():
+        with torch.no_grad():
+            for _ in range(layers):
+                attend(q, k, v)
+
+    query = q.detach().requires_grad_()
+    kv = [[x.detach().clone().requires_grad_() for x in (k, v)] for _ in range(layers)]
+
+    def forward_backward():
+        x = query
+        for layer_k, layer_v in kv:
+            x = attend(x, layer_k, layer_v)
+        x.backward(dy)
+
+    return {"forward": forward, "forward_backward": forward_backward}
+
+
 def passes(attend, q, k, v, dy):
     def forward():
         with torch.no_grad():
@@ -156,15 +180,15 @@ def measure(args, seq):
     k, v = (torch.randn(batch, seq, kv_heads, args.head_dim, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
             for _ in range(2))
     variant = ft._auto(*ft._problem_key(q, k, v, True, 0.0, True, False))[0]
-    ours = passes(lambda *x: ft.scaled_dot_product_attention(*x, is_causal=True, enable_gqa=gqa), q, k, v, dy)
-    operator = passes(lambda *x: torch.ops.flashlab.attention(*x, variant, True, False, None, 0.0, 0, False), q, k, v,
-                      dy)
-    theirs = passes(lambda *x: F.scaled_dot_product_attention(*x, is_causal=True, enable_gqa=gqa), q, k, v, dy)
+    attends = {"flashlab": lambda *x: ft.scaled_dot_product_attention(*x, is_causal=True, enable_gqa=gqa),
+               "operator": lambda *x: torch.ops.flashlab.attention(*x, variant, True, False, None, 0.0, 0, False),
+               "sdpa": lambda *x: F.scaled_dot_product_attention(*x, is_causal=True, enable_gqa=gqa)}
+    ours, theirs = passes(attends["flashlab"], q, k, v, dy), passes(attends["sdpa"], q, k, v, dy)
     row = {"seq": seq, "batch": batch, "heads": heads, "kv_heads": kv_heads, "head_dim": args.head_dim,
            "dtype": "bf16", "causal": True, "variant": variant}
+    rounds_of = {who: host_rounds(attend, q, k, v, dy, args.layers) for who, attend in attends.items()}
     for name in ("forward", "forward_backward"):
-        host = host_us_in_turn({"flashlab": ours[name], "operator": operator[name], "sdpa": theirs[name]},
-                               args.rounds)
+        host = host_us_in_turn({who: rounds_of[who][name] for who in attends}, args.rounds, args.layers)
         difference, quartiles = paired_difference(host["flashlab"], host["sdpa"])
         sdpa_kernels = kernels_of(theirs[name])
         row[name] = {"flashlab": {"host_us": round(statistics.median(host["flashlab"]), 1),
@@ -185,7 +209,8 @@ def main():
     parser.add_argument("--heads", type=int, default=0, help="query heads H (default: 2048 / d)")
     parser.add_argument("--kv-heads", type=int, default=0, help="K/V heads (default: --heads; fewer: grouped-query)")
     parser.add_argument("--iters", type=int, default=200, help="CUDA graph replays timed for gpu_ms")
-    parser.add_argument("--rounds", type=int, default=60, help="rounds of host timing (10 calls of each per round)")
+    parser.add_argument("--rounds", type=int, default=100, help="rounds of host timing (each: --layers calls)")
+    parser.add_argument("--layers", type=int, default=10, help="attention calls per round of host timing")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     if not ft.OPERATORS:
@@ -200,7 +225,8 @@ def main():
         "setting": (f"bf16, causal; B * N = {TOKENS} tokens, H * d = {HIDDEN}" if not (args.batch or args.heads)
                     else f"bf16, causal; B = {rows[0]['batch']}, {rows[0]['heads']} query heads, "
                          f"{rows[0]['kv_heads']} K/V heads")
-                   + f"; host: medians of {args.rounds} rounds of 10 calls; GPU: {args.iters} CUDA graph replays",
+                   + f"; host: medians of {args.rounds} rounds of {args.layers} calls (forward + backward: a stack "
+                     f"of {args.layers} layers, one backward()); GPU: {args.iters} CUDA graph replays",
         "rows": rows,
     }
     text = json.dumps(result, indent=1)

@@ -153,6 +153,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                          "grouped-query attention, as PyTorch's scaled_dot_product_attention asks")
     if causal_align not in ("top-left", "bottom-right"):
         raise ValueError(f"causal_align is top-left or bottom-right, not {causal_align!r}")
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if x.dim() != 4:  # (the sentence flashlab.attention says)
+            raise ValueError(f"{name} has shape {tuple(x.shape)} but inputs must be 4-d, in layout "
+                             "(batch, heads, seq, head_dim)")
     if variant == "auto":
         variant, refusal = _auto_for(query, key, value, is_causal, dropout_p, deterministic)
         if variant is None:
@@ -167,9 +171,22 @@ def _needs_backward(query, key, value):
 
 def _auto_for(query, key, value, is_causal, dropout_p, deterministic=False):
     """(variant, "") that variant="auto" runs for these tensors, or (None, the sentence why none can): the backward
-    counts where autograd will need it."""
+    counts where autograd will need it. Eagerly, the answer is kept by the tensors' own dtype and device objects,
+    so that a repeated call builds no _problem_key (about a microsecond of a call's host time); torch.compile folds
+    _auto's result instead."""
     backward = _needs_backward(query, key, value)
-    return _auto(*_problem_key(query, key, value, is_causal, dropout_p, backward, deterministic))
+    if torch.compiler.is_compiling():
+        return _auto(*_problem_key(query, key, value, is_causal, dropout_p, backward, deterministic))
+    kind = (query.dtype, query.device, query.shape[1], key.shape[1], query.shape[-1], is_causal, dropout_p, backward,
+            deterministic)
+    choice = _AUTO_BY_TENSORS.get(kind)
+    if choice is None:
+        choice = _AUTO_BY_TENSORS[kind] = _auto(*_problem_key(query, key, value, is_causal, dropout_p, backward,
+                                                              deterministic))
+    return choice
+
+
+_AUTO_BY_TENSORS = {}
 
 
 def _attend(query, key, value, variant, is_causal, causal_align, scale, dropout_p, deterministic):
