@@ -141,24 +141,32 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     order, so gradients are bit-identical run to run; a variant whose backward adds dQ with atomics (cuda-fa2 among
     them: flashlab.variants()'s "deterministic" says which) refuses it with ValueError when the backward runs.
     """
-    if query.dtype in _FLOAT8:
-        raise ValueError(f"query is {query.dtype}: scaled_dot_product_attention takes no descales and FlashLab has no "
+    # Each of the tensors' attributes is read once: this runs on every layer's call, and a read costs the host about
+    # 0.1 µs.
+    dtype, q_shape, k_shape = query.dtype, query.shape, key.shape
+    if dtype in _FLOAT8:
+        raise ValueError(f"query is {dtype}: scaled_dot_product_attention takes no descales and FlashLab has no "
                          "FP8 backward; for float8_e4m3fn use flashlab.torch.fp8_attention(q, k, v, q_descale, "
                          "k_descale, v_descale), the FP8 forward")
     if attn_mask is not None:
         raise ValueError("attn_mask is not supported: no FlashLab variant takes an arbitrary mask; pass "
                          "is_causal=True for a causal one, or use torch.nn.functional.scaled_dot_product_attention")
-    if query.dim() >= 3 and key.dim() >= 3 and query.shape[-3] != key.shape[-3] and not enable_gqa:
-        raise ValueError(f"query has {query.shape[-3]} heads and key {key.shape[-3]}: pass enable_gqa=True for "
+    if len(q_shape) != 4 or len(k_shape) != 4 or value.dim() != 4:
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            if x.dim() != 4:  # (the sentence flashlab.attention says)
+                raise ValueError(f"{name} has shape {tuple(x.shape)} but inputs must be 4-d, in layout "
+                                 "(batch, heads, seq, head_dim)")
+    if q_shape[1] != k_shape[1] and not enable_gqa:
+        raise ValueError(f"query has {q_shape[1]} heads and key {k_shape[1]}: pass enable_gqa=True for "
                          "grouped-query attention, as PyTorch's scaled_dot_product_attention asks")
-    if causal_align not in ("top-left", "bottom-right"):
+    if causal_align != "top-left" and causal_align != "bottom-right":
         raise ValueError(f"causal_align is top-left or bottom-right, not {causal_align!r}")
-    for name, x in (("query", query), ("key", key), ("value", value)):
-        if x.dim() != 4:  # (the sentence flashlab.attention says)
-            raise ValueError(f"{name} has shape {tuple(x.shape)} but inputs must be 4-d, in layout "
-                             "(batch, heads, seq, head_dim)")
     if variant == "auto":
-        variant, refusal = _auto_for(query, key, value, is_causal, dropout_p, deterministic)
+        if torch.compiler.is_compiling():
+            variant, refusal = _auto_for(query, key, value, is_causal, dropout_p, deterministic)
+        else:
+            variant, refusal = _auto_eager(query, key, value, dtype, q_shape, k_shape, is_causal, dropout_p,
+                                           deterministic)
         if variant is None:
             raise ValueError(refusal)
     return _attend(query, key, value, variant, is_causal, causal_align, scale, dropout_p, deterministic)
@@ -171,14 +179,17 @@ def _needs_backward(query, key, value):
 
 def _auto_for(query, key, value, is_causal, dropout_p, deterministic=False):
     """(variant, "") that variant="auto" runs for these tensors, or (None, the sentence why none can): the backward
-    counts where autograd will need it. Eagerly, the answer is kept by the tensors' own dtype and device objects,
-    so that a repeated call builds no _problem_key (about a microsecond of a call's host time); torch.compile folds
-    _auto's result instead."""
+    counts where autograd will need it."""
     backward = _needs_backward(query, key, value)
-    if torch.compiler.is_compiling():
-        return _auto(*_problem_key(query, key, value, is_causal, dropout_p, backward, deterministic))
-    kind = (query.dtype, query.device, query.shape[1], key.shape[1], query.shape[-1], is_causal, dropout_p, backward,
-            deterministic)
+    return _auto(*_problem_key(query, key, value, is_causal, dropout_p, backward, deterministic))
+
+
+def _auto_eager(query, key, value, dtype, q_shape, k_shape, is_causal, dropout_p, deterministic):
+    """_auto_for outside torch.compile (which folds _auto's result instead), for a call that has read the tensors'
+    dtype and shapes: the answer is kept by the tensors' own dtype and device objects, so that a repeated call builds
+    no _problem_key (its strings and conversions cost about 2 µs of host time)."""
+    backward = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
+    kind = (dtype, query.device, q_shape[1], k_shape[1], q_shape[3], is_causal, dropout_p, backward, deterministic)
     choice = _AUTO_BY_TENSORS.get(kind)
     if choice is None:
         choice = _AUTO_BY_TENSORS[kind] = _auto(*_problem_key(query, key, value, is_causal, dropout_p, backward,
