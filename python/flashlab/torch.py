@@ -307,7 +307,7 @@ def fp8_attention(q, k, v, q_descale=None, k_descale=None, v_descale=None, *, is
     if OPERATORS and _is_operator(variant) and q.dim() == k.dim() == v.dim() == 4 and descales_given:
         # The operator takes (B, H, S, D): for bshd, views of the caller's (B, S, H, D) memory, read in place. O comes
         # back laid out as the q it was given, so turned back it is laid out as the caller's q. A missing descale, or
-        # inputs that are not 4-d, go the way below, to flashlab.attention's sentence.
+        # inputs that are not 4-d, go through _fp8_through_module, to flashlab.attention's sentence.
         if causal_align not in ("top-left", "bottom-right"):
             raise ValueError(f"causal_align is top-left or bottom-right, not {causal_align!r}")
         if layout == "bshd":
@@ -316,6 +316,13 @@ def fp8_attention(q, k, v, q_descale=None, k_descale=None, v_descale=None, *, is
             q, k, v, q_descale, k_descale, v_descale, variant, bool(is_causal), causal_align == "bottom-right",
             _flashlab._scale(scale))
         return (o.transpose(1, 2) if layout == "bshd" else o), lse
+    return _fp8_through_module(q, k, v, q_descale, k_descale, v_descale, variant=variant, is_causal=is_causal,
+                               causal_align=causal_align, scale=scale, layout=layout)
+
+
+def _fp8_through_module(q, k, v, q_descale, k_descale, v_descale, *, variant, is_causal, causal_align, scale, layout):
+    """fp8_attention through flashlab.attention (DLPack, the legacy default stream; the call waits): where the
+    operators are not built, and for what the operator does not take (its sentences are flashlab.attention's)."""
     # The bytes go over DLPack as uint8 (the same memory, viewed): a PyTorch whose DLPack has no float8 exports them
     # too, and dtype="e4m3" tells flashlab what they hold.
     inputs = [x.view(torch.uint8) if layout == "bshd" else _kernel_layout(x.view(torch.uint8)) for x in (q, k, v)]

@@ -138,6 +138,21 @@ def test_kernels_run_on_the_current_stream_and_the_call_does_not_wait():
     assert passes, result
 
 
+def captured_in_a_graph(step):
+    """step() captured in a CUDA graph, after two warm-up calls on a side stream as PyTorch asks: (the graph, the
+    tensors the captured call returned, which each replay rewrites)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    return graph, captured
+
+
 def test_forward_and_backward_replay_from_a_cuda_graph():
     require_available("cuda-fa3-ws")
     static = [bshd_memory(2, 8, 512, 64, seed=s).detach().requires_grad_() for s in range(3)]
@@ -147,15 +162,7 @@ def test_forward_and_backward_replay_from_a_cuda_graph():
         out = ft.scaled_dot_product_attention(*static, is_causal=True, variant="cuda-fa3-ws")
         return (out, *torch.autograd.grad(out, static, grad_out))
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up off the capture, as PyTorch asks
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = step()
+    graph, captured = captured_in_a_graph(step)
     fresh = [bshd_memory(2, 8, 512, 64, seed=10 + s) for s in range(3)]
     with torch.no_grad():
         for x, new in zip(static, fresh):
@@ -251,21 +258,6 @@ def fp8_inputs(b, hq, hkv, sq, sk, d, seed):
     return q, k, v, qd, kd, vd
 
 
-def through_flashlab_attention(q, k, v, qd, kd, vd, layout, **options):
-    """fp8_attention as it ran before the operator: flashlab.attention over DLPack (the e4m3 bytes as uint8 views, in
-    the kernels' (B, S, H, D) memory), on the legacy default stream, into O and an LSE from PyTorch's allocator."""
-    if layout == "bhsd":
-        b, h, s, d = q.shape
-        o = torch.empty(b, s, h, d, dtype=torch.bfloat16, device=q.device).transpose(1, 2)
-    else:
-        b, s, h, d = q.shape
-        o = torch.empty(b, s, h, d, dtype=torch.bfloat16, device=q.device)
-    lse = torch.empty(b, h, s, dtype=torch.float32, device=q.device)
-    flashlab.attention(*(x.view(torch.uint8) for x in (q, k, v)), variant=FP8, layout=layout, dtype="e4m3",
-                       q_descale=qd, k_descale=kd, v_descale=vd, return_lse=True, out=(o, lse), **options)
-    return o, lse
-
-
 def ops_run(call):
     """The names of the operators a call went through, from PyTorch's profiler."""
     traced = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
@@ -285,7 +277,8 @@ def test_fp8_operator_gives_the_bits_of_the_flashlab_attention_path(layout, d):
         assert q.is_contiguous()
     (o, lse), names = ops_run(lambda: ft.fp8_attention(q, k, v, qd, kd, vd, is_causal=True, layout=layout))
     assert "flashlab::fp8_attention_forward" in names, sorted(names)[:20]
-    o_ref, lse_ref = through_flashlab_attention(q, k, v, qd, kd, vd, layout, is_causal=True)
+    o_ref, lse_ref = ft._fp8_through_module(q, k, v, qd, kd, vd, variant=FP8, is_causal=True, causal_align="top-left",
+                                             scale=None, layout=layout)
     assert o.dtype == torch.bfloat16 and o.shape == q.shape and o.stride() == q.stride(), (o.shape, o.stride())
     assert lse.dtype == torch.float32 and lse.shape == (2, 8, 200) and lse.is_contiguous()
     assert torch.isfinite(o).all() and torch.isfinite(lse).all()  # top-left, seq_q <= seq_k: every row sees a key
@@ -319,15 +312,7 @@ def test_fp8_forward_replays_from_a_cuda_graph():
         return ft.fp8_attention(*static, is_causal=True)
 
     first_o = step()[0].clone()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up off the capture, as PyTorch asks
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = step()
+    graph, captured = captured_in_a_graph(step)
     for x, new in zip(static, fp8_inputs(2, 8, 2, 512, 512, 128, seed=30)):
         x.copy_(new)
     graph.replay()
