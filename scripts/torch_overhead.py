@@ -27,6 +27,9 @@ and for each, for FlashLab (flashlab.torch.scaled_dot_product_attention, variant
             replays of it. Where a pass's launches take the host longer than its kernels take the GPU (small
             problems with backward), back-to-back calls would time the host instead; replays do not.
 
+first_call_host_us and later_calls_host_us (the forward's) split each round's first call, made right after the host
+waited for the previous round's kernels, from the calls after it, for the three kinds of call alike.
+
 host_us_over_sdpa is what replacing SDPA adds to each call: the median over the rounds of FlashLab's time minus SDPA's
 in the same round, with the quartiles of those differences (host_us_over_sdpa_quartiles) to say how far one round
 can move it. operator_alone_host_us calls torch.ops.flashlab.attention itself, without flashlab.torch's Python checks
@@ -56,28 +59,35 @@ def host_us_in_turn(rounds_of, rounds, layers, warmup=5):
     per call, one figure per round: each round is queued behind a sleep kernel, so that the GPU is busy and no launch
     waits for it, and timed on the host. The rounds of each name are taken in turn, their order rotated from round to
     round, so that a drift of the machine's speed falls on all alike and two names can be compared round by round;
-    Python's garbage collector runs between rounds only. Returns {name: [µs per call, a round each]}."""
+    Python's garbage collector runs between rounds only. A round may stamp the time after each of its calls (the
+    forward's do), which splits its first call from the later ones. Returns ({name: [µs per call, a round each]},
+    {name: [µs of the first call, a round each]}, {name: [µs per later call, a round each]}); the last two are empty
+    for rounds that stamp nothing."""
     names = list(rounds_of)
     for name in names:
         for _ in range(warmup):
-            rounds_of[name]()
+            rounds_of[name]([])
     torch.cuda.synchronize()
-    times = {name: [] for name in names}
+    times, first, later = ({name: [] for name in names} for _ in range(3))
     collecting = gc.isenabled()
     gc.disable()
     try:
         for r in range(rounds):
             for name in names[r % len(names):] + names[:r % len(names)]:
                 torch.cuda._sleep(SLEEP_CYCLES)
-                start = time.perf_counter()
-                rounds_of[name]()
-                times[name].append((time.perf_counter() - start) * 1e6 / layers)
+                stamps = [time.perf_counter()]
+                rounds_of[name](stamps)
+                end = time.perf_counter()
+                times[name].append((end - stamps[0]) * 1e6 / layers)
+                if len(stamps) == layers + 1 and layers > 1:
+                    first[name].append((stamps[1] - stamps[0]) * 1e6)
+                    later[name].append((stamps[-1] - stamps[1]) * 1e6 / (layers - 1))
                 torch.cuda.synchronize()
             gc.collect()
     finally:
         if collecting:
             gc.enable()
-    return times
+    return times, first, later
 
 
 def paired_difference(mine, theirs):
@@ -135,18 +145,20 @@ def backend_of(kernels):
 
 
 def host_rounds(attend, q, k, v, dy, layers):
-    """One round of host timing per pass: forward, `layers` calls under no_grad; forward_backward, a stack of `layers`
-    attention layers (layer l's query is layer l - 1's output; its K and V are leaves of its own, as a model's
-    projections are) and one backward() over it."""
-    def forward():
+    """One round of host timing per pass, given a list to stamp the time into: forward, `layers` calls under no_grad,
+    each stamped when it returns; forward_backward, a stack of `layers` attention layers (layer l's query is layer
+    l - 1's output; its K and V are leaves of its own, as a model's projections are) and one backward() over it,
+    unstamped (a layer's backward runs later, on the autograd engine's thread)."""
+    def forward(stamps):
         with torch.no_grad():
             for _ in range(layers):
                 attend(q, k, v)
+                stamps.append(time.perf_counter())
 
     query = q.detach().requires_grad_()
     kv = [[x.detach().clone().requires_grad_() for x in (k, v)] for _ in range(layers)]
 
-    def forward_backward():
+    def forward_backward(stamps):
         x = query
         for layer_k, layer_v in kv:
             x = attend(x, layer_k, layer_v)
@@ -188,7 +200,8 @@ def measure(args, seq):
            "dtype": "bf16", "causal": True, "variant": variant}
     rounds_of = {who: host_rounds(attend, q, k, v, dy, args.layers) for who, attend in attends.items()}
     for name in ("forward", "forward_backward"):
-        host = host_us_in_turn({who: rounds_of[who][name] for who in attends}, args.rounds, args.layers)
+        host, first, later = host_us_in_turn({who: rounds_of[who][name] for who in attends}, args.rounds,
+                                             args.layers)
         difference, quartiles = paired_difference(host["flashlab"], host["sdpa"])
         sdpa_kernels = kernels_of(theirs[name])
         row[name] = {"flashlab": {"host_us": round(statistics.median(host["flashlab"]), 1),
@@ -198,6 +211,11 @@ def measure(args, seq):
                               "gpu_ms": gpu_ms(theirs[name], args.iters),
                               "backend": backend_of(sdpa_kernels), "kernels": sdpa_kernels},
                      "host_us_over_sdpa": round(difference, 1), "host_us_over_sdpa_quartiles": quartiles}
+        if first["flashlab"]:
+            # Where the time goes inside a round: its first call, right after the host waited for the last round's
+            # kernels, against the calls after it.
+            row[name]["first_call_host_us"] = {who: round(statistics.median(first[who]), 1) for who in attends}
+            row[name]["later_calls_host_us"] = {who: round(statistics.median(later[who]), 1) for who in attends}
     return row
 
 
@@ -238,6 +256,10 @@ def main():
                   f"{p['flashlab']['host_us']:7.1f} us (operator {p['flashlab']['operator_alone_host_us']:7.1f}) sdpa "
                   f"{p['sdpa']['host_us']:7.1f} us ({p['sdpa']['backend']}), difference {p['host_us_over_sdpa']:+7.1f} us; GPU: flashlab "
                   f"{p['flashlab']['gpu_ms']:.3f} ms sdpa {p['sdpa']['gpu_ms']:.3f} ms")
+            if "first_call_host_us" in p:
+                print(" " * 44 + "first call / later calls: " + ", ".join(
+                    f"{who} {p['first_call_host_us'][who]:.1f} / {p['later_calls_host_us'][who]:.1f} us"
+                    for who in p["first_call_host_us"]))
     if args.json:
         with open(args.json, "w") as out:
             out.write(text + "\n")
