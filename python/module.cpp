@@ -199,11 +199,7 @@ void record_device_call(const Variant& var, std::initializer_list<std::pair<cons
 DeviceInput e4m3_descale(const py::capsule& capsule, const char* name, std::vector<std::int64_t> dims,
                          const char* extents, int device) {
   DeviceInput t(capsule, name);
-  if (t.dims().dims != dims)
-    throw InputError(std::string(name) + " has shape " + dims_string(t.dims().dims) + " but the problem needs " +
-                     extents + " = " + dims_string(dims) + ": one descale per (batch, head)");
-  if (t.dtype() != DType::F32)
-    throw InputError(std::string(name) + " is " + to_string(t.dtype()) + " but descales are float32");
+  check_e4m3_descale(name, t.dims().dims, std::string(to_string(t.dtype())), dims, extents);
   if (t.device() != device)
     throw InputError(std::string(name) + " is on CUDA device " + std::to_string(t.device()) +
                      " but q is on CUDA device " + std::to_string(device) + ": pass every tensor on one device");

@@ -126,25 +126,19 @@ DType common_dtype(std::initializer_list<std::pair<const Tensor*, const char*>> 
   return dtype;
 }
 
-// One descale of the FP8 forward, checked: float32 (B, H) on q's GPU (the dtype's and the shape's sentences are
-// flashlab.attention's). Made contiguous: the kernel reads one float per (batch, head), row-major.
+// One descale of the FP8 forward, checked: float32 (B, H) on q's GPU (the shape's and the dtype's sentences are the
+// registry's, as flashlab.attention's are). Made contiguous: the kernel reads one float per (batch, head), row-major.
 Tensor e4m3_descale(const Tensor& d, const char* name, const Tensor& q, const std::vector<std::int64_t>& dims,
                     const char* extents) {
-  if (d.scalar_type() != at::kFloat) {
-    const std::optional<DType> dtype = registry_dtype(d.scalar_type());
-    throw InputError(std::string(name) + " is " +
-                     (dtype ? std::string(to_string(*dtype)) : std::string(c10::toString(d.scalar_type()))) +
-                     " but descales are float32");
-  }
+  const std::optional<DType> dtype = registry_dtype(d.scalar_type());
+  check_e4m3_descale(name, dims_of(d), dtype ? to_string(*dtype) : std::string(c10::toString(d.scalar_type())), dims,
+                     extents);
   if (!d.is_cuda())
     throw InputError(std::string(name) + " is on the " + d.device().str() + " but query is on " + q.device().str() +
                      ": the kernel reads the descales, so pass them as float32 tensors on query's GPU");
   if (d.device() != q.device())
     throw InputError(std::string(name) + " is on " + d.device().str() + " but query is on " + q.device().str() +
                      ": pass every tensor on one GPU");
-  if (dims_of(d) != dims)
-    throw InputError(std::string(name) + " has shape " + dims_string(dims_of(d)) + " but the problem needs " + extents +
-                     " = " + dims_string(dims) + ": one descale per (batch, head)");
   return d.contiguous();
 }
 

@@ -186,6 +186,18 @@ TEST_CASE("the device entry points refuse CPU rows, and every CUDA row has them"
     CHECK_THROWS_AS(allocate_on_cuda_device(64, 0), InputError);  // built without CUDA, or no device here
 }
 
+TEST_CASE("an FP8 forward's descale is refused unless it is float32 (B, H), in one sentence") {
+  const std::vector<std::int64_t> needed{2, 8};
+  CHECK_NOTHROW(check_e4m3_descale("q_descale", {2, 8}, "f32", needed, "(B, H_q)"));
+  CHECK_THROWS_WITH_AS(check_e4m3_descale("q_descale", {2, 2}, "f32", needed, "(B, H_q)"),
+                       "q_descale has shape (2, 2) but the problem needs (B, H_q) = (2, 8): one descale per (batch, head)",
+                       InputError);
+  CHECK_THROWS_WITH_AS(check_e4m3_descale("k_descale", {2, 8, 1}, "f32", needed, "(B, H_kv)"),
+                       doctest::Contains("k_descale has shape (2, 8, 1)"), InputError);
+  CHECK_THROWS_WITH_AS(check_e4m3_descale("v_descale", {2, 8}, "f16", needed, "(B, H_kv)"),
+                       "v_descale is f16 but descales are float32", InputError);
+}
+
 TEST_CASE("cuda-fa2 and cuda-fa3-ws run on a caller's stream, with the scratch their layouts count") {
   Problem p;
   p.shape = Shape{.batch = 2, .heads_q = 4, .heads_kv = 2, .seq_q = 100, .seq_k = 300, .head_dim = 128};

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "core/layout.hpp"  // dims_string
 #include "core/scratch.hpp"
 #include "cpu_reference/cpu_variants.hpp"
 #include "cpu_reference/fp8.hpp"  // quantize_e4m3_qkv
@@ -412,6 +413,14 @@ void require_e4m3_descales(const Variant& v, bool q_given, bool k_given, bool v_
     throw InputError("variant " + v.name + "'s FP8 (e4m3) forward needs q_descale, k_descale and v_descale (one float32 "
                      "per (batch, head): (B, H_q) for q, (B, H_kv) for k and v; 1 for bytes stored unscaled), and " +
                      spoken_list(missing) + (missing.size() == 1 ? " is" : " are") + " missing");
+}
+
+void check_e4m3_descale(const std::string& name, const std::vector<std::int64_t>& dims, const std::string& dtype_name,
+                        const std::vector<std::int64_t>& needed, const std::string& extents) {
+  if (dims != needed)
+    throw InputError(name + " has shape " + dims_string(dims) + " but the problem needs " + extents + " = " +
+                     dims_string(needed) + ": one descale per (batch, head)");
+  if (dtype_name != to_string(DType::F32)) throw InputError(name + " is " + dtype_name + " but descales are float32");
 }
 
 void check_supported(const Variant& v, const Problem& p, DType dtype, bool backward) {

@@ -166,6 +166,11 @@ void check_supported(const Variant&, const Problem&, DType, bool backward);
 // Throws InputError (one sentence, naming those missing) unless the descales of an FP8 forward's q, k and v are all
 // given: Variant::forward_e4m3_on_device asks it, and a caller may ask it before allocating the outputs.
 void require_e4m3_descales(const Variant&, bool q_given, bool k_given, bool v_given);
+// Throws InputError (one sentence) unless the descale `name` of an FP8 forward has the shape `needed` ((B, H_q) for
+// q's, (B, H_kv) for k's and v's, spelled `extents`) and is float32 (`dtype_name`: how the caller's front end names
+// its dtype; "f32" passes). The Python module and the PyTorch operators ask it of the tensors they are given.
+void check_e4m3_descale(const std::string& name, const std::vector<std::int64_t>& dims, const std::string& dtype_name,
+                        const std::vector<std::int64_t>& needed, const std::string& extents);
 
 // Throws InputError (one sentence) unless a bench of the variant can record a timeline of this problem:
 // a variant with records_timeline (the sentence names those that have it) and, for a `backward` bench, a
