@@ -142,8 +142,19 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     them: flashlab.variants()'s "deterministic" says which) refuses it with ValueError when the backward runs.
     """
     # Each of the tensors' attributes is read once: this runs on every layer's call, and a read costs the host about
-    # 0.1 µs.
+    # 0.1 µs. A call of a kind seen before (below) goes straight to the operator: every check that follows depends on
+    # nothing but the key's fields, and passed for them the first time.
     dtype, q_shape, k_shape = query.dtype, query.shape, key.shape
+    backward = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
+    kind = None
+    if (attn_mask is None and len(q_shape) == 4 and len(k_shape) == 4 and value.dim() == 4
+            and not torch.compiler.is_compiling()):
+        kind = (variant, dtype, query.device, q_shape[1], k_shape[1], q_shape[3], is_causal, enable_gqa, dropout_p,
+                backward, deterministic, causal_align)
+        name = _OPERATOR_CALLS.get(kind)
+        if name is not None:
+            return _OPERATOR(query, key, value, name, bool(is_causal), causal_align == "bottom-right", scale, 0.0, 0,
+                             bool(deterministic))
     if dtype in _FLOAT8:
         raise ValueError(f"query is {dtype}: scaled_dot_product_attention takes no descales and FlashLab has no "
                          "FP8 backward; for float8_e4m3fn use flashlab.torch.fp8_attention(q, k, v, q_descale, "
@@ -161,15 +172,22 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                          "grouped-query attention, as PyTorch's scaled_dot_product_attention asks")
     if causal_align != "top-left" and causal_align != "bottom-right":
         raise ValueError(f"causal_align is top-left or bottom-right, not {causal_align!r}")
+    name = variant
     if variant == "auto":
-        if torch.compiler.is_compiling():
-            variant, refusal = _auto_for(query, key, value, is_causal, dropout_p, deterministic)
-        else:
-            variant, refusal = _auto_eager(query, key, value, dtype, q_shape, k_shape, is_causal, dropout_p,
-                                           deterministic)
-        if variant is None:
+        name, refusal = _auto_of(query, key, value, dtype, q_shape, k_shape, is_causal, dropout_p, backward,
+                                 deterministic)
+        if name is None:
             raise ValueError(refusal)
-    return _attend(query, key, value, variant, is_causal, causal_align, scale, dropout_p, deterministic)
+    if kind is not None and dropout_p == 0 and query.is_cuda and _is_operator(name):
+        _OPERATOR_CALLS[kind] = name  # (with dropout, each call draws its own seed)
+    return _attend(query, key, value, name, is_causal, causal_align, scale, dropout_p, deterministic)
+
+
+# The calls that went to torch.ops.flashlab.attention, by what decided that: (variant asked for, dtype, device, heads_q,
+# heads_kv, head_dim, is_causal, enable_gqa, dropout_p, backward needed, deterministic, causal_align) -> the variant
+# run. Sequence lengths play no part, so the table stays as small as a model's kinds of attention call.
+_OPERATOR_CALLS = {}
+_OPERATOR = torch.ops.flashlab.attention.default if OPERATORS else None
 
 
 def _needs_backward(query, key, value):
@@ -177,18 +195,13 @@ def _needs_backward(query, key, value):
     return torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
 
 
-def _auto_for(query, key, value, is_causal, dropout_p, deterministic=False):
-    """(variant, "") that variant="auto" runs for these tensors, or (None, the sentence why none can): the backward
-    counts where autograd will need it."""
-    backward = _needs_backward(query, key, value)
-    return _auto(*_problem_key(query, key, value, is_causal, dropout_p, backward, deterministic))
-
-
-def _auto_eager(query, key, value, dtype, q_shape, k_shape, is_causal, dropout_p, deterministic):
-    """_auto_for outside torch.compile (which folds _auto's result instead), for a call that has read the tensors'
-    dtype and shapes: the answer is kept by the tensors' own dtype and device objects, so that a repeated call builds
-    no _problem_key (its strings and conversions cost about 2 µs of host time)."""
-    backward = torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad)
+def _auto_of(query, key, value, dtype, q_shape, k_shape, is_causal, dropout_p, backward, deterministic):
+    """(variant, "") that variant="auto" runs for these checked 4-d tensors, or (None, the sentence why none can), for
+    a caller that has read their dtype and shapes. Under torch.compile, _auto's result is folded into the graph.
+    Outside it, the answer is kept by the tensors' own dtype and device objects, so that a repeated call builds no
+    _problem_key (its strings and conversions cost about 2 µs of host time)."""
+    if torch.compiler.is_compiling():
+        return _auto(*_problem_key(query, key, value, is_causal, dropout_p, backward, deterministic))
     kind = (dtype, query.device, q_shape[1], k_shape[1], q_shape[3], is_causal, dropout_p, backward, deterministic)
     choice = _AUTO_BY_TENSORS.get(kind)
     if choice is None:
@@ -220,10 +233,11 @@ def supports(query, key, value, *, is_causal=False, dropout_p=0.0, backward=Fals
 
 def _choice(query, key, value, is_causal, dropout_p, backward, deterministic=False):
     """supports() as (variant, "") or (None, the sentence): what a caller that goes on to _attend needs."""
-    if query.dtype in _FLOAT8 or query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+    dtype, q_shape, k_shape = query.dtype, query.shape, key.shape
+    if dtype in _FLOAT8 or len(q_shape) != 4 or len(k_shape) != 4 or value.dim() != 4:
         return None, ("FlashLab's scaled_dot_product_attention takes 4-d float16, bfloat16 or float32 tensors "
                       "(B, H, S, D)")
-    return _auto(*_problem_key(query, key, value, is_causal, dropout_p, backward, deterministic))
+    return _auto_of(query, key, value, dtype, q_shape, k_shape, is_causal, dropout_p, backward, deterministic)
 
 
 def _problem_key(query, key, value, is_causal, dropout_p, backward, deterministic):

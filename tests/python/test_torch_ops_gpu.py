@@ -1,7 +1,8 @@
 """FlashLab's PyTorch operators (torch.ops.flashlab.*, python/torch_ops.cpp) on a CUDA device (CTest label gpu;
 run_pytest.py reports the suite as skipped where there is none):
   * they are there wherever FlashLab was built with CUDA for a Python with PyTorch, and flashlab.torch routes the
-    variants that run on a caller's stream through them, variant="auto" included;
+    variants that run on a caller's stream through them, variant="auto" included; a repeated call of one kind goes
+    straight to the operator, with the first call's results and checks;
   * torch.library.opcheck passes: schemas, fake (Meta) implementations, the autograd registration, AOT dispatch;
   * the kernels run on torch.cuda.current_stream() and the call returns without waiting for them;
   * a forward and backward captured in a CUDA graph replay on new inputs to the eager results;
@@ -118,6 +119,45 @@ def test_auto_goes_through_the_operator_and_says_which_variant():
     assert ft.supports(q, k, v, is_causal=True) is None
     wide = torch.empty(1, 4, 8, 320, device=CUDA, dtype=torch.bfloat16)  # no variant takes head dim 320
     assert "finds no variant" in ft.supports(wide, wide, wide)
+
+
+def test_a_repeated_call_goes_straight_to_the_operator_with_the_first_calls_results_and_checks():
+    require_available("cuda-fa3-ws")
+    q, k, v = (bshd_memory(1, 8, 300, 64, seed=s) for s in range(3))
+    kv = [x[:, :2].contiguous() for x in (k, v)]  # 2 K/V heads: grouped-query
+
+    def direct(query):  # the operator itself, with what auto picks here
+        return torch.ops.flashlab.attention(query, *kv, "cuda-fa3-ws", True, False, None, 0.0, 0, False)
+
+    first = ft.scaled_dot_product_attention(q, *kv, is_causal=True, enable_gqa=True)
+    again, names = ops_run(lambda: ft.scaled_dot_product_attention(q, *kv, is_causal=True, enable_gqa=True))
+    assert "flashlab::attention" in names and torch.equal(first, again) and torch.equal(again, direct(q))
+    assert first.grad_fn is None and again.grad_fn is None  # (no input requires grad)
+    assert "cuda-fa3-ws" in ft._OPERATOR_CALLS.values()  # the kind was kept for the calls after the first
+    # What the first call checked is checked again wherever the kind differs.
+    with pytest.raises(ValueError, match="pass enable_gqa=True"):
+        ft.scaled_dot_product_attention(q, *kv, is_causal=True)
+    with pytest.raises(ValueError, match="attn_mask is not supported"):
+        ft.scaled_dot_product_attention(q, *kv, attn_mask=torch.ones(300, 300, dtype=torch.bool, device=CUDA),
+                                        is_causal=True, enable_gqa=True)
+    with pytest.raises(ValueError, match="causal_align is top-left or bottom-right"):
+        ft.scaled_dot_product_attention(q, *kv, is_causal=True, enable_gqa=True, causal_align="diagonal")
+    with pytest.raises(ValueError, match="query has shape"):
+        ft.scaled_dot_product_attention(q[0], *kv, is_causal=True, enable_gqa=True)
+    # Other sequence lengths are the same kind; a query that requires grad is another (the backward is needed).
+    shorter = ft.scaled_dot_product_attention(q[:, :, :100], *kv, is_causal=True, enable_gqa=True)
+    assert torch.equal(shorter, direct(q[:, :, :100]))
+    # The diagonal is part of the kind: bottom-right (query i sees keys up to i + 200) is not the cached top-left.
+    right = ft.scaled_dot_product_attention(q[:, :, :100], *kv, is_causal=True, enable_gqa=True,
+                                            causal_align="bottom-right")
+    assert torch.equal(right, torch.ops.flashlab.attention(q[:, :, :100], *kv, "cuda-fa3-ws", True, True, None, 0.0,
+                                                           0, False))
+    assert not torch.equal(right, shorter)
+    leaf = q.detach().requires_grad_()
+    out = ft.scaled_dot_product_attention(leaf, *kv, is_causal=True, enable_gqa=True)
+    assert out.grad_fn is not None and torch.equal(out.detach(), first)
+    out.sum().backward()
+    assert leaf.grad is not None and torch.isfinite(leaf.grad).all()
 
 
 def test_kernels_run_on_the_current_stream_and_the_call_does_not_wait():
