@@ -16,7 +16,10 @@ as input and as labels.
 For each (S, d): both backends' models side by side, their steps taken in turn (one of each per round, so a drift of
 the machine's speed falls on both alike); the median wall time of --iters rounds after --warmup, each step between
 two torch.cuda.synchronize() calls (time.perf_counter), and sdpa_over_flashlab = SDPA's / FlashLab's (> 1: FlashLab
-faster).
+faster). The two steps of a round run in either order, swapped every round; paired_sdpa_over_flashlab is the median
+over the rounds of SDPA's step over FlashLab's in the same round, with its quartiles
+(paired_sdpa_over_flashlab_quartiles), which say how far one round moves it. Where the step is mostly the host's time
+(small S), the machine's speed moves both backends' medians from one run to the next; the paired ratio moves less.
 Compiled runs wrap the model in torch.compile (default mode) and reset dynamo first, so that each compiles for its
 own shapes; the warmup steps include the compilation.
 
@@ -123,26 +126,29 @@ def make_step(attn_implementation, config, weights, tokens, compiled):
 
 
 def time_in_turn(steps, args):
-    """{name: (median step ms, peak GiB)} of the steps taken in turn, one of each per round (so that a drift of the
-    machine's speed falls on both alike), --iters rounds after --warmup; each step between two synchronizations. The
-    peak is the allocator's during that backend's first timed step."""
+    """({name: (median step ms, peak GiB)}, [per-round ratios of the first name's step time to the second's]) of the
+    steps taken in turn, one of each per round, the order swapped from round to round (so that a drift of the
+    machine's speed, or what one step leaves the next, falls on both alike), --iters rounds after --warmup; each step
+    between two synchronizations. The peak is the allocator's during that backend's first timed step."""
     for _ in range(args.warmup):
         for step in steps.values():
             step()
     torch.cuda.synchronize()
-    times, peaks = {name: [] for name in steps}, {}
+    names = list(steps)
+    times, peaks = {name: [] for name in names}, {}
     for round_ in range(args.iters):
-        for name, step in steps.items():
+        for name in names if round_ % 2 == 0 else names[::-1]:
             if round_ == 0:
                 torch.cuda.reset_peak_memory_stats()
             torch.cuda.synchronize()
             start = time.perf_counter()
-            step()
+            steps[name]()
             torch.cuda.synchronize()
             times[name].append((time.perf_counter() - start) * 1e3)
             if round_ == 0:
                 peaks[name] = torch.cuda.max_memory_allocated() / 2**30
-    return {name: (statistics.median(times[name]), peaks[name]) for name in steps}
+    ratios = [a / b for a, b in zip(times[names[0]], times[names[1]])]
+    return {name: (statistics.median(times[name]), peaks[name]) for name in names}, ratios
 
 
 def release_memory():
@@ -170,8 +176,9 @@ def measure(args, seq, head_dim, compiled, weights):
         sdpa_step, sdpa_losses = make_step("sdpa", config, weights, tokens, compiled)
         lab_step, lab_losses = make_step(hf.NAME, config, weights, tokens, compiled)
         sdpa_first, lab_first = first_step(sdpa_step, compiled), first_step(lab_step, compiled)
-        timed = time_in_turn({"sdpa": sdpa_step, "flashlab": lab_step}, args)
+        timed, ratios = time_in_turn({"sdpa": sdpa_step, "flashlab": lab_step}, args)
     (sdpa_ms, sdpa_gib), (lab_ms, lab_gib) = timed["sdpa"], timed["flashlab"]
+    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
     sdpa_loss, lab_loss = sdpa_losses[0].item(), lab_losses[0].item()
     del sdpa_step, lab_step, sdpa_losses, lab_losses
     release_memory()
@@ -186,17 +193,22 @@ def measure(args, seq, head_dim, compiled, weights):
         "flashlab": {"step_ms": round(lab_ms, 3), "peak_gib": round(lab_gib, 2), "first_loss": lab_loss,
                      **lab_first, "variant": auto_variant(args, seq, head_dim), "fallbacks": fallbacks},
         "sdpa_over_flashlab": round(sdpa_ms / lab_ms, 3),
+        "paired_sdpa_over_flashlab": round(quartiles[1], 3),
+        "paired_sdpa_over_flashlab_quartiles": [round(quartiles[0], 3), round(quartiles[2], 3)],
     }
 
 
 def table(rows):
-    lines = [f"{'S':>6} {'d':>4} {'mode':>8} {'SDPA ms':>9} {'FlashLab ms':>12} {'SDPA/FL':>8}  FlashLab's first step"]
+    lines = [f"{'S':>6} {'d':>4} {'mode':>8} {'SDPA ms':>9} {'FlashLab ms':>12} {'SDPA/FL':>8} {'paired [quartiles]':>22}"
+             "  FlashLab's first step"]
     for r in rows:
         lab = r["flashlab"]
         first = (f"{lab['graph_breaks']} graph breaks (SDPA's: {r['sdpa']['graph_breaks']})" if r["compiled"]
                  else f"{lab['calls_per_step']} FlashLab calls")
         lines.append(f"{r['seq']:>6} {r['head_dim']:>4} {'compiled' if r['compiled'] else 'eager':>8} "
-                     f"{r['sdpa']['step_ms']:>9.2f} {lab['step_ms']:>12.2f} {r['sdpa_over_flashlab']:>8.3f}  {first}"
+                     f"{r['sdpa']['step_ms']:>9.2f} {lab['step_ms']:>12.2f} {r['sdpa_over_flashlab']:>8.3f} "
+                     f"{r['paired_sdpa_over_flashlab']:>6.3f} [{r['paired_sdpa_over_flashlab_quartiles'][0]:.3f}, "
+                     f"{r['paired_sdpa_over_flashlab_quartiles'][1]:.3f}]  {first}"
                      + ("  (fell back to SDPA)" if lab['fallbacks'] else ""))
     return "\n".join(lines)
 
@@ -244,7 +256,8 @@ def main():
         "attn_implementation": {"sdpa": "sdpa", "flashlab": hf.NAME},
         "setting": (f"one training step (forward, backward, AdamW) of a {args.layers}-layer Llama in bf16, {HEADS} "
                     f"query heads and {args.kv_heads} KV heads, hidden 16 d, vocabulary {args.vocab}, batch 1; "
-                    f"median of {args.iters} steps after {args.warmup}, synchronized around each step; compiled: "
+                    f"median of {args.iters} steps after {args.warmup}, synchronized around each step, the two backends' "
+                    "steps in turn, order swapped every round; compiled: "
                     "torch.compile(model), default mode"),
         "rows": [],
     }
