@@ -33,6 +33,7 @@ KINDs (every table block ends with a source note naming the files, device and da
   determinism FILE                the backward's TFLOP/s without and with --deterministic, and the cost
   python-overhead FILE            what a call costs beyond its kernel, per N and way of calling, beside PyTorch
   torch-overhead FILE             a flashlab.torch call's host time beside SDPA's, forward and with backward
+  torch-calls FILE                the forward's host time per call: a round's first call, and the later ones
   torch-kernel-time FILE...       the GPU time of those calls (CUDA graph replays), FlashLab's beside SDPA's
   llama-step FILE...              a Llama training step with transformers' "sdpa" and with FlashLab, per S, d, mode
   ring-one-gpu FILE... [causal=yes|no]   flashlab bench --ring on one GPU: one-shot ms, efficiency per layout
@@ -506,6 +507,25 @@ def torch_overhead(sources, opts):
     return table_lines(header, body)
 
 
+def torch_calls(sources, opts):
+    """The forward's rounds split: the first call of a round, made right after the host waited for the GPU, and the
+    calls after it (torch_overhead.py's first_call_host_us, later_calls_host_us)."""
+    j = one("torch-calls", sources)
+    rows = [r for r in sorted(j["rows"], key=lambda r: r["seq"]) if "first_call_host_us" in r["forward"]]
+    if not rows:
+        raise Error("torch-calls: the file was written before torch_overhead.py split a round's first call from the "
+                    "later ones (first_call_host_us)")
+    who = (("flashlab", "`flashlab.torch`"), ("operator", "its operator alone"), ("sdpa", "PyTorch SDPA"))
+    header = ["N", "B × H, d", "call of a round"] + [name for _, name in who]
+    body = []
+    for r in rows:
+        p = r["forward"]
+        for key, name in (("first_call_host_us", "the first"), ("later_calls_host_us", "each later one")):
+            body.append([ring_tables.size(r["seq"]), torch_heads(r), name] +
+                        [f"{p[key][w]:.0f} µs" for w, _ in who])
+    return table_lines(header, body)
+
+
 def torch_heads(r):
     """B × H (or B × H_q/H_kv under GQA), d: a torch_overhead.py row's problem."""
     kv = r.get("kv_heads", r["heads"])
@@ -531,15 +551,25 @@ def torch_kernel_time(sources, opts):
 
 
 def llama_step(sources, opts):
+    """A row per (S, d, mode). Files from llama_step_bench.py's paired rounds add the median over the rounds of SDPA's
+    step over FlashLab's in the same round, and its quartiles."""
     rows = [r for _, j in sources for r in j["rows"]]
     if not rows:
         raise Error("llama-step: the files hold no rows")
+    paired = any("paired_sdpa_over_flashlab" in r for r in rows)
     header = ["S", "d", "mode", "SDPA step", "FlashLab step", "SDPA / FlashLab"]
+    if paired:
+        header += ["round by round", "middle half of the rounds"]
     body = []
     for r in sorted(rows, key=lambda r: (r["compiled"], r["head_dim"], r["seq"])):
-        body.append([ring_tables.size(r["seq"]), str(r["head_dim"]), "compiled" if r["compiled"] else "eager",
-                     fmt_ms(r["sdpa"]["step_ms"]), fmt_ms(r["flashlab"]["step_ms"]),
-                     fmt_ratio(r["sdpa_over_flashlab"])])
+        line = [ring_tables.size(r["seq"]), str(r["head_dim"]), "compiled" if r["compiled"] else "eager",
+                fmt_ms(r["sdpa"]["step_ms"]), fmt_ms(r["flashlab"]["step_ms"]), fmt_ratio(r["sdpa_over_flashlab"])]
+        if "paired_sdpa_over_flashlab" in r:
+            low, high = r["paired_sdpa_over_flashlab_quartiles"]
+            line += [fmt_ratio(r["paired_sdpa_over_flashlab"]), f"{low:.2f}–{high:.2f}×"]
+        elif paired:
+            line += ["—", "—"]  # (a run from before the paired rounds)
+        body.append(line)
     return table_lines(header, body)
 
 
@@ -707,6 +737,7 @@ KINDS = {
     "determinism": (determinism, set()),
     "python-overhead": (python_overhead, set()),
     "torch-overhead": (torch_overhead, set()),
+    "torch-calls": (torch_calls, set()),
     "torch-kernel-time": (torch_kernel_time, set()),
     "llama-step": (llama_step, set()),
     "ring-one-gpu": (ring_one_gpu, {"causal"}),
