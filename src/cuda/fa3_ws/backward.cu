@@ -62,17 +62,19 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
 template <bool kTimeline>
 void launch(DType dtype, const Params& p, cudaStream_t stream) {
   expect(dtype == DType::F16 || dtype == DType::BF16, "the backward's inputs are f16 or bf16");
-  expect(lists_head_dim<kBackwardHeadDims>(p.head_dim), "the backward's head dim is one of " +
-                                                            listed_head_dims<kBackwardHeadDims>() + ", not " +
-                                                            std::to_string(p.head_dim));
+  expect(lists_head_dim<kBackwardHeadDims>(p.head_dim), [&] {
+    return "the backward's head dim is one of " + listed_head_dims<kBackwardHeadDims>() + ", not " +
+           std::to_string(p.head_dim);
+  });
   expect(on_hopper(), "the GPU has compute capability 9.0");
   expect(std::int64_t(p.batch) * p.heads_kv <= kMaxBackwardRows,
-         "at most " + std::to_string(kMaxBackwardRows) + " rows of thread blocks (batch x heads_kv)");
+         [] { return "at most " + std::to_string(kMaxBackwardRows) + " rows of thread blocks (batch x heads_kv)"; });
   expect(p.heads_kv > 0 && p.heads_q % p.heads_kv == 0 && p.group_splits >= 1 &&
              (p.heads_q / p.heads_kv) % p.group_splits == 0,
          "group_splits divides the query heads per K/V head");
-  expect(std::int64_t(p.batch) * p.heads_kv * p.group_splits <= kMaxBackwardRows,
-         "at most " + std::to_string(kMaxBackwardRows) + " rows of thread blocks (batch x heads_kv x group_splits)");
+  expect(std::int64_t(p.batch) * p.heads_kv * p.group_splits <= kMaxBackwardRows, [] {
+    return "at most " + std::to_string(kMaxBackwardRows) + " rows of thread blocks (batch x heads_kv x group_splits)";
+  });
   expect(p.group_splits == 1 || (p.dk_partial != nullptr && p.dv_partial != nullptr && p.kv_tickets != nullptr),
          "a backward with group_splits > 1 has dk_partial, dv_partial and kv_tickets (sizes from backward_split)");
   expect(p.lse_log2 != nullptr && p.D_i != nullptr && p.dq_accum != nullptr && p.dq_semaphore != nullptr,

@@ -189,7 +189,7 @@ bool dispatch_step_impl(int step, F&& f, std::index_sequence<I...>) {
 template <class F>
 void dispatch_step(LadderStep step, F&& f) {
   if (!dispatch_step_impl(static_cast<int>(step), f, std::make_index_sequence<kLadderSteps>{}))
-    expect(false, "ladder steps are 1 to 5, not " + std::to_string(static_cast<int>(step)));
+    precondition_failed("ladder steps are 1 to 5, not " + std::to_string(static_cast<int>(step)));
 }
 
 
@@ -209,7 +209,7 @@ void launch_config(const Params& p, cudaStream_t stream, int heads_per_group_giv
   constexpr int kSmem = Cfg::Smem::kBytes;
   allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kSmem);
   const long long total = static_cast<long long>((p.seq_q + Cfg::kBr - 1) / Cfg::kBr) * p.batch * p.heads_q;
-  expect(total <= kMaxQueryTiles, "at most " + std::to_string(kMaxQueryTiles) + " tiles");
+  expect(total <= kMaxQueryTiles, [] { return "at most " + std::to_string(kMaxQueryTiles) + " tiles"; });
   int grid = static_cast<int>(total);
   expect(p.heads_per_group == 0, "Params::heads_per_group is the launcher's to set");
   Params params = p;
@@ -248,16 +248,18 @@ void with_shipped_schedule(const Params& p, F&& launch) {
 // kHeadDims, which the entries then dispatch on through cuda/dispatch.cuh) and the GPU.
 inline void check_launch(DType dtype, const Params& p) {
   expect(dtype == DType::F16 || dtype == DType::BF16, "the inputs are f16 or bf16");
-  expect(lists_head_dim<kHeadDims>(p.head_dim),
-         "the head dim is one of " + listed_head_dims<kHeadDims>() + ", not " + std::to_string(p.head_dim));
+  expect(lists_head_dim<kHeadDims>(p.head_dim), [&] {
+    return "the head dim is one of " + listed_head_dims<kHeadDims>() + ", not " + std::to_string(p.head_dim);
+  });
   expect(on_hopper(), "the GPU has compute capability 9.0");
 }
 // The same for the FP8 forward (launch_forward_e4m3 and its timeline build): its head dims, no dropout, the
 // descales and V^T's scratch (`needs_vt`: not with V transposed in the producer, launch_forward_e4m3_vt_in_smem).
 inline void check_launch_e4m3(const Params& p, bool needs_vt = true) {
-  expect(lists_head_dim<kE4m3HeadDims>(p.head_dim), "the FP8 forward's head dim is one of " +
-                                                        listed_head_dims<kE4m3HeadDims>() + ", not " +
-                                                        std::to_string(p.head_dim));
+  expect(lists_head_dim<kE4m3HeadDims>(p.head_dim), [&] {
+    return "the FP8 forward's head dim is one of " + listed_head_dims<kE4m3HeadDims>() + ", not " +
+           std::to_string(p.head_dim);
+  });
   expect(on_hopper(), "the GPU has compute capability 9.0");
   expect(!p.dropout, "the FP8 forward has no dropout");
   expect(p.q_descale != nullptr && p.k_descale != nullptr && p.v_descale != nullptr,

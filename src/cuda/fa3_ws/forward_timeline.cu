@@ -30,7 +30,7 @@ void launch_forward_e4m3_timeline(const Params& p, cudaStream_t stream) {
   if (p.seq_q == 0 || p.batch == 0 || p.heads_q == 0) return;
   transpose_v_e4m3(p.v, p.vt, p.batch, p.seq_k, p.heads_kv, p.head_dim, stream);
   expect(lists_head_dim<kE4m3TimelineHeadDims>(p.head_dim),
-         "the FP8 timeline build's head dim is one of " + listed_head_dims<kE4m3TimelineHeadDims>());
+         [] { return "the FP8 timeline build's head dim is one of " + listed_head_dims<kE4m3TimelineHeadDims>(); });
   dispatch_head_dim<kE4m3TimelineHeadDims>(p.head_dim, "cuda-fa3-ws FP8 forward (timeline)", [&]<int D>() {
     launch_config<__nv_fp8_e4m3, D, static_cast<int>(kShippedStep), false, true, Fp8ShippedSchedule<D>>(p, stream);
   });

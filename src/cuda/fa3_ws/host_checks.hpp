@@ -8,6 +8,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "cuda/gpu_facts.hpp"
 
@@ -17,9 +18,19 @@ inline void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string("cuda-fa3-ws: ") + what + " failed: " + cudaGetErrorString(e));
 }
 
-// A launcher's precondition.
-inline void expect(bool holds, const std::string& what) {
-  if (!holds) throw std::logic_error("cuda-fa3-ws: " + what + " (the registry, or the launcher's caller, should have seen to it)");
+// A launcher's precondition: `what` is its sentence, or a function that builds the sentence from the values at hand.
+// The sentence is made only when the precondition fails: the checks run on every launch, and a string built there
+// costs the host a heap allocation each time.
+[[noreturn]] inline void precondition_failed(const std::string& what) {
+  throw std::logic_error("cuda-fa3-ws: " + what + " (the registry, or the launcher's caller, should have seen to it)");
+}
+inline void expect(bool holds, const char* what) {
+  if (!holds) precondition_failed(what);
+}
+template <class Describe>
+  requires std::is_invocable_r_v<std::string, Describe&>
+void expect(bool holds, Describe&& describe) {
+  if (!holds) precondition_failed(describe());
 }
 
 // The current GPU runs the sm_90a kernels (compute capability 9.0). (What the launchers ask of the GPU, and ask
