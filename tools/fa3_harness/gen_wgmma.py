@@ -26,15 +26,16 @@ FORMS = {
     "Rs": ((64, 128, 256), (BF16, F16, E4M3), "registers", "MN-major", "1"),
     # The backward's dQ = dS K: N = 64 columns of dQ per consumer, dS stored transposed (keys, queries).
     "SsTt": ((64,), (BF16, F16), "smem, MN-major", "MN-major", "1, 1"),
-    # The backward's dV += P^T dO, dK += dS^T Q at d = 256: N = 128 columns per consumer.
-    "SsNt": ((128,), (BF16, F16), "smem, K-major", "MN-major", "0, 1"),
+    # The backward's dV += P^T dO, dK += dS^T Q with P^T and dS^T from shared memory: N = 128 columns per consumer
+    # at d = 256, 64 at d = 64 with Br = 128.
+    "SsNt": ((64, 128), (BF16, F16), "smem, K-major", "MN-major", "0, 1"),
 }
 
 DOC = {
     "Ss": "A and B both from shared-memory descriptors, both K-major (S = Q K^T).",
     "Rs": "A from four .b32 registers per thread, B from a descriptor (O += P V).",
     "SsTt": "A and B from descriptors, both MN-major (the backward's dQ = dS K).",
-    "SsNt": "A K-major, B MN-major, both from descriptors (the backward's dV += P^T dO, dK += dS^T Q at d = 256).",
+    "SsNt": "A K-major, B MN-major, both from descriptors (the backward's dV += P^T dO, dK += dS^T Q from shared memory).",
 }
 
 

@@ -25,16 +25,28 @@ constexpr int kBackwardPanelCols = kPanelRowBytes / kBackwardElemBytes;  // 64 c
 constexpr int kDqBuffers = 2;  // dQ staging buffers per consumer (BackwardBarriers::kDqFull, kDqEmpty)
 
 // Query rows per step (Br). 64: at d = 128, dK_j and dV_j take 128 registers of a consumer's 240 beside S^T and
-// dP^T (32 each); at d = 64, Br = 128 would make S^T and dP^T 64 registers each, and ptxas spilled 28 bytes
-// (with dQ split by rows between the consumers).
+// dP^T (32 each). At d = 64 a build may take 128 (FLASHLAB_FA3_BACKWARD_D64_ROWS, a CMake cache variable): half the
+// steps, each twice as long, so that a step's fixed costs (its barrier and GEMM waits, the dQ hand-over) weigh half
+// as much. S^T and dP^T are then 64 registers each, so P^T and dS^T go to shared memory as they are packed and dV_j,
+// dK_j read them from there (BwdConfig::kDqRowPieces).
+#ifndef FLASHLAB_FA3_BACKWARD_D64_ROWS
+#define FLASHLAB_FA3_BACKWARD_D64_ROWS 64
+#endif
+constexpr int kBackwardD64Rows = FLASHLAB_FA3_BACKWARD_D64_ROWS;
+static_assert(kBackwardD64Rows == 64 || kBackwardD64Rows == 128, "FLASHLAB_FA3_BACKWARD_D64_ROWS is 64 or 128");
 // The one definition the host's scratch sizes use.
-__host__ __device__ constexpr int backward_block_rows(int head_dim) { return head_dim > 0 ? 64 : 0; }
+__host__ __device__ constexpr int backward_block_rows(int head_dim) {
+  return head_dim == 64 ? kBackwardD64Rows : head_dim > 0 ? 64 : 0;
+}
 // Keys per K/V block (Bc; KvSplit below says why): the host's grid and scratch sizes use it too.
 __host__ __device__ constexpr int backward_block_keys(int head_dim) {
   return head_dim == 256 ? kKeysPerConsumer : kConsumers * kKeysPerConsumer;
 }
-// dQ_accum's pieces (64 x 64 fp32 each) per query block: one at d = 64 (both consumers add to it), d / 64 above.
-__host__ __device__ constexpr int dq_pieces(int head_dim) { return head_dim <= 64 ? 1 : head_dim / 64; }
+// dQ_accum's pieces (64 x 64 fp32 each) per query block: at d = 64 one per 64 rows (both consumers add to each),
+// d / 64 above (one per 64 columns).
+__host__ __device__ constexpr int dq_pieces(int head_dim) {
+  return head_dim == 64 ? kBackwardD64Rows / 64 : head_dim < 64 ? 1 : head_dim / 64;
+}
 
 // How the two consumers share a step's dK_j, dV_j and S^T, dP^T:
 //  * Keys (d = 64, 128): Bc = 128 and consumer c owns keys 64 c .. 64 c + 63: their S^T and dP^T over all Br
@@ -49,7 +61,8 @@ enum class KvSplit { Keys, Columns };
 //  * Columns (d = 128, 256): consumer c computes columns d c / 2 .. d (c + 1) / 2 - 1 over all Bc keys, in pieces of
 //    64 columns, so it reads the other consumer's half of dS_ij^T: both write theirs, then meet at a barrier.
 //  * Keys (d = 64): each consumer computes all 64 columns over its own 64 keys, from its own rows of dS_ij^T
-//    (only its own warpgroup's barrier), and both add their partial sums into the same piece of dQ_accum.
+//    (only its own warpgroup's barrier), and both add their partial sums into the same piece of dQ_accum: one
+//    piece at Br = 64, two (the block's two 64-row halves) at Br = 128.
 enum class DqSplit { Columns, Keys };
 
 template <int D, bool kDropout = false>
@@ -63,9 +76,16 @@ struct BwdConfig {
   static constexpr int kKvCols = kKvByKeys ? D : D / kConsumers;        // columns of a consumer's dK_j, dV_j
   static constexpr DqSplit kDqSplit = D == 64 ? DqSplit::Keys : DqSplit::Columns;
   static constexpr int kDqPieces = dq_pieces(D);  // per query block
-  static constexpr int kDqPiecesPerConsumer = kDqSplit == DqSplit::Columns ? kDqPieces / kConsumers : 1;
+  // Br = 128 at d = 64: dQ_i's pieces are its 64-row halves (not 64-column ones), each consumer computes both over
+  // its keys, P^T and dS^T go through shared memory (one buffer each, each consumer its own rows), and a consumer's
+  // second piece is staged in its rows of P^T once dV_j has read them (the shared memory holds one staging buffer
+  // per consumer beside them).
+  static constexpr bool kDqRowPieces = kDqSplit == DqSplit::Keys && kBr == 128;
+  static constexpr int kDqPiecesPerConsumer = kDqSplit == DqSplit::Columns ? kDqPieces / kConsumers : kDqPieces;
+  static constexpr int kDqAddsPerBlock = kDqSplit == DqSplit::Keys ? kConsumers : 1;  // additions to a piece per step
   static constexpr int kDqCols = 64;
-  static_assert(kBr == 64 && kDqCols == kBackwardPanelCols && D == kDqPieces * kDqCols,
+  static_assert(kDqCols == kBackwardPanelCols && (kDqRowPieces ? kBr == kDqPieces * 64 && D == kDqCols
+                                                               : kBr == 64 && D == kDqPieces * kDqCols),
                 "a dQ piece is 64 x 64: one panel of K_j, wgmma_ss_tt's N");
   // dQ's way out. Keys: staged in shared memory and added by the writer warp's bulk reductions. Columns: K_j, V_j
   // and two stages of Q_i, dO_i take 192 KiB of the 227, P^T and dS^T 32 more, which leaves no room to stage dQ_i's
@@ -81,7 +101,7 @@ struct BwdConfig {
   // H100 at N = 1k-16k, backward alone, more so with consumer 1 started behind consumer 0). The
   // registers are those of kDqFirst's order; with dropout it is not done (kDqFirst is false there).
   static constexpr bool kDeferDq = D == 128 && !kDropout;
-  static constexpr int kDqPieceFloats = kBr * kDqCols;
+  static constexpr int kDqPieceFloats = 64 * kDqCols;
   static constexpr int kNS = kSQueries / 2;  // S^T, dP^T accumulator floats per thread: (64 keys, kSQueries)
   static constexpr int kNKV = kKvCols / 2;   // dK, dV accumulator floats per thread: (64 keys, kKvCols)
   static constexpr int kNQ = kDqCols / 2;    // dQ piece accumulator floats per thread: (64, 64)
@@ -89,20 +109,24 @@ struct BwdConfig {
   static constexpr int kKSteps = kBr / 16;           // k-steps of dV += P^T dO and dK += dS^T Q
 
   // Shared memory: K_j, V_j (Bc, d); kStages x Q_i, dO_i (Br, d); two dS^T buffers (Bc, Br) and, Columns, two P^T
-  // buffers; Keys: each consumer's dQ staging (2 x 64 x 64 fp32); kStages x L_i, D_i (Br fp32); then the mbarriers.
+  // buffers (row pieces: one of each); Keys: each consumer's dQ staging (two 64 x 64 fp32 buffers; row pieces: one);
+  // kStages x L_i, D_i (Br fp32); then the mbarriers.
   static constexpr int kKVBytes = kBc * D * kBackwardElemBytes;
   static constexpr int kQBytes = kBr * D * kBackwardElemBytes;
   static constexpr int kDsBytes = kBc * kBr * kBackwardElemBytes;
   static constexpr int kDqBytes = kDqPieceFloats * 4;
   static constexpr int kRowStatBytes = kBr * 4;
+  static constexpr int kDsBuffers = kDqRowPieces ? 1 : 2;
+  static constexpr int kPtBuffers = kDqRowPieces ? 1 : kKvByKeys ? 0 : 2;
+  static constexpr int kDqStagingBuffers = kDqRowPieces ? 1 : kDqBuffers;  // per consumer
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = kKOffset + kKVBytes;
   static constexpr int kQOffset = kVOffset + kKVBytes;
   static constexpr int kDOOffset = kQOffset + kStages * kQBytes;
   static constexpr int kDsOffset = kDOOffset + kStages * kQBytes;
-  static constexpr int kPtOffset = kDsOffset + 2 * kDsBytes;
-  static constexpr int kDqOffset = kPtOffset + (kKvByKeys ? 0 : 2 * kDsBytes);
-  static constexpr int kLOffset = kDqOffset + (kDqWriter ? kConsumers * kDqBuffers * kDqBytes : 0);
+  static constexpr int kPtOffset = kDsOffset + kDsBuffers * kDsBytes;
+  static constexpr int kDqOffset = kPtOffset + kPtBuffers * kDsBytes;
+  static constexpr int kLOffset = kDqOffset + (kDqWriter ? kConsumers * kDqStagingBuffers * kDqBytes : 0);
   static constexpr int kDiOffset = kLOffset + kStages * kRowStatBytes;
   static constexpr int kBarOffset = kDiOffset + kStages * kRowStatBytes;
   // Barriers: K_j and V_j full (once); per stage full and empty.

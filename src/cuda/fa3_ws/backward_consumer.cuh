@@ -70,26 +70,32 @@ struct Consumer {
   // (P^T or dS^T) from the registers; Columns: from its (Bc, Br) tile in shared memory, K-major.
   __device__ void issue_accumulate(float (&acc)[kNKV], const std::uint32_t (&a)[kPackSteps][4], std::uint32_t a_tile,
                                    std::uint32_t y_tile) const {
-    const std::uint32_t ya = opaque(y_tile + kv_col0() / kPanelCols<T> * kBr * kPanelRowBytes);
     if constexpr (kKvByKeys) {
       (void)a_tile;
+      const std::uint32_t ya = opaque(y_tile + kv_col0() / kPanelCols<T> * kBr * kPanelRowBytes);
 #pragma unroll
       for (int ks = 0; ks < kKSteps; ++ks) wgmma_rs<T, Cfg::kKvCols>(acc, a[ks], desc_mn_major<T>(ya, kBr, ks), 1);
     } else {
       (void)a;
-      const std::uint32_t aa = opaque(a_tile);
-#pragma unroll
-      for (int ks = 0; ks < kKSteps; ++ks)
-        wgmma_ss_nt<T, Cfg::kKvCols>(acc, desc_k_major(aa, kBc, ks), desc_mn_major<T>(ya, kBr, ks), 1);
+      issue_accumulate_from_tile(acc, a_tile, y_tile);
     }
+  }
+  // The same with A from a (Bc, Br) tile in shared memory, K-major, from a_tile (this consumer's first row of it).
+  __device__ void issue_accumulate_from_tile(float (&acc)[kNKV], std::uint32_t a_tile, std::uint32_t y_tile) const {
+    const std::uint32_t ya = opaque(y_tile + kv_col0() / kPanelCols<T> * kBr * kPanelRowBytes);
+    const std::uint32_t aa = opaque(a_tile);
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks)
+      wgmma_ss_nt<T, Cfg::kKvCols>(acc, desc_k_major(aa, kBc, ks), desc_mn_major<T>(ya, kBr, ks), 1);
   }
   // This consumer's 64 x 64 piece pc of dQ_i = dS_ij K_j (DqSplit): dS from the dS^T tile (keys, queries), K_j
   // from its (keys, d) tile, both MN-major. Columns: K_j's panel c kPieces + pc, summed over all Bc keys; Keys:
-  // this consumer's 64 rows of both tiles.
+  // this consumer's 64 rows of both tiles (row pieces: the dS^T tile's query panel pc).
   __device__ void issue_dq(float (&dq)[kNQ], int buffer, int pc) const {
     constexpr bool kByKeys = Cfg::kDqSplit == DqSplit::Keys;
     constexpr int kKeys = kByKeys ? kKeysPerConsumer : kBc;
-    const std::uint32_t ds = smem_u32(ds_tile(buffer)) + (kByKeys ? c * kKeysPerConsumer * kPanelRowBytes : 0);
+    const std::uint32_t ds = smem_u32(ds_tile(buffer)) + (kByKeys ? c * kKeysPerConsumer * kPanelRowBytes : 0) +
+                             (Cfg::kDqRowPieces ? pc * kBc * kPanelRowBytes : 0);
     const std::uint32_t k =
         k_addr() + (kByKeys ? c * kKeysPerConsumer * kPanelRowBytes : (c * kPieces + pc) * kBc * kPanelRowBytes);
     const std::uint32_t dsa = opaque(ds), ka = opaque(k);
@@ -168,7 +174,7 @@ struct Consumer {
     const std::int64_t first = dq_piece_index<Cfg>(p, kb, h, i, 0) + c * kPieces;
     if (p.deterministic) {
       if (tid == 0) {
-        const int turn = dq_turn<kBr, kBc, Cfg::kDqPieces>(p, kb, i, c);
+        const int turn = dq_turn<Cfg>(p, kb, i, c);
 #pragma unroll
         for (int pc = 0; pc < kPieces; ++pc) wait_counter(p.dq_semaphore + first + pc, turn);
       }
@@ -204,20 +210,17 @@ struct Consumer {
     }
   }
 
-  // One step: query block i of query head h, stage `stage` of the pipeline.
-  __device__ void step(int n, float (&dk)[kNKV], float (&dv)[kNKV]) const {
-    const int stage = n % kStages;
-    const int h = kb.head(n), i = kb.q_block(n), row0 = i * kBr;
-    std::uint64_t t0 = TL::now();
+  // Waits until step n's Q_i, dO_i, L_i and D_i have landed in their stage.
+  __device__ void wait_stage(int n, int stage) const {
+    const std::uint64_t t0 = TL::now();
     mbar_wait(&bars[Cfg::kFull + stage], (n / kStages) & 1);
     const std::uint64_t landed = TL::now();
     tl.waited(p, t0, landed);
     tl.instant(p, PipelineEvent::TmaLanded, landed);
-
-    if constexpr (kDefer)  // consumer 1 starts once consumer 0 is through its first pointwise part
-      if (n == 0 && c == 1) named_barrier_sync(BackwardBarriers::kDsWritten, kConsumers * kWarpgroupThreads);
-    // S_ij^T = K_j Q_i^T and dP_ij^T = V_j dO_i^T (this consumer's keys and queries), one group each.
-    float st[kNS], dpt[kNS];
+  }
+  // S_ij^T = K_j Q_i^T and dP_ij^T = V_j dO_i^T (this consumer's keys and queries), one group each; returns once S^T
+  // is complete (dP^T's group may still run), at the time the pointwise part starts.
+  __device__ std::uint64_t issue_scores(float (&st)[kNS], float (&dpt)[kNS], int stage) const {
     tl.instant(p, PipelineEvent::WgmmaIssue, TL::now());
     wgmma_fence();
     issue_transposed(st, smem_u32(smem + Cfg::kKOffset), q_addr(stage));
@@ -228,13 +231,28 @@ struct Consumer {
     reg_fence(st);
     const std::uint64_t pointwise = TL::now();
     tl.instant(p, PipelineEvent::WgmmaWait, pointwise);
-
-    // P_ij^T = exp2(scale log2(e) S^T - L_i log2(e)), L_i per column; the causal mask only on blocks that cross
-    // the diagonal. Columns of this thread: query0 + 8 i + 2 t + e.
+    return pointwise;
+  }
+  // Two floats of L_i or D_i: a plain load, or (kAtUse) one read where it is used, which the compiler cannot hoist
+  // (at Br = 128 it hoisted a step's 64 of them beside S^T and dP^T).
+  template <bool kAtUse>
+  __device__ static float2 row_stats(const float* at) {
+    if constexpr (kAtUse) {
+      float2 v;
+      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(smem_u32(at)));
+      return v;
+    } else {
+      return *reinterpret_cast<const float2*>(at);
+    }
+  }
+  // P_ij^T = exp2(scale log2(e) S^T - L_i log2(e)) in place of S^T, L_i per column; the causal mask only on blocks
+  // that cross the diagonal. Columns of this thread: query0 + 8 i + 2 t + e of query block row0.
+  template <bool kStatsAtUse>
+  __device__ void probabilities(float (&st)[kNS], int stage, int row0) const {
     const float* L = reinterpret_cast<const float*>(smem + Cfg::kLOffset + stage * Cfg::kRowStatBytes) + query0();
 #pragma unroll
     for (int ii = 0; ii < kNS / 4; ++ii) {
-      const float2 l = *reinterpret_cast<const float2*>(L + 8 * ii + 2 * t);
+      const float2 l = row_stats<kStatsAtUse>(L + 8 * ii + 2 * t);
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         st[4 * ii + 2 * hf] = fast_exp2(fmaf(st[4 * ii + 2 * hf], p.scale_log2, -l.x));
@@ -254,6 +272,31 @@ struct Consumer {
             if (key_of(hf) > last) st[4 * ii + 2 * hf + e] = 0.f;
         }
     }
+  }
+  // Z of this thread's element (hf, 2 ii + e) of P_ij^T: the dropout mask scaled by 1 / (1 - p), from the step's keep
+  // bits (keep_bits), or 1 without dropout.
+  __device__ float drop_scale(const std::uint32_t (&keep)[2][kKeepWords], int hf, int ii, int e) const {
+    if constexpr (kDropout) {
+      const int bit = 2 * ii + e;
+      return (keep[hf][bit / 32] >> (bit % 32)) & 1u ? p.drop_rescale : 0.f;
+    } else {
+      (void)keep, (void)hf, (void)ii, (void)e;
+      return 1.f;
+    }
+  }
+
+  // One step: query block i of query head h, stage `stage` of the pipeline.
+  __device__ void step(int n, float (&dk)[kNKV], float (&dv)[kNKV]) const {
+    const int stage = n % kStages;
+    const int h = kb.head(n), i = kb.q_block(n), row0 = i * kBr;
+    wait_stage(n, stage);
+    std::uint64_t t0;
+
+    if constexpr (kDefer)  // consumer 1 starts once consumer 0 is through its first pointwise part
+      if (n == 0 && c == 1) named_barrier_sync(BackwardBarriers::kDsWritten, kConsumers * kWarpgroupThreads);
+    float st[kNS], dpt[kNS];
+    const std::uint64_t pointwise = issue_scores(st, dpt, stage);
+    probabilities<false>(st, stage, row0);
 
     // dS_ij^T = P_ij^T o (dP_ij^T o Z - D_i), D_i per column, Z the dropout mask scaled by 1 / (1 - p). P^T o Z and
     // dS^T are packed (group ks is query columns 16 ks .. 16 ks + 15: registers 8 ks .. 8 ks + 7; under KvSplit::Keys
@@ -262,16 +305,6 @@ struct Consumer {
     // alone take 128 registers.
     std::uint32_t keep[2][kKeepWords] = {};
     if constexpr (kDropout) keep_bits(h, row0, keep);
-    else (void)keep;
-    auto z = [&](int hf, int ii, int e) {
-      if constexpr (kDropout) {
-        const int bit = 2 * ii + e;
-        return (keep[hf][bit / 32] >> (bit % 32)) & 1u ? p.drop_rescale : 0.f;
-      } else {
-        (void)hf, (void)ii, (void)e;
-        return 1.f;
-      }
-    };
     wgmma_wait_group<0>();
     reg_fence(dpt);
     const float* Di = reinterpret_cast<const float*>(smem + Cfg::kDiOffset + stage * Cfg::kRowStatBytes) + query0();
@@ -281,8 +314,8 @@ struct Consumer {
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const int r = 8 * ks + 2 * q, ii = r / 4, hf = (r / 2) % 2;
-        const float2 d = *reinterpret_cast<const float2*>(Di + 8 * ii + 2 * t);
-        const float z0 = z(hf, ii, 0), z1 = z(hf, ii, 1);
+        const float2 d = row_stats<false>(Di + 8 * ii + 2 * t);
+        const float z0 = drop_scale(keep, hf, ii, 0), z1 = drop_scale(keep, hf, ii, 1);
         dsf[ks][q] = pack2<T>(st[r] * (dpt[r] * z0 - d.x), st[r + 1] * (dpt[r + 1] * z1 - d.y));
         pf[ks][q] = pack2<T>(st[r] * z0, st[r + 1] * z1);
       }
@@ -367,6 +400,101 @@ struct Consumer {
     if constexpr (!Cfg::kDqFirst) send_dq(dq, n, h, i);
   }
 
+  // Writes one packed pair of P^T or dS^T (register pair x of group ks, as store_tile places it) into a (Bc, Br) tile.
+  __device__ void store_pair(std::uint32_t tile, int ks, int q, std::uint32_t x) const {
+    const int row = key_row0() + 16 * warp + g + 8 * (q % 2), col = query0() + 16 * ks + 8 * (q / 2) + 2 * t;
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + swizzle128_offset<T>(row, col, kBc)), "r"(x) : "memory");
+  }
+  // Stages piece pc of this step's dQ_i for the writer warp (dq_row_piece_half: the staging buffer, or P^T's rows),
+  // in stage_dq's register order, and hands it over.
+  __device__ void hand_dq_row_piece(const float (&dq)[kNQ], int pc) const {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const std::uint32_t at = smem_u32(dq_row_piece_half<Cfg>(smem, c, pc, half)) + tid * 16;
+#pragma unroll
+      for (int q = 0; q < kNQ / 8; ++q) {
+        const int r = 4 * (half * kNQ / 8 + q);
+        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(at + q * kWarpgroupThreads * 16), "f"(dq[r]),
+                     "f"(dq[r + 1]), "f"(dq[r + 2]), "f"(dq[r + 3])
+                     : "memory");
+      }
+    }
+    fence_proxy_async_smem();
+    named_barrier_arrive(BackwardBarriers::kDqFull + 2 * c + pc, BackwardBarriers::kDqHandoffThreads);
+  }
+
+  // One step at Br = 128, d = 64 (BwdConfig::kDqRowPieces): as step, with P^T and dS^T stored to this consumer's
+  // rows of their tiles pair by pair as they are packed (S^T and dP^T take 128 registers), dV_j and dK_j read from
+  // there (SS), and dQ_i's two row pieces handed to the writer, the second once dV_j has read P^T's rows.
+  __device__ void step_in_row_pieces(int n, float (&dk)[kNKV], float (&dv)[kNKV]) const {
+    static_assert(Cfg::kDqRowPieces && kKvByKeys && kPieces == 2 && Cfg::kDqFirst && !kDefer,
+                  "the row-piece step is d = 64's at Br = 128");
+    const int stage = n % kStages;
+    const int h = kb.head(n), i = kb.q_block(n), row0 = i * kBr;
+    wait_stage(n, stage);
+    std::uint64_t t0;
+    float st[kNS], dpt[kNS];  // this consumer's 64 keys, all Br queries
+    const std::uint64_t pointwise = issue_scores(st, dpt, stage);
+    probabilities<true>(st, stage, row0);
+    std::uint32_t keep[2][kKeepWords] = {};
+    if constexpr (kDropout) keep_bits(h, row0, keep);
+    wgmma_wait_group<0>();
+    reg_fence(dpt);
+
+    // (P_ij o Z)^T and dS_ij^T = P_ij^T o (dP_ij^T o Z - D_i) into this consumer's rows of the two tiles (one
+    // buffer each: this consumer's GEMMs of the step before have read them). P^T's rows held the writer's second
+    // dQ piece of the step before: wait until it has been read.
+    if (n > 0) {
+      t0 = TL::now();
+      named_barrier_sync(BackwardBarriers::kDqEmpty + 2 * c + 1, BackwardBarriers::kDqHandoffThreads);
+      tl.waited(p, t0, TL::now());
+    }
+    const float* Di = reinterpret_cast<const float*>(smem + Cfg::kDiOffset + stage * Cfg::kRowStatBytes);
+    const std::uint32_t ds = smem_u32(ds_tile(0)), pt = smem_u32(pt_tile(0));
+#pragma unroll
+    for (int ks = 0; ks < kPackSteps; ++ks)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int r = 8 * ks + 2 * q, ii = r / 4, hf = (r / 2) % 2;
+        const float2 d = row_stats<true>(Di + 8 * ii + 2 * t);
+        const float z0 = drop_scale(keep, hf, ii, 0), z1 = drop_scale(keep, hf, ii, 1);
+        store_pair(ds, ks, q, pack2<T>(st[r] * (dpt[r] * z0 - d.x), st[r + 1] * (dpt[r + 1] * z1 - d.y)));
+        store_pair(pt, ks, q, pack2<T>(st[r] * z0, st[r + 1] * z1));
+      }
+    fence_proxy_async_smem();
+    tl.span(p, PipelineEvent::Softmax, pointwise);
+    t0 = TL::now();
+    named_barrier_sync(BackwardBarriers::kConsumer + c, kWarpgroupThreads);  // this consumer's rows are written
+    tl.waited(p, t0, TL::now());
+
+    // dQ_i's two row pieces (dS_ij K_j over this consumer's keys), then dV_j += (P_ij o Z)^T dO_i and
+    // dK_j += dS_ij^T Q_i behind them; the pieces go out while those two run.
+    float dq[kPieces][kNQ];
+    tl.instant(p, PipelineEvent::WgmmaIssue, TL::now());
+    wgmma_fence();
+#pragma unroll
+    for (int pc = 0; pc < kPieces; ++pc) issue_dq(dq[pc], 0, pc);
+    wgmma_commit_group();
+    issue_accumulate_from_tile(dv, my_rows(pt), do_addr(stage));
+    issue_accumulate_from_tile(dk, my_rows(ds), q_addr(stage));
+    wgmma_commit_group();
+    wgmma_wait_group<1>();
+    reg_fence(dq);
+    tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
+    if (n > 0) {  // the staging buffer: read by the writer since step n - 1
+      t0 = TL::now();
+      named_barrier_sync(BackwardBarriers::kDqEmpty + 2 * c, BackwardBarriers::kDqHandoffThreads);
+      tl.waited(p, t0, TL::now());
+    }
+    hand_dq_row_piece(dq[0], 0);
+    wgmma_wait_group<0>();
+    reg_fence(dk);
+    reg_fence(dv);
+    tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
+    release(Cfg::kEmpty + stage);  // Q_i, dO_i, L_i, D_i are read
+    hand_dq_row_piece(dq[1], 1);   // into P^T's rows, which dV_j has read
+  }
+
   // The epilogue: dK_j and dV_j out (backward_epilogue.cuh).
   __device__ void epilogue(float (&dk)[kNKV], float (&dv)[kNKV]) const { backward_epilogue(*this, dk, dv); }
 
@@ -383,7 +511,8 @@ struct Consumer {
         // (d = 128: 16 bytes spilled without).
         Consumer self = *this;
         pin(self.smem, self.bars, self.c, self.tid, self.warp, self.g, self.t);
-        self.step(n, dk, dv);
+        if constexpr (Cfg::kDqRowPieces) self.step_in_row_pieces(n, dk, dv);
+        else self.step(n, dk, dv);
         tl = self.tl;  // the timeline lane's slot state goes on to the next step
       }
       if constexpr (kDefer) {  // the last step's dQ_i

@@ -28,34 +28,34 @@ __device__ __forceinline__ void wait_counter(const int* counter, int value) {
 __device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
 // How many additions to consumer c's dQ piece of Q_i come before its own in deterministic mode (DqSplit::Keys:
-// both consumers of a block add to the same piece, consumer 0 first). Without a causal mask K/V block 0 adds
+// both consumers of a block add to each piece, consumer 0 first). Without a causal mask K/V block 0 adds
 // first, then 1, 2, ...: every block walks the query blocks from the first. Under a causal mask block j
 // starts at query block i_first(j), later than block j - 1 does, so in that order it would reach every query
 // block before its predecessor and wait there, and the blocks would run one after another: the order is
 // reversed instead (the last K/V block that sees Q_i adds first), so that each block's predecessor in the
 // order is ahead of it in its walk (and key_block launches the blocks in that order).
-template <int kBr, int kBc, int kDqPieces>
+template <class Cfg>
 __device__ int dq_turn(const Params& p, const KeyBlock& kb, int i, int c) {
   int turn = kb.j;
   if (p.align != CausalAlign::None) {
-    const int last_row = min((i + 1) * kBr, p.seq_q) - 1;
-    turn = last_visible_key(p.align, last_row, p.seq_q, p.seq_k) / kBc - kb.j;
+    const int last_row = min((i + 1) * Cfg::kBr, p.seq_q) - 1;
+    turn = last_visible_key(p.align, last_row, p.seq_q, p.seq_k) / Cfg::kBc - kb.j;
   }
-  return kDqPieces > 1 ? turn : kConsumers * turn + c;
+  return Cfg::kDqAddsPerBlock > 1 ? kConsumers * turn + c : turn;
 }
 
 // How many additions a piece of dQ_i receives in all, and so the count its counter reaches once its sum is
 // complete: one per K/V block that sees query block i (every block without a causal mask; with one, blocks
-// 0 .. the one holding the block's last row's last visible key), and at d = 64 (one piece, both consumers add
-// to it) one per consumer of each. dq_turn numbers them 0 .. this - 1 in deterministic mode.
-template <int kBr, int kBc, int kDqPieces>
+// 0 .. the one holding the block's last row's last visible key), and at d = 64 (both consumers add to each
+// piece) one per consumer of each. dq_turn numbers them 0 .. this - 1 in deterministic mode.
+template <class Cfg>
 __device__ int dq_additions(const Params& p, int i) {
-  int blocks = (p.seq_k + kBc - 1) / kBc;
+  int blocks = (p.seq_k + Cfg::kBc - 1) / Cfg::kBc;
   if (p.align != CausalAlign::None) {
-    const int key = last_visible_key(p.align, min((i + 1) * kBr, p.seq_q) - 1, p.seq_q, p.seq_k);
-    blocks = key < 0 ? 0 : key / kBc + 1;
+    const int key = last_visible_key(p.align, min((i + 1) * Cfg::kBr, p.seq_q) - 1, p.seq_q, p.seq_k);
+    blocks = key < 0 ? 0 : key / Cfg::kBc + 1;
   }
-  return kDqPieces > 1 ? blocks : kConsumers * blocks;
+  return Cfg::kDqAddsPerBlock * blocks;
 }
 
 // Counts one completed addition to dQ_accum's piece `piece` (release: the conversion that reads the count
@@ -65,7 +65,7 @@ __device__ __forceinline__ void count_dq_addition(const Params& p, std::int64_t 
 }
 
 // Where consumer c's piece of dQ_i (head h) lies in dQ_accum (in pieces) and among the counters: over (B, H_q, query
-// block i, piece), the one piece of a query block at d = 64.
+// block i, piece), the one piece of a query block at d = 64 and Br = 64. (At Br = 128, c is the row piece.)
 template <class Cfg>
 __device__ std::int64_t dq_piece_index(const Params& p, const KeyBlock& kb, int h, int i, int c) {
   return ((std::int64_t(kb.b) * p.heads_q + h) * kb.n_q + i) * Cfg::kDqPieces + (Cfg::kDqPieces > 1 ? c : 0);
@@ -78,7 +78,7 @@ template <class Cfg>
 __device__ void reduce_dq_piece(const Params& p, const KeyBlock& kb, const float* staging, int h, int i, int c) {
   const std::int64_t piece = dq_piece_index<Cfg>(p, kb, h, i, c);
   if (p.deterministic) {
-    wait_counter(p.dq_semaphore + piece, dq_turn<Cfg::kBr, Cfg::kBc, Cfg::kDqPieces>(p, kb, i, c));
+    wait_counter(p.dq_semaphore + piece, dq_turn<Cfg>(p, kb, i, c));
     fence_proxy_async_global();
   }
   ptx::cp_reduce_async_bulk(ptx::space_global, ptx::space_shared, ptx::op_add, p.dq_accum + piece * Cfg::kDqPieceFloats,
@@ -104,9 +104,76 @@ __device__ void count_dq_steps(const Params& p, const KeyBlock& kb, int from, in
   for (int m = from; m < to; ++m) {
     const std::int64_t first = dq_piece_index<Cfg>(p, kb, kb.head(m), kb.q_block(m), 0);
 #pragma unroll
-    for (int c = 0; c < Cfg::kDqPieces; ++c)  // d = 64: one piece, both consumers' additions
-      asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;\n" ::"l"(p.dq_semaphore + first + c), "r"(kConsumers / Cfg::kDqPieces)
+    for (int c = 0; c < Cfg::kDqPieces; ++c)  // d = 64: both consumers' additions to each piece
+      asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;\n" ::"l"(p.dq_semaphore + first + c), "r"(Cfg::kDqAddsPerBlock)
                    : "memory");
+  }
+}
+
+// Br = 128 at d = 64 (BwdConfig::kDqRowPieces): where consumer c stages its piece pc of a step, as two halves of
+// kDqBytes / 2 (the piece's registers 4 q .. 4 q + 3 of every thread for q < 4, then the rest): piece 0 in its
+// staging buffer, piece 1 in its 64 rows of P^T, whose two 64-query panels are 8 KiB apart from each other's rows.
+template <class Cfg>
+__device__ unsigned char* dq_row_piece_half(unsigned char* smem, int c, int pc, int half) {
+  static_assert(Cfg::kDqRowPieces && kKeysPerConsumer * kPanelRowBytes == Cfg::kDqBytes / 2,
+                "a consumer's rows of one P^T panel hold half a dQ piece");
+  if (pc == 0) return smem + Cfg::kDqOffset + c * Cfg::kDqBytes + half * (Cfg::kDqBytes / 2);
+  return smem + Cfg::kPtOffset + half * Cfg::kBc * kPanelRowBytes + c * kKeysPerConsumer * kPanelRowBytes;
+}
+
+// Adds consumer c's staged row piece pc of dQ_i (head h) to dQ_accum with two bulk reductions (one commit group);
+// in deterministic mode after the additions before it in dq_turn's order, then waits for it and counts it.
+template <class Cfg>
+__device__ void reduce_dq_row_piece(const Params& p, const KeyBlock& kb, unsigned char* smem, int h, int i, int c, int pc) {
+  const std::int64_t piece = dq_piece_index<Cfg>(p, kb, h, i, pc);
+  if (p.deterministic) {
+    wait_counter(p.dq_semaphore + piece, dq_turn<Cfg>(p, kb, i, c));
+    fence_proxy_async_global();
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+    ptx::cp_reduce_async_bulk(ptx::space_global, ptx::space_shared, ptx::op_add,
+                              p.dq_accum + piece * Cfg::kDqPieceFloats + half * (Cfg::kDqPieceFloats / 2),
+                              reinterpret_cast<const float*>(dq_row_piece_half<Cfg>(smem, c, pc, half)), Cfg::kDqBytes / 2);
+  ptx::cp_async_bulk_commit_group();
+  if (p.deterministic) {
+    ptx::cp_async_bulk_wait_group(ptx::n32_t<0>{});
+    fence_proxy_async_global();
+    count_dq_addition(p, piece);
+  }
+}
+
+// The dQ writer at Br = 128 (d = 64): per step and consumer, takes its two pieces as they are handed over (staging
+// buffer, then P^T's rows; BackwardBarriers::kDqFull + 2 c + pc), adds them, and hands both places back once the
+// copy engine has read them. Counted as write_dq counts.
+template <class Cfg>
+__device__ void write_dq_row_pieces(const Params& p, const KeyBlock& kb, unsigned char* smem, int lane) {
+  constexpr int kPieces = Cfg::kDqPiecesPerConsumer;
+#pragma unroll 1
+  for (int n = 0; n < kb.n_steps; ++n) {
+    if (lane == 0 && !p.deterministic && n > kDqCountSteps && (n - 1) % kDqCountSteps == 0)  // step n - 1's may pend
+      count_dq_steps<Cfg, kConsumers * kPieces>(p, kb, n - 1 - kDqCountSteps, n - 1);
+    const int h = kb.head(n), i = kb.q_block(n);
+#pragma unroll
+    for (int c = 0; c < kConsumers; ++c) {
+#pragma unroll
+      for (int pc = 0; pc < kPieces; ++pc) {
+        named_barrier_sync(BackwardBarriers::kDqFull + 2 * c + pc, BackwardBarriers::kDqHandoffThreads);
+        if (lane == 0) reduce_dq_row_piece<Cfg>(p, kb, smem, h, i, c, pc);
+        __syncwarp();
+      }
+      if (n + 1 < kb.n_steps) {  // the consumer takes both places again at step n + 1
+        if (lane == 0) ptx::cp_async_bulk_wait_group_read(ptx::n32_t<0>{});
+        __syncwarp();
+#pragma unroll
+        for (int pc = 0; pc < kPieces; ++pc)
+          named_barrier_arrive(BackwardBarriers::kDqEmpty + 2 * c + pc, BackwardBarriers::kDqHandoffThreads);
+      }
+    }
+  }
+  if (lane == 0) {
+    if (!p.deterministic) count_dq_steps<Cfg, 0>(p, kb, (kb.n_steps - 2) / kDqCountSteps * kDqCountSteps, kb.n_steps);
+    ptx::cp_async_bulk_wait_group_read(ptx::n32_t<0>{});  // staging read before the block exits
   }
 }
 
@@ -120,7 +187,7 @@ __device__ void write_dq(const Params& p, const KeyBlock& kb, unsigned char* sme
 #pragma unroll 1
   for (int n = 0; n < kb.n_steps; ++n) {
     if (lane == 0 && !p.deterministic && n > kDqCountSteps && (n - 1) % kDqCountSteps == 0)  // step n - 1's may pend
-      count_dq_steps<Cfg, kConsumers>(p, kb, n - 1 - kDqCountSteps, n - 1);
+      count_dq_steps<Cfg, kConsumers * Cfg::kDqPiecesPerConsumer>(p, kb, n - 1 - kDqCountSteps, n - 1);
     const int b = n % kDqBuffers, h = kb.head(n), i = kb.q_block(n);
 #pragma unroll
     for (int c = 0; c < kConsumers; ++c) {

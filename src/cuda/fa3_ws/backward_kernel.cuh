@@ -46,6 +46,12 @@
 //    queries (32 each). P^T and dS^T then go through shared memory for dV_j and dK_j (SS, as dS^T already does
 //    for dQ_i). K_j, V_j and the Q_i, dO_i stages take 192 KiB, which leaves no room to stage dQ_i: there the
 //    consumers add their pieces from the registers with red.global.add.v4.f32, in the same layout.
+//  * At d = 64 a build may take Br = 128 (BwdConfig::kDqRowPieces; FLASHLAB_FA3_BACKWARD_D64_ROWS): half the steps,
+//    each twice as long. S^T and dP^T of 128 queries take 128 registers, so P^T and dS^T are stored to this
+//    consumer's rows of their tiles pair by pair as they are packed, and dV_j, dK_j read them from there (SS, as at
+//    d = 256; kept as A fragments, they spilled). dQ_i leaves as two 64-row pieces per consumer: the shared memory
+//    holds one staging buffer per consumer beside the P^T tile, so the second piece is staged in the consumer's rows
+//    of P^T once dV_j has read them, and the writer hands those rows back before the next step's P^T is stored.
 //  * Deterministic mode (Params::deterministic): before adding a piece of dQ_i, the writer waits on a
 //    per-piece counter until the K/V blocks before it (j' < j, all of which see Q_i when block j does)
 //    have added theirs, adds, waits for its reduction to complete and counts itself. The sum is then
@@ -119,7 +125,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       produce<D, kDropout>(p, maps, kb, smem, bars, tl);
     }
     if constexpr (Cfg::kDqWriter)
-      if (tid / 32 == 1) write_dq<D, kDropout>(p, kb, smem, tid % 32);
+      if (tid / 32 == 1) {
+        if constexpr (Cfg::kDqRowPieces) write_dq_row_pieces<Cfg>(p, kb, smem, tid % 32);
+        else write_dq<D, kDropout>(p, kb, smem, tid % 32);
+      }
   } else {
     enter_consumer_role();
     const int lane = tid % 32;

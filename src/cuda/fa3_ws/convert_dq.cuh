@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(kConvertThreads) convert_dq_kernel(const Param
     if (threadIdx.x == 0) {
       const int piece = atomicAdd(ticket, 1);
       if (Cfg::kDqWriter && piece < pieces)  // the main kernel's blocks are still running: poll gently
-        wait_counter<500>(p.dq_semaphore + piece, dq_additions<Cfg::kBr, Cfg::kBc, Cfg::kDqPieces>(p, piece / Cfg::kDqPieces % n_q));
+        wait_counter<500>(p.dq_semaphore + piece, dq_additions<Cfg>(p, piece / Cfg::kDqPieces % n_q));
       taken[round % 2] = piece;
     }
     __syncthreads();
@@ -55,7 +55,9 @@ __global__ void __launch_bounds__(kConvertThreads) convert_dq_kernel(const Param
     for (int k = 0; k < kVectors / kConvertThreads; ++k) {
       const int vec = k * kConvertThreads + static_cast<int>(threadIdx.x);
       const int q = vec / kWarpgroupThreads, thread = vec % kWarpgroupThreads;
-      const int r = 16 * (thread / 32) + (thread % 32) / 4, col = c * Cfg::kDqCols + 8 * q + 2 * (thread % 4);
+      // (Br = 128 at d = 64: piece c is rows 64 c .. 64 c + 63 of the query block, all columns.)
+      const int r = 16 * (thread / 32) + (thread % 32) / 4 + (Cfg::kDqRowPieces ? 64 * c : 0);
+      const int col = (Cfg::kDqRowPieces ? 0 : c * Cfg::kDqCols) + 8 * q + 2 * (thread % 4);
       const float pair[2][2] = {{v[k].x, v[k].y}, {v[k].z, v[k].w}};
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {

@@ -146,7 +146,7 @@ __device__ __forceinline__ void wgmma_ss_tt(float (&d)[N / 2], std::uint64_t des
   wgmma_ops::SsTt<T, N>::mma(d, desc_a, desc_b, scale_d);
 }
 // d (64 x N) (+)= A (64 x 16) B (16 x N); A K-major, B MN-major, both in shared memory: the backward's dV += P^T dO
-// and dK += dS^T Q at d = 256, where P^T and dS^T come from shared memory rather than the registers.
+// and dK += dS^T Q where P^T and dS^T come from shared memory rather than the registers (d = 256; d = 64 at Br = 128).
 template <class T, int N>
 __device__ __forceinline__ void wgmma_ss_nt(float (&d)[N / 2], std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
   wgmma_ops::SsNt<T, N>::mma(d, desc_a, desc_b, scale_d);

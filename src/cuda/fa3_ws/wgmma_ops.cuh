@@ -4,7 +4,7 @@
 //  * Ss<T, N>, N in {32, 64, 128, 160, 192, 256}, T in {bf16, f16, e4m3}: A and B both from shared-memory descriptors, both K-major (S = Q K^T).
 //  * Rs<T, N>, N in {64, 128, 256}, T in {bf16, f16, e4m3}: A from four .b32 registers per thread, B from a descriptor (O += P V).
 //  * SsTt<T, N>, N in {64}, T in {bf16, f16}: A and B from descriptors, both MN-major (the backward's dQ = dS K).
-//  * SsNt<T, N>, N in {128}, T in {bf16, f16}: A K-major, B MN-major, both from descriptors (the backward's dV += P^T dO, dK += dS^T Q at d = 256).
+//  * SsNt<T, N>, N in {64, 128}, T in {bf16, f16}: A K-major, B MN-major, both from descriptors (the backward's dV += P^T dO, dK += dS^T Q from shared memory).
 // 8-bit types take both operands K-major (no transpose), so their Rs reads B as V^T.
 // scale_d = 0 overwrites the accumulator (D = A B), 1 accumulates (D += A B).
 #include <cuda_bf16.h>
@@ -492,6 +492,38 @@ struct SsTt<__half, 64> {
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
         "%32, %33, p, 1, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+};
+
+// D (64 x 64, fp32) (+)= A (64 x 16, smem, K-major) * B (16 x 64, smem, MN-major), bf16.
+template <>
+struct SsNt<__nv_bfloat16, 64> {
+  static constexpr int kK = 16;
+  __device__ static __forceinline__ void mma(float (&d)[32], std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, p, 1, 1, 0, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+};
+
+// D (64 x 64, fp32) (+)= A (64 x 16, smem, K-major) * B (16 x 64, smem, MN-major), f16.
+template <>
+struct SsNt<__half, 64> {
+  static constexpr int kK = 16;
+  __device__ static __forceinline__ void mma(float (&d)[32], std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, p, 1, 1, 0, 1;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
   }
