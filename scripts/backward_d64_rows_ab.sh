@@ -5,20 +5,27 @@
 # `flashlab bench --backward` times the two binaries in turn: scripts/ab_bench.sh at the FA2 setting (B x N = 16k
 # tokens, H = 32), and a Llama's grouped-query attention (batch 1, 16 query heads on 4 K/V heads).
 #   device run: bash scripts/backward_d64_rows_ab.sh "$OUT"     (carry .deps; make it with scripts/make_deps.sh)
-# Environment: SEQS (default "2048 4096 16384"), ROUNDS (default 5).
+# Environment: SEQS (default "2048 4096 16384"), ROUNDS (default 3), PARTS (default "check sanitize bench": what runs
+# after the builds and the suites; each call must stay within the machine's 10 minutes, and the two builds, made side
+# by side, take about three).
 set -uo pipefail
 out=${1:-${OUT:-ab-out}}
 seqs=${SEQS:-"2048 4096 16384"}
-rounds=${ROUNDS:-5}
+rounds=${ROUNDS:-3}
+parts=${PARTS:-"check sanitize bench"}
+runs() { [[ " $parts " == *" $1 "* ]]; }
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
 status=0
 
 echo "== build: Br = 64 (build-device) and Br = 128 (build-device-rows128)"
 targets=(flashlab_cmd gpu_fa3_ws_backward_tests)
-bash scripts/device_build.sh "${targets[@]}" >"$out/build-rows64.log" 2>&1 || { tail -30 "$out/build-rows64.log"; exit 1; }
+bash scripts/device_build.sh "${targets[@]}" >"$out/build-rows64.log" 2>&1 &
+first=$!
 BUILD_DIR=build-device-rows128 CMAKE_ARGS=-DFLASHLAB_FA3_BACKWARD_D64_ROWS=128 \
-  bash scripts/device_build.sh "${targets[@]}" >"$out/build-rows128.log" 2>&1 || { tail -30 "$out/build-rows128.log"; exit 1; }
+  bash scripts/device_build.sh "${targets[@]}" >"$out/build-rows128.log" 2>&1 ||
+  { tail -30 "$out/build-rows128.log"; exit 1; }
+wait "$first" || { tail -30 "$out/build-rows64.log"; exit 1; }
 declare -A bin=([64]=build-device/bin [128]=build-device-rows128/bin)
 
 echo "== gpu_fa3_ws_backward_tests on both builds"
@@ -27,37 +34,44 @@ for rows in 64 128; do
   echo "Br = $rows: $(grep -E 'test cases:' "$out/suite-rows$rows.log" | tail -1)"
 done
 
-echo "== flashlab check --backward at d = 64 on the Br = 128 build (exit 0: within the bounds against the CPU reference)"
-for causal in none top-left bottom-right; do
-  for mode in "" --deterministic; do
-    "${bin[128]}/flashlab" check --variants cuda-fa3-ws --dtype bf16 --batch 2 --heads 4 --heads-kv 2 \
-      --seq-q 300 --seq-k 333 --head-dim 64 --causal "$causal" --backward $mode >"$out/check-$causal$mode.log" 2>&1
-    rc=$?
-    [ "$rc" = 0 ] || status=1
-    echo "causal $causal ${mode:-default}: exit $rc"
+if runs check; then
+  echo "== flashlab check --backward at d = 64 on the Br = 128 build (exit 0: within its bounds of the CPU reference)"
+  for causal in none top-left bottom-right; do
+    for mode in "" --deterministic; do
+      "${bin[128]}/flashlab" check --variants cuda-fa3-ws --dtype bf16 --batch 2 --heads 4 --heads-kv 2 \
+        --seq-q 300 --seq-k 333 --head-dim 64 --causal "$causal" --backward $mode >"$out/check-$causal$mode.log" 2>&1
+      rc=$?
+      [ "$rc" = 0 ] || status=1
+      echo "causal $causal ${mode:-default}: exit $rc"
+    done
   done
-done
+fi
 
-echo "== compute-sanitizer on the Br = 128 build, d = 64 (odd lengths, GQA)"
-for tool in memcheck synccheck initcheck; do
-  for mode in "" --deterministic; do
-    for causal in none bottom-right; do
-      for dropout in 0 0.1; do
-        [ "$tool" != memcheck ] && [ "$dropout" != 0 ] && continue  # (dropout adds no shared-memory traffic)
-        compute-sanitizer --tool "$tool" --error-exitcode 9 "${bin[128]}/flashlab" check --variants cuda-fa3-ws \
-          --dtype bf16 --batch 2 --heads 4 --heads-kv 2 --seq-q 300 --seq-k 333 --head-dim 64 --causal "$causal" \
-          --dropout "$dropout" --backward $mode >"$out/sanitizer.log" 2>&1 || status=1
-        echo "$tool causal $causal dropout $dropout ${mode:-default}: $(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -1)"
+if runs sanitize; then
+  echo "== compute-sanitizer on the Br = 128 build, d = 64 (odd lengths, GQA)"
+  for tool in memcheck synccheck initcheck; do
+    for mode in "" --deterministic; do
+      for causal in none bottom-right; do
+        for dropout in 0 0.1; do
+          # memcheck every case; synccheck and initcheck the causal ones without dropout (which adds no shared memory)
+          [ "$tool" != memcheck ] && { [ "$dropout" != 0 ] || [ "$causal" = none ]; } && continue
+          compute-sanitizer --tool "$tool" --error-exitcode 9 "${bin[128]}/flashlab" check --variants cuda-fa3-ws \
+            --dtype bf16 --batch 2 --heads 4 --heads-kv 2 --seq-q 300 --seq-k 333 --head-dim 64 --causal "$causal" \
+            --dropout "$dropout" --backward $mode >"$out/sanitizer.log" 2>&1 || status=1
+          summary=$(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -1)
+          echo "$tool causal $causal dropout $dropout ${mode:-default}: $summary"
+        done
       done
     done
   done
-done
+fi
+runs bench || exit $status
 
 echo "== A/B at the FA2 setting: forward and backward, d = 64 (scripts/ab_bench.sh; before = Br 64, after = Br 128)"
 for causal in none top-left; do
   for seq in $seqs; do
     VARIANT=cuda-fa3-ws HEAD_DIMS=64 CAUSAL=$causal SEQ=$seq ROUNDS=$rounds \
-      bash scripts/ab_bench.sh "${bin[64]}/flashlab" "${bin[128]}/flashlab" "$out/ab-$causal-$seq" | tail -2
+      bash scripts/ab_bench.sh "${bin[64]}/flashlab" "${bin[128]}/flashlab" "$out/ab-$causal-$seq"
   done
 done
 
