@@ -130,28 +130,35 @@ struct Consumer {
     }
   }
 
-  // Writes this consumer's packed (64 keys, kSQueries) part of P^T or dS^T into a (Bc, Br) tile: register pair
-  // x[ks][q] is key row key_row0 + 16 warp + g + 8 (q % 2), query columns query0 + 16 ks + 8 (q / 2) + 2 t, + 1.
+  // Writes one packed pair of P^T or dS^T into a (Bc, Br) tile: register pair (ks, q) is key row
+  // key_row0 + 16 warp + g + 8 (q % 2), query columns query0 + 16 ks + 8 (q / 2) + 2 t, + 1.
+  __device__ void store_pair(std::uint32_t tile, int ks, int q, std::uint32_t x) const {
+    const int row = key_row0() + 16 * warp + g + 8 * (q % 2), col = query0() + 16 * ks + 8 * (q / 2) + 2 * t;
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + swizzle128_offset<T>(row, col, kBc)), "r"(x) : "memory");
+  }
+  // Writes this consumer's packed (64 keys, kSQueries) part of P^T or dS^T into a (Bc, Br) tile.
   __device__ void store_tile(std::uint32_t tile, const std::uint32_t (&x)[kPackSteps][4]) const {
 #pragma unroll
     for (int ks = 0; ks < kPackSteps; ++ks)
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int row = key_row0() + 16 * warp + g + 8 * (q % 2), col = query0() + 16 * ks + 8 * (q / 2) + 2 * t;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + swizzle128_offset<T>(row, col, kBc)), "r"(x[ks][q]) : "memory");
-      }
+      for (int q = 0; q < 4; ++q) store_pair(tile, ks, q, x[ks][q]);
   }
 
   // Stages this consumer's dQ piece in shared memory in register order (thread tid's registers 4 q .. 4 q + 3 at
-  // float4 q * 128 + tid).
-  __device__ void stage_dq(float* staging, const float (&dq)[kNQ]) const {
-    const std::uint32_t at = smem_u32(staging) + tid * 16;
+  // float4 q * 128 + tid), its first half (q < kNQ / 8) at `first`, the second at `second` (contiguous, or apart:
+  // BwdConfig::kDqRowPieces stages a piece in P^T's rows), and makes it visible to the copy engine.
+  __device__ void stage_dq_halves(std::uint32_t first, std::uint32_t second, const float (&dq)[kNQ]) const {
+    constexpr int kHalf = kNQ / 8, kStep = kWarpgroupThreads * 16;
+    const std::uint32_t at = first + tid * 16, gap = second - first - kHalf * kStep;  // gap 0: contiguous
 #pragma unroll
     for (int q = 0; q < kNQ / 4; ++q)
-      asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(at + q * kWarpgroupThreads * 16), "f"(dq[4 * q]),
-                   "f"(dq[4 * q + 1]), "f"(dq[4 * q + 2]), "f"(dq[4 * q + 3])
+      asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(at + q * kStep + (q < kHalf ? 0u : gap)),
+                   "f"(dq[4 * q]), "f"(dq[4 * q + 1]), "f"(dq[4 * q + 2]), "f"(dq[4 * q + 3])
                    : "memory");
     fence_proxy_async_smem();
+  }
+  __device__ void stage_dq(float* staging, const float (&dq)[kNQ]) const {
+    stage_dq_halves(smem_u32(staging), smem_u32(staging) + Cfg::kDqBytes / 2, dq);
   }
   // Stages the piece of step n in buffer n % 2 (once the writer has handed it back) and hands it to the writer
   // warp.
@@ -273,6 +280,17 @@ struct Consumer {
         }
     }
   }
+  // Register pair (ks, q) of (P_ij o Z)^T and of dS_ij^T = P_ij^T o (dP_ij^T o Z - D_i), D_i per column, packed:
+  // {x: P, y: dS}. (Group ks is query columns 16 ks .. 16 ks + 15: registers 8 ks .. 8 ks + 7.)
+  template <bool kStatsAtUse>
+  __device__ uint2 packed_pair(const float (&st)[kNS], const float (&dpt)[kNS], const std::uint32_t (&keep)[2][kKeepWords],
+                               const float* Di, int ks, int q) const {
+    const int r = 8 * ks + 2 * q, ii = r / 4, hf = (r / 2) % 2;
+    const float2 d = row_stats<kStatsAtUse>(Di + 8 * ii + 2 * t);
+    const float z0 = drop_scale(keep, hf, ii, 0), z1 = drop_scale(keep, hf, ii, 1);
+    const std::uint32_t ds = pack2<T>(st[r] * (dpt[r] * z0 - d.x), st[r + 1] * (dpt[r + 1] * z1 - d.y));
+    return make_uint2(pack2<T>(st[r] * z0, st[r + 1] * z1), ds);
+  }
   // Z of this thread's element (hf, 2 ii + e) of P_ij^T: the dropout mask scaled by 1 / (1 - p), from the step's keep
   // bits (keep_bits), or 1 without dropout.
   __device__ float drop_scale(const std::uint32_t (&keep)[2][kKeepWords], int hf, int ii, int e) const {
@@ -313,11 +331,9 @@ struct Consumer {
     for (int ks = 0; ks < kPackSteps; ++ks)
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        const int r = 8 * ks + 2 * q, ii = r / 4, hf = (r / 2) % 2;
-        const float2 d = row_stats<false>(Di + 8 * ii + 2 * t);
-        const float z0 = drop_scale(keep, hf, ii, 0), z1 = drop_scale(keep, hf, ii, 1);
-        dsf[ks][q] = pack2<T>(st[r] * (dpt[r] * z0 - d.x), st[r + 1] * (dpt[r + 1] * z1 - d.y));
-        pf[ks][q] = pack2<T>(st[r] * z0, st[r + 1] * z1);
+        const uint2 pair = packed_pair<false>(st, dpt, keep, Di, ks, q);
+        pf[ks][q] = pair.x;
+        dsf[ks][q] = pair.y;
       }
     tl.span(p, PipelineEvent::Softmax, pointwise);  // the pointwise part: P^T, dS^T (with dP^T's wait)
     const std::uint32_t ds = smem_u32(ds_tile(n % 2)), pt = smem_u32(pt_tile(n % 2));
@@ -400,26 +416,11 @@ struct Consumer {
     if constexpr (!Cfg::kDqFirst) send_dq(dq, n, h, i);
   }
 
-  // Writes one packed pair of P^T or dS^T (register pair x of group ks, as store_tile places it) into a (Bc, Br) tile.
-  __device__ void store_pair(std::uint32_t tile, int ks, int q, std::uint32_t x) const {
-    const int row = key_row0() + 16 * warp + g + 8 * (q % 2), col = query0() + 16 * ks + 8 * (q / 2) + 2 * t;
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + swizzle128_offset<T>(row, col, kBc)), "r"(x) : "memory");
-  }
   // Stages piece pc of this step's dQ_i for the writer warp (dq_row_piece_half: the staging buffer, or P^T's rows),
   // in stage_dq's register order, and hands it over.
   __device__ void hand_dq_row_piece(const float (&dq)[kNQ], int pc) const {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const std::uint32_t at = smem_u32(dq_row_piece_half<Cfg>(smem, c, pc, half)) + tid * 16;
-#pragma unroll
-      for (int q = 0; q < kNQ / 8; ++q) {
-        const int r = 4 * (half * kNQ / 8 + q);
-        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(at + q * kWarpgroupThreads * 16), "f"(dq[r]),
-                     "f"(dq[r + 1]), "f"(dq[r + 2]), "f"(dq[r + 3])
-                     : "memory");
-      }
-    }
-    fence_proxy_async_smem();
+    stage_dq_halves(smem_u32(dq_row_piece_half<Cfg>(smem, c, pc, 0)), smem_u32(dq_row_piece_half<Cfg>(smem, c, pc, 1)),
+                    dq);
     named_barrier_arrive(BackwardBarriers::kDqFull + 2 * c + pc, BackwardBarriers::kDqHandoffThreads);
   }
 
@@ -455,11 +456,9 @@ struct Consumer {
     for (int ks = 0; ks < kPackSteps; ++ks)
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        const int r = 8 * ks + 2 * q, ii = r / 4, hf = (r / 2) % 2;
-        const float2 d = row_stats<true>(Di + 8 * ii + 2 * t);
-        const float z0 = drop_scale(keep, hf, ii, 0), z1 = drop_scale(keep, hf, ii, 1);
-        store_pair(ds, ks, q, pack2<T>(st[r] * (dpt[r] * z0 - d.x), st[r + 1] * (dpt[r + 1] * z1 - d.y)));
-        store_pair(pt, ks, q, pack2<T>(st[r] * z0, st[r + 1] * z1));
+        const uint2 pair = packed_pair<true>(st, dpt, keep, Di, ks, q);
+        store_pair(ds, ks, q, pair.y);
+        store_pair(pt, ks, q, pair.x);
       }
     fence_proxy_async_smem();
     tl.span(p, PipelineEvent::Softmax, pointwise);
