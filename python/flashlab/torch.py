@@ -19,8 +19,9 @@ memory, as a transformer's projections make it). The other CUDA variants run thr
 default stream, and the call waits for its kernels); CPU tensors go to the CPU variants through NumPy.
 
 Dropout draws its mask from a seed taken from PyTorch's default (CPU) generator on every call, as a Python integer
-(torch.compile breaks its graph there; a CUDA graph replays the seed drawn at capture), so torch.manual_seed makes a
-run repeatable; the mask is FlashLab's own (a Philox draw per element), not PyTorch's, so the two drop different
+(torch.compile breaks its graph there), so torch.manual_seed makes a run repeatable; the mask is FlashLab's own (a
+Philox draw per element), not PyTorch's, so the two drop different elements. A call with dropout inside CUDA graph
+capture is refused with ValueError: the seed would be fixed at capture, and every replay would drop the same
 elements.
 
 fp8_attention is cuda-fa3-ws's FP8 forward on torch.float8_e4m3fn CUDA tensors with FlashAttention-3's
@@ -216,7 +217,13 @@ _AUTO_BY_TENSORS = {}
 def _attend(query, key, value, variant, is_causal, causal_align, scale, dropout_p, deterministic):
     """The attention of a checked call, by a named variant: the PyTorch operator where there is one, else the
     autograd Function over flashlab.attention."""
-    seed = int(torch.randint(_SEED_BOUND, (1,)).item()) if dropout_p > 0 else 0
+    seed = 0
+    if dropout_p > 0:
+        if query.is_cuda and torch.cuda.is_current_stream_capturing():
+            raise ValueError(f"dropout_p={dropout_p} inside CUDA graph capture is not supported: FlashLab's dropout "
+                             "seed is drawn on the host, so every replay of the graph would drop the same elements; "
+                             "capture with dropout_p=0, or make this call outside the graph")
+        seed = int(torch.randint(_SEED_BOUND, (1,)).item())
     if query.is_cuda and _is_operator(variant):
         return torch.ops.flashlab.attention.default(query, key, value, variant, bool(is_causal),
                                                     causal_align == "bottom-right", scale, float(dropout_p), seed,

@@ -5,7 +5,8 @@ run_pytest.py reports the suite as skipped where there is none):
     straight to the operator, with the first call's results and checks;
   * torch.library.opcheck passes: schemas, fake (Meta) implementations, the autograd registration, AOT dispatch;
   * the kernels run on torch.cuda.current_stream() and the call returns without waiting for them;
-  * a forward and backward captured in a CUDA graph replay on new inputs to the eager results;
+  * a forward and backward captured in a CUDA graph replay on new inputs to the eager results; dropout inside a
+    capture is refused, since its host-drawn seed would repeat the same mask on every replay;
   * torch.compile(fullgraph=True) and mode="reduce-overhead" compile a model that uses them, with the eager results;
   * the outputs have the strides SDPA's outputs have, for both memory layouts of q;
   * bad input is one ValueError sentence through the operator;
@@ -212,6 +213,20 @@ def test_forward_and_backward_replay_from_a_cuda_graph():
     eager = step()
     for name, replayed, want in zip(("O", "dQ", "dK", "dV"), captured, eager):
         assert torch.equal(replayed, want), name  # the same kernels on the same inputs: bit-identical
+
+
+def test_dropout_inside_a_cuda_graph_capture_is_one_sentence():
+    require_available("cuda-fa3-ws")
+    q, k, v = (bshd_memory(1, 4, 256, 64, seed=s) for s in range(3))
+    graph = torch.cuda.CUDAGraph()
+    refusal = r"^dropout_p=0\.1 inside CUDA graph capture is not supported: .* drop the same elements"
+    with pytest.raises(ValueError, match=refusal):
+        with torch.cuda.graph(graph):
+            ft.scaled_dot_product_attention(q, k, v, dropout_p=0.1, variant="cuda-fa3-ws")
+    # The stream captures no more, and the same call outside a graph runs, with dropout.
+    assert not torch.cuda.is_current_stream_capturing()
+    out = ft.scaled_dot_product_attention(q, k, v, dropout_p=0.1, variant="cuda-fa3-ws")
+    assert out.shape == q.shape and torch.isfinite(out).all()
 
 
 class TinyAttentionModel(torch.nn.Module):
