@@ -1,17 +1,36 @@
 #!/usr/bin/env bash
-# One call on the lent GPU machine: build everything (preset `device`), run every GPU test suite
+# On the lent GPU machine: build everything (preset `device`), run every GPU test suite
 # (CTest label `gpu`: kernels, GPU lessons, and the Python module's with PyTorch; scripts/python_path.sh
 # says how its Python finds the module) and the kernel build checks (label `cuda-build`, which
 # need the toolkit's cuobjdump), compute-sanitizer on small cases, repeat the fa2 suite
 # to catch an error that moves between runs, and print the variant table and a full `flashlab check`.
-# Logs go to $1 (default $OUT). The benchmark against PyTorch is scripts/bench_vs_sdpa.sh.
+# Logs go to $1 (default $OUT). Exit 1 if any of them failed. The benchmark against PyTorch is
+# scripts/bench_vs_sdpa.sh.
 #   device run: bash scripts/gpu_session.sh "$OUT"     (carry .deps; make it with scripts/make_deps.sh)
+# All of it takes longer than one call's 10 minutes (the `gpu` suites alone take about 7 on an H200), so PARTS
+# (default: all) names what runs after the build: tests, checks (cuda-build), sanitize, repeats, variants. Two calls
+# in a row, e.g. PARTS="tests checks" then PARTS="sanitize repeats variants", find the first one's build still there
+# while the machine is warm (a rebuild then takes seconds).
 set -uo pipefail
 out=${1:-${OUT:-gpu-out}}
 repeats=${REPEATS:-10}
+parts=${PARTS:-"tests checks sanitize repeats variants"}
+runs() { [[ " $parts " == *" $1 "* ]]; }
 mkdir -p "$out"
 bin=build-device/bin
+status=0
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/device.txt"
+
+# sanitize LOG TOOL LABEL COMMAND...: COMMAND under compute-sanitizer's TOOL, logged to $out/LOG; one line printed,
+# and a failure recorded in status.
+sanitize() {
+  local log=$1 tool=$2 label=$3
+  shift 3
+  compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" >"$out/$log" 2>&1
+  local rc=$?
+  [ "$rc" = 0 ] || status=1
+  echo "$tool $label: exit $rc ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$log" | tail -1))"
+}
 
 echo "== build"
 bash scripts/device_build.sh >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
@@ -19,64 +38,69 @@ bash scripts/device_build.sh >"$out/build.log" 2>&1 || { tail -40 "$out/build.lo
 source scripts/python_path.sh build-device >/dev/null
 grep "FlashLab:" "$out/build.log"
 
-echo "== GPU tests (ctest -L gpu)"
-ctest --test-dir build-device -L gpu --output-on-failure >"$out/ctest-gpu.log" 2>&1
-status=$?
-tail -12 "$out/ctest-gpu.log"
+if runs tests; then
+  echo "== GPU tests (ctest -L gpu)"
+  ctest --test-dir build-device -L gpu --output-on-failure >"$out/ctest-gpu.log" 2>&1 || status=1
+  tail -12 "$out/ctest-gpu.log"
+fi
 
-echo "== kernel build checks (ctest -L cuda-build: no register spills; HMMA in every cuda-fa2 kernel's SASS)"
-ctest --test-dir build-device -L cuda-build --output-on-failure >"$out/ctest-cuda-build.log" 2>&1 || status=1
-grep -E "Passed|Failed|Skipped|kernels in the SASS|functions compiled" "$out/ctest-cuda-build.log"
+if runs checks; then
+  echo "== kernel build checks (ctest -L cuda-build: no register spills; HMMA in every cuda-fa2 kernel's SASS)"
+  ctest --test-dir build-device -L cuda-build --output-on-failure >"$out/ctest-cuda-build.log" 2>&1 || status=1
+  grep -E "Passed|Failed|Skipped|kernels in the SASS|functions compiled" "$out/ctest-cuda-build.log"
+fi
 
-echo "== compute-sanitizer (small cases, forward and backward)"
-for tool in memcheck racecheck; do
-  for case in "$bin/gpu_readable_tests -tc=*drop*,*masked*" "$bin/gpu_fa2_tests -tc=*dropout*,*masked*,*GQA*"; do
-    compute-sanitizer --tool "$tool" --error-exitcode 9 $case >"$out/sanitizer.log" 2>&1
-    echo "$tool ${case#$bin/}: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitizer.log" | tail -1))"
+if runs sanitize; then
+  echo "== compute-sanitizer (small cases, forward and backward)"
+  for tool in memcheck racecheck; do
+    sanitize sanitizer.log "$tool" "gpu_readable_tests" "$bin/gpu_readable_tests" "-tc=*drop*,*masked*"
+    sanitize sanitizer.log "$tool" "gpu_fa2_tests" "$bin/gpu_fa2_tests" "-tc=*dropout*,*masked*,*GQA*"
   done
-done
 
-echo "== compute-sanitizer on cuda-fa3-ws, every ladder step (memcheck, synccheck, initcheck; racecheck does not model TMA)"
-for tool in memcheck synccheck initcheck; do
-  compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/flashlab" check \
-    --variants cuda-fa3-ws-step1,cuda-fa3-ws-step2,cuda-fa3-ws-step3,cuda-fa3-ws-step4,cuda-fa3-ws --dtype bf16 \
-    --batch 2 --heads 4 --heads-kv 2 --seq-q 200 --seq-k 333 --head-dim 128 --causal bottom-right --dropout 0.1 \
-    >"$out/sanitizer-fa3.log" 2>&1
-  echo "$tool cuda-fa3-ws (5 steps): exit $? ($(grep -E 'ERROR SUMMARY' "$out/sanitizer-fa3.log" | tail -1))"
-  # Long keys without dropout: the wide K/V blocks of d = 64 and 128, with a ragged last block.
-  for d in 64 128; do
-    compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/flashlab" check \
-      --variants cuda-fa3-ws-step2,cuda-fa3-ws-step4,cuda-fa3-ws --dtype bf16 \
-      --batch 1 --heads 4 --heads-kv 2 --seq-q 200 --seq-k 2100 --head-dim "$d" --causal bottom-right \
-      >"$out/sanitizer-fa3-wide.log" 2>&1
-    echo "$tool cuda-fa3-ws wide blocks d=$d (steps 2, 4, 5): exit $? ($(grep -E 'ERROR SUMMARY' "$out/sanitizer-fa3-wide.log" | tail -1))"
+  echo "== compute-sanitizer on cuda-fa3-ws, every ladder step (memcheck, synccheck, initcheck; not racecheck: no TMA model)"
+  for tool in memcheck synccheck initcheck; do
+    sanitize sanitizer-fa3.log "$tool" "cuda-fa3-ws (5 steps)" "$bin/flashlab" check \
+      --variants cuda-fa3-ws-step1,cuda-fa3-ws-step2,cuda-fa3-ws-step3,cuda-fa3-ws-step4,cuda-fa3-ws --dtype bf16 \
+      --batch 2 --heads 4 --heads-kv 2 --seq-q 200 --seq-k 333 --head-dim 128 --causal bottom-right --dropout 0.1
+    # Long keys without dropout: the wide K/V blocks of d = 64 and 128, with a ragged last block.
+    for d in 64 128; do
+      sanitize sanitizer-fa3-wide.log "$tool" "cuda-fa3-ws wide blocks d=$d (steps 2, 4, 5)" "$bin/flashlab" check \
+        --variants cuda-fa3-ws-step2,cuda-fa3-ws-step4,cuda-fa3-ws --dtype bf16 \
+        --batch 1 --heads 4 --heads-kv 2 --seq-q 200 --seq-k 2100 --head-dim "$d" --causal bottom-right
+    done
   done
-done
 
-echo "== compute-sanitizer on cuda-fa3-ws's backward (memcheck, synccheck, initcheck), default and deterministic mode"
-for tool in memcheck synccheck initcheck; do
-  for mode in "" --deterministic; do
-    for d in 64 128 256; do
-      # With and without dropout: at d = 128 the two order the step's GEMMs differently.
-      for dropout in 0.1 0; do
-        compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin/flashlab" check --variants cuda-fa3-ws --dtype bf16 \
-          --batch 2 --heads 4 --heads-kv 2 --seq-q 300 --seq-k 333 --head-dim "$d" --causal bottom-right --dropout "$dropout" \
-          --backward $mode >"$out/sanitizer-fa3-bwd.log" 2>&1
-        echo "$tool cuda-fa3-ws backward d=$d dropout=$dropout ${mode:-default}: exit $? ($(grep -E 'ERROR SUMMARY' "$out/sanitizer-fa3-bwd.log" | tail -1))"
+  echo "== compute-sanitizer on cuda-fa3-ws's backward (memcheck, synccheck, initcheck), default and deterministic mode"
+  for tool in memcheck synccheck initcheck; do
+    for mode in "" --deterministic; do
+      for d in 64 128 256; do
+        # With and without dropout: at d = 128 the two order the step's GEMMs differently.
+        for dropout in 0.1 0; do
+          sanitize sanitizer-fa3-bwd.log "$tool" "cuda-fa3-ws backward d=$d dropout=$dropout ${mode:-default}" \
+            "$bin/flashlab" check --variants cuda-fa3-ws --dtype bf16 --batch 2 --heads 4 --heads-kv 2 --seq-q 300 \
+            --seq-k 333 --head-dim "$d" --causal bottom-right --dropout "$dropout" --backward $mode
+        done
       done
     done
   done
-done
+fi
 
-echo "== gpu_fa2_tests repeated $repeats times on fresh random inputs"
-failed=0
-for i in $(seq "$repeats"); do
-  "$bin/gpu_fa2_tests" >"$out/fa2-repeat-$i.log" 2>&1 || { failed=$((failed + 1)); grep -B2 -A6 "ERROR" "$out/fa2-repeat-$i.log" | head -20; }
-done
-echo "fa2 repeats: $failed of $repeats runs failed"
+if runs repeats; then
+  echo "== gpu_fa2_tests repeated $repeats times on fresh random inputs"
+  failed=0
+  for i in $(seq "$repeats"); do
+    "$bin/gpu_fa2_tests" >"$out/fa2-repeat-$i.log" 2>&1 ||
+      { failed=$((failed + 1)); grep -B2 -A6 "ERROR" "$out/fa2-repeat-$i.log" | head -20; }
+  done
+  echo "fa2 repeats: $failed of $repeats runs failed"
+  [ "$failed" = 0 ] || status=1
+fi
 
-echo "== flashlab check --list, and every variant on one problem"
-"$bin/flashlab" check --list
-"$bin/flashlab" check --heads 4 --heads-kv 2 --seq-q 200 --seq-k 333 --head-dim 64 --causal bottom-right \
-  --dropout 0.1 --backward | tee "$out/check.txt" | tail -3
+if runs variants; then
+  echo "== flashlab check --list, and every variant on one problem"
+  "$bin/flashlab" check --list
+  "$bin/flashlab" check --heads 4 --heads-kv 2 --seq-q 200 --seq-k 333 --head-dim 64 --causal bottom-right \
+    --dropout 0.1 --backward >"$out/check.txt" 2>&1 || status=1
+  tail -3 "$out/check.txt"
+fi
 exit $status
