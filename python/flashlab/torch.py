@@ -219,7 +219,8 @@ def _attend(query, key, value, variant, is_causal, causal_align, scale, dropout_
     autograd Function over flashlab.attention."""
     seed = 0
     if dropout_p > 0:
-        if query.is_cuda and torch.cuda.is_current_stream_capturing():
+        # (Under torch.compile this Python runs while tracing, when nothing is captured: not asked there.)
+        if query.is_cuda and not torch.compiler.is_compiling() and torch.cuda.is_current_stream_capturing():
             raise ValueError(f"dropout_p={dropout_p} inside CUDA graph capture is not supported: FlashLab's dropout "
                              "seed is drawn on the host, so every replay of the graph would drop the same elements; "
                              "capture with dropout_p=0, or make this call outside the graph")
