@@ -33,11 +33,6 @@ constexpr int kDqBuffers = 2;  // dQ staging buffers per consumer (BackwardBarri
 #define FLASHLAB_FA3_BACKWARD_D64_ROWS 64
 #endif
 constexpr int kBackwardD64Rows = FLASHLAB_FA3_BACKWARD_D64_ROWS;
-// Whether the d = 64 backward issues the next step's score GEMMs early (BwdConfig::kScoresAhead): 1, or 0 for a
-// build that times the step without it.
-#ifndef FLASHLAB_FA3_BACKWARD_SCORES_AHEAD
-#define FLASHLAB_FA3_BACKWARD_SCORES_AHEAD 1
-#endif
 static_assert(kBackwardD64Rows == 64 || kBackwardD64Rows == 128, "FLASHLAB_FA3_BACKWARD_D64_ROWS is 64 or 128");
 // The one definition the host's scratch sizes use.
 __host__ __device__ constexpr int backward_block_rows(int head_dim) {
@@ -106,11 +101,6 @@ struct BwdConfig {
   // H100 at N = 1k-16k, backward alone, more so with consumer 1 started behind consumer 0). The
   // registers are those of kDqFirst's order; with dropout it is not done (kDqFirst is false there).
   static constexpr bool kDeferDq = D == 128 && !kDropout;
-  // At d = 64 (Br = 64) a consumer issues step n + 1's S^T and dP^T as soon as step n's dQ, dV and dK products are
-  // issued, before it waits for them and hands dQ_i over, so that those waits and the next step's score GEMMs
-  // overlap instead of following one another (Consumer::step_scores_ahead). The registers allow it there: the next
-  // S^T and dP^T (32 each) beside dK_j, dV_j, the dQ piece and the A fragments of P^T and dS^T.
-  static constexpr bool kScoresAhead = FLASHLAB_FA3_BACKWARD_SCORES_AHEAD && D == 64 && kBr == 64;
   static constexpr int kDqPieceFloats = 64 * kDqCols;
   static constexpr int kNS = kSQueries / 2;  // S^T, dP^T accumulator floats per thread: (64 keys, kSQueries)
   static constexpr int kNKV = kKvCols / 2;   // dK, dV accumulator floats per thread: (64 keys, kKvCols)

@@ -228,20 +228,12 @@ struct Consumer {
   // S_ij^T = K_j Q_i^T and dP_ij^T = V_j dO_i^T (this consumer's keys and queries), one group each; returns once S^T
   // is complete (dP^T's group may still run), at the time the pointwise part starts.
   __device__ std::uint64_t issue_scores(float (&st)[kNS], float (&dpt)[kNS], int stage) const {
-    issue_scores_async(st, dpt, stage);
-    return wait_scores(st);
-  }
-  // The two groups of issue_scores, not waited for.
-  __device__ void issue_scores_async(float (&st)[kNS], float (&dpt)[kNS], int stage) const {
     tl.instant(p, PipelineEvent::WgmmaIssue, TL::now());
     wgmma_fence();
     issue_transposed(st, smem_u32(smem + Cfg::kKOffset), q_addr(stage));
     wgmma_commit_group();
     issue_transposed(dpt, smem_u32(smem + Cfg::kVOffset), do_addr(stage));
     wgmma_commit_group();
-  }
-  // Waits for S^T, the second-last group issued (dP^T's may still run).
-  __device__ std::uint64_t wait_scores(float (&st)[kNS]) const {
     wgmma_wait_group<1>();
     reg_fence(st);
     const std::uint64_t pointwise = TL::now();
@@ -424,69 +416,6 @@ struct Consumer {
     if constexpr (!Cfg::kDqFirst) send_dq(dq, n, h, i);
   }
 
-  // One step at d = 64, Br = 64 with the next step's scores issued early (BwdConfig::kScoresAhead): as step, but
-  // S_ij^T and dP_ij^T were issued by the step before (or by run, at n = 0), and this step issues step n + 1's
-  // right behind its dQ_i, dV_j and dK_j products, then waits for those, hands dQ_i over and releases the stage
-  // while the next scores run. The tensor pipe takes a consumer's groups in order, so the next S^T lands about
-  // when dK_j does, and the pointwise part of step n + 1 starts without a GEMM latency of its own.
-  template <bool kNext>
-  __device__ void step_scores_ahead(int n, float (&dk)[kNKV], float (&dv)[kNKV], float (&st)[kNS],
-                                    float (&dpt)[kNS]) const {
-    static_assert(Cfg::kScoresAhead && kKvByKeys && Cfg::kDqSplit == DqSplit::Keys && Cfg::kDqFirst && !kDefer &&
-                      !Cfg::kDqRowPieces && kPieces == 1,
-                  "the scores-ahead step is d = 64's at Br = 64");
-    const int stage = n % kStages;
-    const int h = kb.head(n), i = kb.q_block(n), row0 = i * kBr;
-    const std::uint64_t pointwise = wait_scores(st);
-    probabilities<false>(st, stage, row0);
-    std::uint32_t keep[2][kKeepWords] = {};
-    if constexpr (kDropout) keep_bits(h, row0, keep);
-    wgmma_wait_group<0>();
-    reg_fence(dpt);
-    const float* Di = reinterpret_cast<const float*>(smem + Cfg::kDiOffset + stage * Cfg::kRowStatBytes);
-    std::uint32_t pf[kPackSteps][4], dsf[kPackSteps][4];
-#pragma unroll
-    for (int ks = 0; ks < kPackSteps; ++ks)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const uint2 pair = packed_pair<false>(st, dpt, keep, Di, ks, q);
-        pf[ks][q] = pair.x;
-        dsf[ks][q] = pair.y;
-      }
-    tl.span(p, PipelineEvent::Softmax, pointwise);
-    const std::uint32_t ds = smem_u32(ds_tile(n % 2));
-    store_tile(ds, dsf);
-    fence_proxy_async_smem();
-    std::uint64_t t0 = TL::now();
-    sync_tiles_written();
-    tl.waited(p, t0, TL::now());
-
-    float dq[1][kNQ];
-    tl.instant(p, PipelineEvent::WgmmaIssue, TL::now());
-    wgmma_fence();
-    issue_dq(dq[0], n % 2, 0);
-    wgmma_commit_group();
-    issue_accumulate(dv, pf, 0u, do_addr(stage));
-    issue_accumulate(dk, dsf, ds, q_addr(stage));
-    wgmma_commit_group();
-    if constexpr (kNext) {  // step n + 1's S^T and dP^T, behind this step's products
-      wait_stage(n + 1, (n + 1) % kStages);
-      issue_scores_async(st, dpt, (n + 1) % kStages);
-      wgmma_wait_group<3>();
-    } else {
-      wgmma_wait_group<1>();
-    }
-    reg_fence(dq);
-    tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
-    send_dq(dq, n, h, i);
-    if constexpr (kNext) wgmma_wait_group<2>();
-    else wgmma_wait_group<0>();
-    reg_fence(dk);
-    reg_fence(dv);
-    tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
-    release(Cfg::kEmpty + stage);  // Q_i, dO_i, L_i, D_i are read
-  }
-
   // Stages piece pc of this step's dQ_i for the writer warp (dq_row_piece_half: the staging buffer, or P^T's rows),
   // in stage_dq's register order, and hands it over.
   __device__ void hand_dq_row_piece(const float (&dq)[kNQ], int pc) const {
@@ -574,11 +503,6 @@ struct Consumer {
     for (int r = 0; r < kNKV; ++r) dk[r] = dv[r] = 0.f;
     if (kb.n_steps > 0) {
       mbar_wait(&bars[Cfg::kKVFull], 0);
-      [[maybe_unused]] float st[kNS], dpt[kNS];  // kScoresAhead: the scores in flight from one step to the next
-      if constexpr (Cfg::kScoresAhead) {
-        wait_stage(0, 0);
-        issue_scores_async(st, dpt, 0);
-      }
 #pragma unroll 1
       for (int n = 0; n < kb.n_steps; ++n) {
         // Opaque copies of the thread's indices and bases: what is derived from them (swizzled offsets,
@@ -587,10 +511,6 @@ struct Consumer {
         Consumer self = *this;
         pin(self.smem, self.bars, self.c, self.tid, self.warp, self.g, self.t);
         if constexpr (Cfg::kDqRowPieces) self.step_in_row_pieces(n, dk, dv);
-        else if constexpr (Cfg::kScoresAhead) {
-          if (n + 1 < kb.n_steps) self.template step_scores_ahead<true>(n, dk, dv, st, dpt);
-          else self.template step_scores_ahead<false>(n, dk, dv, st, dpt);
-        }
         else self.step(n, dk, dv);
         tl = self.tl;  // the timeline lane's slot state goes on to the next step
       }
