@@ -179,6 +179,39 @@ TEST_CASE("what a bench recorded becomes its Timeline, and a file that cannot be
   std::filesystem::remove(good);
 }
 
+TEST_CASE("consumer_shares: the median softmax and waiting shares over the consumer lanes, the producer left out") {
+  const auto span = [](std::uint32_t block, std::uint32_t wg, PipelineEvent e, std::uint64_t b, std::uint64_t end) {
+    return TimelineSpan{.block = block, .warpgroup = wg, .event = e, .begin_ns = b, .end_ns = end};
+  };
+  Timeline t;
+  t.producer_warpgroups = 1;
+  t.spans = {
+      // The producer's lane: a long wait that must not count.
+      span(0, 0, PipelineEvent::BarrierWait, 0, 1000),
+      // Block 0, WG1: 0..100, softmax 40 + 10, waiting 20 -> 0.5 and 0.2.
+      span(0, 1, PipelineEvent::WgmmaIssue, 0, 0), span(0, 1, PipelineEvent::Softmax, 10, 50),
+      span(0, 1, PipelineEvent::BarrierWait, 50, 70), span(0, 1, PipelineEvent::Softmax, 80, 90),
+      span(0, 1, PipelineEvent::WgmmaWait, 100, 100),
+      // Block 0, WG2: 0..200, softmax 20, waiting 100 -> 0.1 and 0.5.
+      span(0, 2, PipelineEvent::Softmax, 0, 20), span(0, 2, PipelineEvent::BarrierWait, 100, 200),
+      // Block 1, WG1: 100..200, softmax 60, no wait -> 0.6 and 0.
+      span(1, 1, PipelineEvent::Softmax, 100, 160), span(1, 1, PipelineEvent::TmaLanded, 200, 200),
+      // Block 1, WG2: one instant, no extent: left out.
+      span(1, 2, PipelineEvent::TmaLanded, 300, 300)};
+  const ConsumerShares s = consumer_shares(t);
+  CHECK(s.lanes == 3);
+  CHECK(s.softmax == doctest::Approx(0.5));  // median of 0.5, 0.1, 0.6
+  CHECK(s.waiting == doctest::Approx(0.2));  // median of 0.2, 0.5, 0
+  Timeline producers_only;
+  producers_only.spans = {span(0, 0, PipelineEvent::TmaIssue, 0, 0), span(0, 0, PipelineEvent::BarrierWait, 0, 50)};
+  const ConsumerShares none = consumer_shares(producers_only);
+  CHECK(none.lanes == 0);
+  CHECK(none.softmax == 0);
+  // Step 1 has no producer: its one warpgroup is the consumer.
+  t.producer_warpgroups = 0;
+  CHECK(consumer_shares(t).lanes == 4);
+}
+
 TEST_CASE("a file from another tool (no otherData, bare array) still reads") {
   const std::string text = R"([{"name": "softmax", "ph": "X", "ts": 1.5, "dur": 0.25, "pid": 4, "tid": 2},
                                {"name": "tma_issue", "ph": "i", "ts": 0, "pid": 4, "tid": 0}])";

@@ -235,6 +235,10 @@ nlohmann::ordered_json to_json(const Row& r, bool backward) {
                      {"buffer_filled", t.buffer_filled},
                      {"recording_ms", t.recording_ms},
                      {"recording_overhead", t.recording_ms / r.forward_ms - 1}};
+    const ConsumerShares shares = consumer_shares(timeline_of(t));
+    j["timeline"]["consumer_softmax_share"] = shares.softmax;
+    j["timeline"]["consumer_waiting_share"] = shares.waiting;
+    j["timeline"]["consumer_lanes"] = shares.lanes;
   }
   return j;
 }
@@ -247,6 +251,12 @@ std::string timeline_line(const BenchTimeline& t, const std::string& path, doubl
                 plain_ms, 100 * (t.recording_ms / plain_ms - 1));
   std::string line = "timeline: " + std::to_string(t.records.size()) + " records of blocks " +
                      std::to_string(t.first_block) + "-" + std::to_string(t.last_block) + " -> " + path + buf + "\n";
+  const ConsumerShares shares = consumer_shares(timeline_of(t));
+  if (shares.lanes > 0) {
+    std::snprintf(buf, sizeof buf, "timeline: a consumer warpgroup spent %.1f%% of its time in the softmax and %.1f%% "
+                  "waiting at barriers (medians over %d lanes)\n", 100 * shares.softmax, 100 * shares.waiting, shares.lanes);
+    line += buf;
+  }
   if (t.buffer_filled)
     line += "timeline: the " + std::to_string(t.capacity) +
             "-record buffer filled up, so the run's later events are not in the file (use a shorter run)\n";

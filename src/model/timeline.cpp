@@ -284,6 +284,35 @@ Timeline timeline_of(const BenchTimeline& t) {
   return timeline_from_records(t.records.data(), t.records.size(), t.device, t.variant, t.label, t.producer_warpgroups);
 }
 
+ConsumerShares consumer_shares(const Timeline& t) {
+  struct Lane {
+    std::uint64_t first = std::numeric_limits<std::uint64_t>::max(), last = 0, softmax = 0, waiting = 0;
+  };
+  std::map<std::pair<std::uint32_t, std::uint32_t>, Lane> lanes;  // (block, warpgroup)
+  for (const TimelineSpan& s : t.spans) {
+    if (s.warpgroup < t.producer_warpgroups) continue;
+    Lane& lane = lanes[{s.block, s.warpgroup}];
+    lane.first = std::min(lane.first, s.begin_ns);
+    lane.last = std::max(lane.last, s.end_ns);
+    if (s.event == PipelineEvent::Softmax) lane.softmax += s.end_ns - s.begin_ns;
+    if (s.event == PipelineEvent::BarrierWait) lane.waiting += s.end_ns - s.begin_ns;
+  }
+  std::vector<double> softmax, waiting;
+  for (const auto& [key, lane] : lanes) {
+    if (lane.last <= lane.first) continue;
+    const double extent = static_cast<double>(lane.last - lane.first);
+    softmax.push_back(static_cast<double>(lane.softmax) / extent);
+    waiting.push_back(static_cast<double>(lane.waiting) / extent);
+  }
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  };
+  if (softmax.empty()) return {};
+  return {.softmax = median(softmax), .waiting = median(waiting), .lanes = static_cast<int>(softmax.size())};
+}
+
 void write_trace_event_file(const Timeline& timeline, const std::string& path) {
   errno = 0;
   std::ofstream file(path, std::ios::binary);

@@ -78,6 +78,16 @@ Timeline timeline_from_records(const TimelineRecord* records, std::size_t count,
 // What a bench recorded (BenchSettings::record_timeline), as a Timeline: timeline_from_records on its records.
 Timeline timeline_of(const BenchTimeline&);
 
+// Where a consumer warpgroup's time went: over one lane (a block's warpgroup at or past producer_warpgroups), from
+// its first stamp to its last, the fraction inside Softmax spans and inside BarrierWait spans. consumer_shares gives
+// the median of each over the consumer lanes with a nonzero extent, and how many there were (0: both shares 0). It
+// is how a ladder rung's timeline shows the softmax's share of the consumers' time growing or shrinking.
+struct ConsumerShares {
+  double softmax = 0, waiting = 0;
+  int lanes = 0;
+};
+ConsumerShares consumer_shares(const Timeline&);
+
 // Chrome Trace Event Format: {"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}.
 // Spans are "ph": "X" with "ts"/"dur" in microseconds relative to the earliest stamp, instants are
 // "ph": "i"; pid = block, tid = warpgroup, with "M" events naming them ("block 3", "producer WG0"; for a
