@@ -59,13 +59,13 @@ if runs sanitize; then
 
   echo "== compute-sanitizer on cuda-fa3-ws, every ladder step (memcheck, synccheck, initcheck; not racecheck: no TMA model)"
   for tool in memcheck synccheck initcheck; do
-    sanitize sanitizer-fa3.log "$tool" "cuda-fa3-ws (5 steps)" "$bin/flashlab" check \
-      --variants cuda-fa3-ws-step1,cuda-fa3-ws-step2,cuda-fa3-ws-step3,cuda-fa3-ws-step4,cuda-fa3-ws --dtype bf16 \
+    sanitize sanitizer-fa3.log "$tool" "cuda-fa3-ws (7 steps)" "$bin/flashlab" check \
+      --variants cuda-fa3-ws-step1,cuda-fa3-ws-step2,cuda-fa3-ws-step3,cuda-fa3-ws-step4,cuda-fa3-ws,cuda-fa3-ws-eager-rescale,cuda-fa3-ws-exp2-emulated --dtype bf16 \
       --batch 2 --heads 4 --heads-kv 2 --seq-q 200 --seq-k 333 --head-dim 128 --causal bottom-right --dropout 0.1
     # Long keys without dropout: the wide K/V blocks of d = 64 and 128, with a ragged last block.
     for d in 64 128; do
-      sanitize sanitizer-fa3-wide.log "$tool" "cuda-fa3-ws wide blocks d=$d (steps 2, 4, 5)" "$bin/flashlab" check \
-        --variants cuda-fa3-ws-step2,cuda-fa3-ws-step4,cuda-fa3-ws --dtype bf16 \
+      sanitize sanitizer-fa3-wide.log "$tool" "cuda-fa3-ws wide blocks d=$d (steps 2, 4, 5, 6, 7)" "$bin/flashlab" check \
+        --variants cuda-fa3-ws-step2,cuda-fa3-ws-step4,cuda-fa3-ws,cuda-fa3-ws-eager-rescale,cuda-fa3-ws-exp2-emulated --dtype bf16 \
         --batch 1 --heads 4 --heads-kv 2 --seq-q 200 --seq-k 2100 --head-dim "$d" --causal bottom-right
     done
   done

@@ -191,6 +191,13 @@ def attention_backward(q, k, v, out, lse, grad_out, *, variant="cpu-fa2", is_cau
 AUTO_ORDER = (
     ("cuda-fa3-ws", "the Hopper kernel: ahead of cuda-fa2 in every row of RESULTS.md's Hopper forward table, and the "
                     "only one with an FP8 forward"),
+    ("cuda-fa3-ws-eager-rescale", "cuda-fa3-ws without its conditional rescale, a FlashAttention-4 rung kept for "
+                                  "teaching (forward only, Hopper only): level with cuda-fa3-ws at d = 64 and slower at "
+                                  "d = 128 and 256 in the race, and only ever competes with it, which runs every "
+                                  "problem it runs"),
+    ("cuda-fa3-ws-exp2-emulated", "cuda-fa3-ws with part of its exponentials on the FMA pipes, a FlashAttention-4 "
+                                  "rung kept for teaching (forward only, Hopper only): slower than cuda-fa3-ws in the "
+                                  "race, and only ever competes with it"),
     ("cuda-fa3-ws-step4", "a rung of cuda-fa3-ws's ladder (forward only, Hopper only, kept for teaching); the rungs "
                           "measured mostly, not always, faster one step up, and only ever compete with cuda-fa3-ws, "
                           "which runs every problem they run"),

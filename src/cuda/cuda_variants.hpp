@@ -58,9 +58,11 @@ BenchResult cuda_fa2_bench(const Problem&, DType, const BenchSettings&);
 
 // cuda-fa3-ws: the warp-specialized Hopper forward (TMA, wgmma, producer / consumer warpgroups),
 // fp16/bf16, compute capability 9.0 only, and the shipped step's backward (head dims 64 and 128; with
-// Options::deterministic, dQ summed in a fixed order). `step` is the ablation ladder's step, 1..5: each
-// adds one idea to the one before (1 one warpgroup, TMA + wgmma; 2 producer / consumer specialization
-// with setmaxnreg; 3 ping-pong; 4 intra-warpgroup overlap; 5 persistent scheduling, the shipped kernel).
+// Options::deterministic, dQ summed in a fixed order). `step` is the ablation ladder's step, 1..7: 1-5 each
+// add one idea to the one before (1 one warpgroup, TMA + wgmma; 2 producer / consumer specialization
+// with setmaxnreg; 3 ping-pong; 4 intra-warpgroup overlap; 5 persistent scheduling, the shipped kernel); 6 and 7
+// are step 5 with one of FlashAttention-4's softmax ideas flipped (6 the lazy rescale off, 7 part of the
+// exponentials emulated on the FMA pipes), forward only.
 // The bench times the shipped kernel of the step; with settings.record_timeline it then records one run's
 // pipeline with the timeline build into that file (Trace Event JSON) and reports it, and that build's
 // time, in BenchResult::timeline (no dropout: the registry refuses it first).

@@ -171,13 +171,21 @@ struct BackwardScratch {
 // one tile at N = 8k, d = 128 (a longer run fills it, and the bench says so).
 constexpr int kTimelineCapacity = 8192;
 
+// What steps 6 and 7 are, for a timeline's label: " (step 5, eager rescale)", or nothing for steps 1-5.
+std::string ladder_rung_note(cuda::fa3_ws::LadderStep step) {
+  if (step == cuda::fa3_ws::LadderStep::EagerRescale) return " (step 5, eager rescale)";
+  if (step == cuda::fa3_ws::LadderStep::Exp2Emulated)
+    return " (step 5, 1 in " + std::to_string(cuda::fa3_ws::kExp2PolyGroups) + " column groups' exp2 emulated)";
+  return "";
+}
+
 // "ladder step 3, bf16, B=1 H=2 N=1024 d=128, blocks 0-3" (or "backward, bf16, ..."): what the run was (the
 // harness's label form).
 std::string timeline_label(cuda::fa3_ws::LadderStep step, bool backward, const Problem& p, DType dtype,
                            std::uint32_t first_block, std::uint32_t last_block) {
   const Shape& s = p.shape;
   std::string label = (backward ? std::string("backward") : "ladder step " + std::to_string(static_cast<int>(step))) +
-                      ", " + to_string(dtype) + ", B=" + std::to_string(s.batch);
+                      ladder_rung_note(step) + ", " + to_string(dtype) + ", B=" + std::to_string(s.batch);
   label += s.heads_q == s.heads_kv ? " H=" + std::to_string(s.heads_q)
                                    : " Hq=" + std::to_string(s.heads_q) + " Hkv=" + std::to_string(s.heads_kv);
   label += s.seq_q == s.seq_k ? " N=" + std::to_string(s.seq_q)

@@ -199,6 +199,27 @@ const std::vector<Variant>& variants() {
        .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .query_block_rows = cuda::fa3_ws::kQueryRows,
        .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .records_timeline = true,
        .device_scratch_fn = cuda_fa3_ws_device_scratch_bytes},
+      // FlashAttention-4's two softmax ideas as rungs of their own: the shipped step with one of them flipped, so that
+      // `flashlab bench --variants cuda-fa3-ws-eager-rescale,cuda-fa3-ws,cuda-fa3-ws-exp2-emulated` times each, and
+      // --timeline shows the softmax's share of a consumer's time with and without it.
+      {.name = "cuda-fa3-ws-eager-rescale", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
+       .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
+       .summary = "FA4 rung: cuda-fa3-ws without the conditional rescale (O rescaled whenever a row's max rises)",
+       .algorithm = Algorithm::FA2,
+       .forward_fn = cuda_fa3_ws_forward<6>, .bench_fn = cuda_fa3_ws_bench<6>,
+       .device_forward_fn = cuda_fa3_ws_forward_on_device<6>,
+       .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .query_block_rows = cuda::fa3_ws::kQueryRows,
+       .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .records_timeline = true,
+       .device_scratch_fn = cuda_fa3_ws_device_scratch_bytes},
+      {.name = "cuda-fa3-ws-exp2-emulated", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
+       .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
+       .summary = "FA4 rung: cuda-fa3-ws with 1 in 8 of P's column groups exponentiated by a cubic on the FMA pipes",
+       .algorithm = Algorithm::FA2,
+       .forward_fn = cuda_fa3_ws_forward<7>, .bench_fn = cuda_fa3_ws_bench<7>,
+       .device_forward_fn = cuda_fa3_ws_forward_on_device<7>,
+       .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .query_block_rows = cuda::fa3_ws::kQueryRows,
+       .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .records_timeline = true,
+       .device_scratch_fn = cuda_fa3_ws_device_scratch_bytes},
       // The shipped step also has the backward (a deterministic mode included), at fewer head dims.
       {.name = "cuda-fa3-ws", .device = Device::Cuda, .dtypes = with_e4m3(dtypes_of(cuda::fa3_ws::kDTypes)),
        .supports = kEverything, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),

@@ -36,9 +36,10 @@ namespace {
 
 using namespace flashlab;
 
-// The ladder, step 1 first; the last is the shipped kernel.
-const char* const kLadder[] = {"cuda-fa3-ws-step1", "cuda-fa3-ws-step2", "cuda-fa3-ws-step3", "cuda-fa3-ws-step4",
-                               "cuda-fa3-ws"};
+// The ladder, step 1 first, then the shipped kernel and the two FlashAttention-4 rungs (steps 6, 7).
+const char* const kLadder[] = {"cuda-fa3-ws-step1", "cuda-fa3-ws-step2",         "cuda-fa3-ws-step3",
+                               "cuda-fa3-ws-step4", "cuda-fa3-ws",               "cuda-fa3-ws-eager-rescale",
+                               "cuda-fa3-ws-exp2-emulated"};
 constexpr DType kDtypes[] = {DType::F16, DType::BF16};
 constexpr int kHeadDims[] = {64, 128, 256};
 
@@ -303,10 +304,11 @@ TEST_CASE("cuda-fa3-ws bench --timeline, every ladder step and e4m3: the file re
   const Problem p{.shape = Shape{.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 1024, .seq_k = 1024, .head_dim = 128},
                   .options = Options{}};
   constexpr auto kRecordingBlocks = static_cast<std::uint32_t>(flashlab::cuda::fa3_ws::kTimelineBlocks);
-  // Every ladder step in f16 and bf16, and the FP8 forward (the shipped step, e4m3).
+  // Every ladder step in f16 and bf16 (the FlashAttention-4 rungs, steps 6 and 7, too), and the FP8 forward (the
+  // shipped step, e4m3).
   std::vector<std::pair<DType, int>> runs;
   for (DType dtype : kDtypes)
-    for (int step = 1; step <= 5; ++step) runs.emplace_back(dtype, step);
+    for (int step = 1; step <= 7; ++step) runs.emplace_back(dtype, step);
   runs.emplace_back(DType::E4M3, 5);
   for (const auto& [dtype, step] : runs) {
       const std::string name = kLadder[step - 1];
@@ -335,7 +337,12 @@ TEST_CASE("cuda-fa3-ws bench --timeline, every ladder step and e4m3: the file re
       CHECK(t.spans.size() == rec.records.size());
       CHECK(t.device == cuda_device_name());
       CHECK(t.variant == "cuda-fa3-ws");
-      CHECK(t.label.rfind("ladder step " + std::to_string(step) + ", " + to_string(dtype) + ", ", 0) == 0);
+      // Steps 6 and 7 say what they are beside their number.
+      const std::string rung = step == 6 ? " (step 5, eager rescale)"
+                               : step == 7 ? " (step 5, 1 in 8 column groups' exp2 emulated)"
+                                           : "";
+      CHECK_MESSAGE(t.label.rfind("ladder step " + std::to_string(step) + rung + ", " + to_string(dtype) + ", ", 0) == 0,
+                    t.label);
       const std::uint32_t producers = step >= 2 ? 1 : 0;
       const std::uint32_t warpgroups = step >= 2 ? 3 : 1;  // producer + two consumers, or one that does both
       CHECK(t.producer_warpgroups == producers);

@@ -123,16 +123,24 @@ struct TmaMaps {
 };
 
 // The ablation ladder: each step adds one scheduling idea to the one before (flashlab bench runs them
-// one at a time; the shipped kernel is step 5).
+// one at a time; the shipped kernel is step 5). Two more rungs flip one of FlashAttention-4's softmax ideas on the
+// shipped step, so that each can be timed and its timeline recorded on its own (Schedule::kLazyRescale and
+// kExp2PolyEvery, forward_config.cuh): the lazy rescale ships, so its rung takes it away; the exponential emulation
+// does not, so its rung adds it.
 enum class LadderStep : int {
   OneWarpgroup = 1,     // one warpgroup, 64 query rows; it issues its own TMA; TMA + wgmma
   WarpSpecialized = 2,  // + a producer warpgroup (TMA) and two consumer warpgroups, setmaxnreg
   PingPong = 3,         // + the consumers take turns for their GEMMs (named barriers)
   IntraOverlap = 4,     // + softmax of block j overlaps P_{j-1} V_{j-1} inside each consumer
   Persistent = 5,       // + one block per SM walking a tile list, heaviest tiles first
+  EagerRescale = 6,     // step 5 without the lazy rescale: O_i rescaled whenever a row's max rises
+  Exp2Emulated = 7,     // step 5 + 1 column group of P in kExp2PolyGroups by exp2_poly on the FMA pipes
 };
 inline constexpr LadderStep kShippedStep = LadderStep::Persistent;
-inline constexpr int kLadderSteps = 5;
+inline constexpr int kLadderSteps = 7;
+// The exponential-emulation rung's share: one S column group of 8 in this many (1 in 8 was the share that lost least
+// in the race, bench/results/h100-fa3-ws-fa4-ideas-notes.md; every larger share lost more at every head dim).
+inline constexpr int kExp2PolyGroups = 8;
 
 // Head dims with a compiled kernel: kHeadDims, the one list of cuda/constraints.hpp (the registry checks
 // problems against it). The launchers assert what the registry checked (fa3_ws/host_checks.hpp): a head dim,

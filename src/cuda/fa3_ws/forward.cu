@@ -1,5 +1,5 @@
 // cuda-fa3-ws forward, what ships: launch_forward (every ladder step, f16 and bf16, with and without
-// dropout; 76 kernels: 2 dtypes x (5 steps x 3 head dims, with and without dropout, and steps 2-5 with the
+// dropout; 108 kernels: 2 dtypes x (7 steps x 3 head dims, with and without dropout, and steps 2-7 with the
 // wide K/V blocks of d = 64 and 128)), and the TMA descriptors every launcher builds. The kernel and its parts
 // are in forward_kernel.cuh, which says what changed from cuda-fa2 and why.
 #include <cuda.h>
@@ -107,7 +107,7 @@ void launch_forward(DType dtype, const Params& p, cudaStream_t stream, LadderSte
       with_element(dtype, [&]<class T>() {
         // Dropout keeps the narrow blocks: its keep bits beside a wider S_ij spill (100-160 bytes at steps
         // 4 and 5, ptxas -v), and dropout is checked for correctness, not raced.
-        if (p.dropout) launch_config<T, D, kStep, true, false, ShippedSchedule<false>>(p, stream);
+        if (p.dropout) launch_config<T, D, kStep, true, false, RungSchedule<kStep, ShippedSchedule<false>>>(p, stream);
         else with_shipped_schedule<D, kStep>(p, [&]<class S>() { launch_config<T, D, kStep, false, false, S>(p, stream); });
       });
     });

@@ -86,6 +86,23 @@ struct WithSoftmaxTrees : Sched {
 template <bool kWideBlocks>
 using ShippedSchedule = Schedule<true, true, true, kWideBlocks, /*kExp2PolyEvery=*/0, /*kFp8OwnOBuffers=*/true,
                                  /*kLazyRescale=*/true>;
+// The schedule of ladder step kStep from the shipped one: steps 6 and 7 flip one of FlashAttention-4's softmax ideas
+// (LadderStep::EagerRescale: the lazy rescale off; Exp2Emulated: 1 column group in kExp2PolyGroups by exp2_poly).
+template <int kStep, class Sched>
+struct RungScheduleOf {
+  using type = Sched;
+};
+template <bool kQ, bool kK, bool kThree, bool kWide, int kPoly, bool kOwn, bool kLazy>
+struct RungScheduleOf<static_cast<int>(LadderStep::EagerRescale), Schedule<kQ, kK, kThree, kWide, kPoly, kOwn, kLazy>> {
+  using type = Schedule<kQ, kK, kThree, kWide, kPoly, kOwn, /*kLazyRescale=*/false>;
+};
+template <bool kQ, bool kK, bool kThree, bool kWide, int kPoly, bool kOwn, bool kLazy>
+struct RungScheduleOf<static_cast<int>(LadderStep::Exp2Emulated), Schedule<kQ, kK, kThree, kWide, kPoly, kOwn, kLazy>> {
+  using type = Schedule<kQ, kK, kThree, kWide, kExp2PolyGroups, kOwn, kLazy>;
+};
+template <int kStep, class Sched>
+using RungSchedule = typename RungScheduleOf<kStep, Sched>::type;
+
 // The FP8 forward with V transposed in the producer at head dim D (launch_forward_e4m3_vt_in_smem): the shipped
 // FP8 schedule (Fp8ShippedSchedule), but at d = 256 with one O buffer taken in turn (WithFp8TransposeInKernel says why).
 template <int D>

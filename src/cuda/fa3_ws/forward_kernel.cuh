@@ -237,11 +237,12 @@ void launch_config(const Params& p, cudaStream_t stream, int heads_per_group_giv
 // The schedule that ships without dropout, for this problem: wider K/V blocks for long keys at d = 64 and 128
 // (HeadConfig says why) from step 2 on. Step 1's block is one warpgroup: with the narrow blocks two fit an
 // SM at d = 64 (104 KiB each), with the wide ones only one (152 KiB), and step 1 lost a third of its speed
-// there (H100, N >= 2k). (Dropout keeps the narrow blocks: forward.cu.)
+// there (H100, N >= 2k). (Dropout keeps the narrow blocks: forward.cu.) Steps 6 and 7 are step 5 with one of
+// FlashAttention-4's switches flipped (RungSchedule).
 template <int D, int kStep, class F>
 void with_shipped_schedule(const Params& p, F&& launch) {
-  if (takes_wide_blocks(D, p.seq_k, false, kStep)) launch.template operator()<ShippedSchedule<true>>();
-  else launch.template operator()<ShippedSchedule<false>>();
+  if (takes_wide_blocks(D, p.seq_k, false, kStep)) launch.template operator()<RungSchedule<kStep, ShippedSchedule<true>>>();
+  else launch.template operator()<RungSchedule<kStep, ShippedSchedule<false>>>();
 }
 
 // What every entry asserts before it touches the GPU (the registry checked it): the dtype, the head dim (in

@@ -1,6 +1,6 @@
 // cuda-fa3-ws forward with the timeline hook compiled in (timeline_lane.cuh): the kernels of launch_forward
 // without dropout and of launch_forward_e4m3, built a second time with kTimeline = true, behind `flashlab bench
-// --timeline`; 46 + 2 kernels (the FP8 ones at d = 64 and 128 only: constraints.hpp). Its own translation unit, so that the shipped kernels carry no recording code and both compile in
+// --timeline`; 66 + 2 kernels (the FP8 ones at d = 64 and 128 only: constraints.hpp). Its own translation unit, so that the shipped kernels carry no recording code and both compile in
 // parallel. fa3_ws_params.hpp says what the caller provides.
 #include <stdexcept>
 
