@@ -714,6 +714,38 @@ def lazy_rescale(sources, opts):
                        body)
 
 
+FA4_RUNGS = [("cuda-fa3-ws-eager-rescale", "6: lazy rescale off"), ("cuda-fa3-ws", "5: ships"),
+             ("cuda-fa3-ws-exp2-emulated", "7: 1 in 8 groups' exp2 emulated")]
+
+
+def fa4_rungs(sources, opts):
+    """FlashAttention-4's two softmax ideas as ladder rungs beside the shipped step (bench_fa4_rungs.sh): forward
+    TFLOP/s (median of the rounds) and each rung over step 5; with part=timelines, each one's consumer warpgroups'
+    softmax and waiting shares from its timeline instead."""
+    j = one("fa4-rungs", sources)
+    part = opts.get("part", "speed")
+    pct = lambda x: f"{100 * x:.1f}%"
+    if part == "timelines":
+        names = [v for v, _ in FA4_RUNGS]
+        body = [[str(t["head_dim"]), dict(FA4_RUNGS)[t["variant"]], pct(t["consumer_softmax_share"]),
+                 pct(t["consumer_waiting_share"]), f"{t['forward_ms']:.3f} ms"]
+                for t in sorted(j["timelines"], key=lambda t: (t["head_dim"], names.index(t["variant"])))]
+        if not body:
+            raise Error(f"{sources[0][0]} has no timelines")
+        return table_lines(["d", "step", "softmax's share", "waiting's share", "forward (plain build)"], body)
+    if part != "speed":
+        raise Error(f"part={part} is not speed or timelines")
+    by = {(r["variant"], r["head_dim"], r["causal"], r["seq"]): r["forward_tflops_median"] for r in j["rows"]}
+    body = []
+    for (v, d, c, n), ships in sorted(by.items(), key=lambda kv: kv[0][1:]):
+        if v != "cuda-fa3-ws":
+            continue
+        eager, exp2 = by[(FA4_RUNGS[0][0], d, c, n)], by[(FA4_RUNGS[2][0], d, c, n)]
+        body.append([str(d), yes_no(c), str(n), f"{eager:.0f}", f"{ships:.0f}", f"{exp2:.0f}",
+                     fmt_ratio(eager / ships), fmt_ratio(exp2 / ships)])
+    return table_lines(["d", "causal", "N"] + [name for _, name in FA4_RUNGS] + ["6 / 5", "7 / 5"], body)
+
+
 def strip_blank(lines):
     while lines and not lines[0].strip():
         lines = lines[1:]
@@ -730,6 +762,7 @@ KINDS = {
     "fp8-forward": (fp8_forward, set()),
     "fp8-prepass": (fp8_prepass, set()),
     "lazy-rescale": (lazy_rescale, set()),
+    "fa4-rungs": (fa4_rungs, {"part"}),
     "timeline-blocks": (timeline_blocks, {"keys"}),
     "fa3-ladder": (fa3_ladder, {"head_dim"}),
     "fa3-backward": (fa3_backward, set()),
