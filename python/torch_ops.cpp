@@ -27,6 +27,7 @@
 // q_descale (B, H_q), k_descale and v_descale (B, H_kv) (value = e4m3 value x descale), and gives O in bfloat16. It
 // is not differentiable (there is no FP8 backward), so it has no Autograd kernel and refuses inputs that require grad.
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -191,6 +192,17 @@ const Variant& caller_stream_variant(c10::string_view name) {
   return var;
 }
 
+// Dropout's seed is a plain argument of each call, drawn on the host: a CUDA graph captured with dropout would replay
+// the one seed it was captured with, and drop the same elements every time. flashlab.torch refuses an eager capture
+// before it draws the seed; this refuses the rest (a graph that torch.compile's mode="reduce-overhead" records, or a
+// backward captured apart from its forward), in the op itself.
+void refuse_dropout_in_capture(double dropout_p) {
+  if (dropout_p > 0 && c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None)
+    throw InputError("dropout inside CUDA graph capture is not supported: FlashLab's dropout seed is drawn on the host "
+                     "for each call, so every replay of the graph would drop the same elements; capture with "
+                     "dropout_p=0, or make this call outside the graph");
+}
+
 std::tuple<Tensor, Tensor> forward_cuda(const Tensor& q, const Tensor& k, const Tensor& v, c10::string_view variant,
                                         bool is_causal, bool bottom_right, std::optional<double> scale,
                                         double dropout_p, std::int64_t seed) {
@@ -199,6 +211,7 @@ std::tuple<Tensor, Tensor> forward_cuda(const Tensor& q, const Tensor& k, const 
     const Problem p = problem_of(q, k, v, nullptr, is_causal, bottom_right, scale, dropout_p, seed, false);
     const DType dtype = common_dtype({{&q, "query"}, {&k, "key"}, {&v, "value"}});
     const c10::cuda::CUDAGuard on(q.device());
+    refuse_dropout_in_capture(dropout_p);  // on q's device's current stream
     const int device = q.device().index();
     var.check_device_call(p, dtype, device, false);
     const Tensor q_rows = bshd(q), k_rows = bshd(k), v_rows = bshd(v);
@@ -229,6 +242,7 @@ std::tuple<Tensor, Tensor, Tensor> backward_cuda(const Tensor& d_o, const Tensor
       throw InputError("lse must be the forward's: float32 (B, H_q, S_q) = " + dims_string(lse_dims) +
                        " on query's GPU");
     const c10::cuda::CUDAGuard on(q.device());
+    refuse_dropout_in_capture(dropout_p);
     const int device = q.device().index();
     var.check_device_call(p, dtype, device, true);
     const Tensor q_rows = bshd(q), k_rows = bshd(k), v_rows = bshd(v), out_rows = bshd(out), d_o_rows = bshd(d_o);

@@ -22,7 +22,8 @@ Dropout draws its mask from a seed taken from PyTorch's default (CPU) generator 
 (torch.compile breaks its graph there), so torch.manual_seed makes a run repeatable; the mask is FlashLab's own (a
 Philox draw per element), not PyTorch's, so the two drop different elements. A call with dropout inside CUDA graph
 capture is refused with ValueError: the seed would be fixed at capture, and every replay would drop the same
-elements.
+elements. The PyTorch operators refuse it themselves too, so a graph that torch.compile's mode="reduce-overhead"
+records, or a backward captured apart from its forward, gets the same sentence rather than one mask replayed.
 
 fp8_attention is cuda-fa3-ws's FP8 forward on torch.float8_e4m3fn CUDA tensors with FlashAttention-3's
 descales (one float32 per (batch, head)): O in bfloat16 and the LSE in float32, forward only.

@@ -229,6 +229,47 @@ def test_dropout_inside_a_cuda_graph_capture_is_one_sentence():
     assert out.shape == q.shape and torch.isfinite(out).all()
 
 
+def test_dropout_under_reduce_overhead_never_replays_one_mask():
+    # torch.compile's mode="reduce-overhead" records CUDA graphs of what it compiled, and flashlab.torch's own capture
+    # check does not run in compiled code. Either the operator refuses inside the recording with its one sentence,
+    # or each call drops different elements: never the same mask replayed.
+    require_available("cuda-fa3-ws")
+    q, k, v = (bshd_memory(1, 4, 256, 64, seed=s) for s in range(3))
+    attend = torch.compile(lambda q, k, v: ft.scaled_dot_product_attention(q, k, v, dropout_p=0.1,
+                                                                          variant="cuda-fa3-ws"),
+                           mode="reduce-overhead")
+    outs = []
+    try:
+        for _ in range(4):  # warm-up, recording, replays
+            outs.append(attend(q, k, v).clone())
+    except ValueError as e:
+        assert str(e).startswith("dropout inside CUDA graph capture is not supported: "), str(e)
+        assert not torch.cuda.is_current_stream_capturing()
+        print("reduce-overhead with dropout: refused inside the recording")
+        return
+    print("reduce-overhead with dropout: ran, each call with its own mask")
+    for a, b in zip(outs, outs[1:]):
+        assert not torch.equal(a, b), "two calls with dropout gave the same output: one mask replayed"
+
+
+def test_dropout_backward_captured_apart_from_its_forward_is_one_sentence():
+    require_available("cuda-fa3-ws")
+    q, k, v = (bshd_memory(1, 4, 256, 64, seed=s).detach().requires_grad_() for s in range(3))
+    # The forward runs on the stream that will capture, so that autograd runs its backward there (as a captured
+    # training step's warm-up does), outside the graph.
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        out = ft.scaled_dot_product_attention(q, k, v, dropout_p=0.1, variant="cuda-fa3-ws")
+        grad = torch.ones_like(out)
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(ValueError, match=r"^dropout inside CUDA graph capture is not supported: .* same elements"):
+        with torch.cuda.graph(graph, stream=side):
+            torch.autograd.grad(out, (q, k, v), grad)
+    assert not torch.cuda.is_current_stream_capturing()
+    torch.cuda.current_stream().wait_stream(side)
+
+
 class TinyAttentionModel(torch.nn.Module):
     """Projections, FlashLab's attention (GQA 4/2), an output projection: what a transformer block asks of it."""
 
