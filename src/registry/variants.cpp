@@ -162,7 +162,7 @@ const std::vector<Variant>& variants() {
        .device_forward_fn = cuda_fa2_forward_on_device, .device_backward_fn = cuda_fa2_backward_on_device,
        .device_scratch_fn = cuda_fa2_device_scratch_bytes},
       // cuda-fa3-ws and its ablation ladder: each step adds one scheduling idea to the one before, so
-      // `flashlab bench --variants cuda-fa3-ws-step1,...,cuda-fa3-ws` shows what each buys (steps 1-4: forward only).
+      // `flashlab bench --variants cuda-fa3-ws-step1,...,cuda-fa3-ws` shows what each buys (steps 1-4, 6 and 7: forward only).
       // Each step has a timeline build: `flashlab bench --timeline FILE` records its pipeline.
       {.name = "cuda-fa3-ws-step1", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
        .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),

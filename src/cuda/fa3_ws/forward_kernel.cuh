@@ -185,11 +185,12 @@ template <class F, std::size_t... I>
 bool dispatch_step_impl(int step, F&& f, std::index_sequence<I...>) {
   return ((step == static_cast<int>(I) + 1 ? (f.template operator()<static_cast<int>(I) + 1>(), true) : false) || ...);
 }
-// Calls f.template operator()<kStep>() for the ladder step (1..5).
+// Calls f.template operator()<kStep>() for the ladder step (1..kLadderSteps).
 template <class F>
 void dispatch_step(LadderStep step, F&& f) {
   if (!dispatch_step_impl(static_cast<int>(step), f, std::make_index_sequence<kLadderSteps>{}))
-    precondition_failed("ladder steps are 1 to 5, not " + std::to_string(static_cast<int>(step)));
+    precondition_failed("ladder steps are 1 to " + std::to_string(kLadderSteps) + ", not " +
+                        std::to_string(static_cast<int>(step)));
 }
 
 
