@@ -7,7 +7,8 @@
 # causal). With TIMELINE=1, B also records its backward's timeline at the Llama's shape, the last of SEQS.
 #   device run: A_ARGS=... B_ARGS=... bash scripts/backward_ab.sh "$OUT"   (carry .deps; scripts/make_deps.sh)
 # Environment: HEAD_DIM (default 64), SEQS (default "2048 4096 16384"), ROUNDS (default 3), PARTS (default "check
-# bench"). scripts/backward_d64_rows_ab.sh is the same A/B for the d = 64 block shape, with compute-sanitizer.
+# bench"; "sanitize" adds compute-sanitizer's memcheck, synccheck and initcheck on B at HEAD_DIM). Each call must stay
+# within the machine's 10 minutes; the two builds, made side by side, take about three.
 set -uo pipefail
 out=${1:-${OUT:-ab-out}}
 head_dim=${HEAD_DIM:-64}
@@ -43,6 +44,23 @@ if runs check; then
       rc=$?
       [ "$rc" = 0 ] || { status=1; tail -5 "$out/check-$causal.log"; }
       echo "causal $causal ${mode:-default}: exit $rc"
+    done
+  done
+fi
+if runs sanitize; then
+  echo "== compute-sanitizer on B, d = $head_dim (odd lengths, GQA)"
+  for tool in memcheck synccheck initcheck; do
+    for mode in "" --deterministic; do
+      for causal in none bottom-right; do
+        for dropout in 0 0.1; do
+          # memcheck every case; synccheck and initcheck the causal ones without dropout (which adds no shared memory)
+          [ "$tool" != memcheck ] && { [ "$dropout" != 0 ] || [ "$causal" = none ]; } && continue
+          compute-sanitizer --tool "$tool" --error-exitcode 9 "${bin[b]}/flashlab" check --variants cuda-fa3-ws \
+            --dtype bf16 --batch 2 --heads 4 --heads-kv 2 --seq-q 300 --seq-k 333 --head-dim "$head_dim" \
+            --causal "$causal" --dropout "$dropout" --backward $mode >"$out/sanitizer.log" 2>&1 || status=1
+          echo "$tool causal $causal dropout $dropout ${mode:-default}: $(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -1)"
+        done
+      done
     done
   done
 fi
