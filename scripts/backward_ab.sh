@@ -16,23 +16,27 @@ seqs=${SEQS:-"2048 4096 16384"}
 rounds=${ROUNDS:-3}
 parts=${PARTS:-"check bench"}
 runs() { [[ " $parts " == *" $1 "* ]]; }
-mkdir -p "$out"
+# Every log, bench file and timeline goes to $out/files and leaves packed as one $out/files.tgz: a device call brings
+# back only a few files.
+files="$out/files"
+mkdir -p "$files"
+trap 'tar czf "$out/files.tgz" -C "$out" files && rm -rf "$files"' EXIT
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
 status=0
 
 echo "== build: A (${A_ARGS:-defaults}) and B (${B_ARGS:-defaults})"
 targets=(flashlab_cmd gpu_fa3_ws_backward_tests)
-BUILD_DIR=build-device-a CMAKE_ARGS=${A_ARGS:-} bash scripts/device_build.sh "${targets[@]}" >"$out/build-a.log" 2>&1 &
+BUILD_DIR=build-device-a CMAKE_ARGS=${A_ARGS:-} bash scripts/device_build.sh "${targets[@]}" >"$files/build-a.log" 2>&1 &
 first=$!
-BUILD_DIR=build-device-b CMAKE_ARGS=${B_ARGS:-} bash scripts/device_build.sh "${targets[@]}" >"$out/build-b.log" 2>&1 ||
-  { tail -30 "$out/build-b.log"; exit 1; }
-wait "$first" || { tail -30 "$out/build-a.log"; exit 1; }
+BUILD_DIR=build-device-b CMAKE_ARGS=${B_ARGS:-} bash scripts/device_build.sh "${targets[@]}" >"$files/build-b.log" 2>&1 ||
+  { tail -30 "$files/build-b.log"; exit 1; }
+wait "$first" || { tail -30 "$files/build-a.log"; exit 1; }
 declare -A bin=([a]=build-device-a/bin [b]=build-device-b/bin)
 
 echo "== gpu_fa3_ws_backward_tests on both builds"
 for side in a b; do
-  "${bin[$side]}/gpu_fa3_ws_backward_tests" >"$out/suite-$side.log" 2>&1 || status=1
-  echo "$side: $(grep -E 'test cases:' "$out/suite-$side.log" | tail -1)"
+  "${bin[$side]}/gpu_fa3_ws_backward_tests" >"$files/suite-$side.log" 2>&1 || status=1
+  echo "$side: $(grep -E 'test cases:' "$files/suite-$side.log" | tail -1)"
 done
 
 if runs check; then
@@ -40,9 +44,9 @@ if runs check; then
   for causal in none top-left bottom-right; do
     for mode in "" --deterministic "--dropout 0.1"; do
       "${bin[b]}/flashlab" check --variants cuda-fa3-ws --dtype bf16 --batch 2 --heads 4 --heads-kv 2 \
-        --seq-q 300 --seq-k 333 --head-dim "$head_dim" --causal "$causal" --backward $mode >"$out/check-$causal.log" 2>&1
+        --seq-q 300 --seq-k 333 --head-dim "$head_dim" --causal "$causal" --backward $mode >"$files/check-$causal.log" 2>&1
       rc=$?
-      [ "$rc" = 0 ] || { status=1; tail -5 "$out/check-$causal.log"; }
+      [ "$rc" = 0 ] || { status=1; tail -5 "$files/check-$causal.log"; }
       echo "causal $causal ${mode:-default}: exit $rc"
     done
   done
@@ -57,8 +61,8 @@ if runs sanitize; then
           [ "$tool" != memcheck ] && { [ "$dropout" != 0 ] || [ "$causal" = none ]; } && continue
           compute-sanitizer --tool "$tool" --error-exitcode 9 "${bin[b]}/flashlab" check --variants cuda-fa3-ws \
             --dtype bf16 --batch 2 --heads 4 --heads-kv 2 --seq-q 300 --seq-k 333 --head-dim "$head_dim" \
-            --causal "$causal" --dropout "$dropout" --backward $mode >"$out/sanitizer.log" 2>&1 || status=1
-          echo "$tool causal $causal dropout $dropout ${mode:-default}: $(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -1)"
+            --causal "$causal" --dropout "$dropout" --backward $mode >"$files/sanitizer.log" 2>&1 || status=1
+          echo "$tool causal $causal dropout $dropout ${mode:-default}: $(grep -E 'ERROR SUMMARY' "$files/sanitizer.log" | tail -1)"
         done
       done
     done
@@ -70,7 +74,7 @@ echo "== A/B at the FA2 setting: forward and backward, d = $head_dim (scripts/ab
 for causal in none top-left; do
   for seq in $seqs; do
     VARIANT=cuda-fa3-ws HEAD_DIMS=$head_dim CAUSAL=$causal SEQ=$seq ROUNDS=$rounds \
-      bash scripts/ab_bench.sh "${bin[a]}/flashlab" "${bin[b]}/flashlab" "$out/ab-$causal-$seq"
+      bash scripts/ab_bench.sh "${bin[a]}/flashlab" "${bin[b]}/flashlab" "$files/ab-$causal-$seq"
   done
 done
 
@@ -80,10 +84,10 @@ for round in $(seq "$rounds"); do
   for side in a b; do
     "${bin[$side]}/flashlab" bench --device cuda --variants cuda-fa3-ws --dtype bf16 --batch 1 --heads 16 --heads-kv 4 \
       --head-dim "$head_dim" --seq "$seq_list" --causal top-left --backward --warmup 5 --iters 20 \
-      --json "$out/gqa-$side-r$round.json" >/dev/null || status=1
+      --json "$files/gqa-$side-r$round.json" >/dev/null || status=1
   done
 done
-python3 - "$out" "$rounds" <<'PY'
+python3 - "$files" "$rounds" <<'PY'
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 times = {}
@@ -100,6 +104,6 @@ if [ "${TIMELINE:-0}" = 1 ]; then
   last=${seqs##* }
   "${bin[b]}/flashlab" bench --device cuda --variants cuda-fa3-ws --dtype bf16 --batch 1 --heads 16 --heads-kv 4 \
     --head-dim "$head_dim" --seq "$last" --causal top-left --backward --warmup 3 --iters 10 \
-    --timeline "$out/timeline-b-d$head_dim-$last.json" | grep timeline
+    --timeline "$files/timeline-b-d$head_dim-$last.json" | grep timeline
 fi
 exit $status
