@@ -3,6 +3,8 @@
 # configurations", as a test: read the ptxas reports the build kept beside the kernels' objects
 # (tests/ptxas_report.sh, the launcher of those compiles) and fail if any kernel spills, naming it. It
 # checks the very objects the build made (their flags, their architecture), without compiling them again.
+# It also fails where ptxas serialized a function's wgmma (its C7514 "Potential Performance Loss" note: a
+# register of an in-flight wgmma touched by other instructions), which compiles and runs correctly, only slower.
 #   check_no_spills.sh MIN_FUNCTIONS --reports OBJECT.ptxas.txt...
 # MIN_FUNCTIONS guards against a vacuous pass: fewer compiled functions than that is a failure too.
 set -euo pipefail
@@ -24,9 +26,16 @@ awk '
     total++
     if ($0 !~ / 0 bytes spill stores, 0 bytes spill loads/) { bad++; print "SPILLS: " name ":" $0 }
   }
+  /wgmma.mma_async instructions are serialized/ {
+    serialized++
+    fn = $0; sub(/.*in the function \047/, "", fn); sub(/\047.*/, "", fn)
+    reason = $0; sub(/.*serialized due to /, "", reason); sub(/ in the function.*/, "", reason)
+    print "SERIALIZED: " fn ": wgmma serialized due to " reason
+  }
   END {
     printf "%d functions compiled for '"$arch"', %d spill\n", total, bad
-    if (bad > 0) exit 1
+    if (serialized > 0) printf "%d functions with their wgmma serialized\n", serialized
+    if (bad > 0 || serialized > 0) exit 1
     if (total < '"$min_functions"') { print "expected at least '"$min_functions"' functions"; exit 1 }
   }' "$tmp/ptxas.txt" >"$tmp/verdict.txt" && status=0 || status=$?
 if command -v c++filt >/dev/null; then c++filt <"$tmp/verdict.txt"; else cat "$tmp/verdict.txt"; fi
