@@ -39,6 +39,20 @@ constexpr Supports kEverything{.causal = true, .dropout = true, .gqa = true, .ba
 constexpr Supports kAtomicDq{.causal = true, .dropout = true, .gqa = true, .backward = true, .deterministic = false};
 constexpr Supports kForwardOnly{.causal = true, .dropout = true, .gqa = true, .backward = false};
 
+// A forward-only rung of cuda-fa3-ws's ladder (steps 1-4, and FlashAttention-4's rungs 6 and 7): ladder step kStep
+// of the same kernel, with its timeline build, on Hopper only; a block takes query_block_rows query rows.
+template <int kStep>
+Variant fa3_ws_rung(std::string name, std::string summary, int query_block_rows = cuda::fa3_ws::kQueryRows) {
+  return {.name = std::move(name), .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
+          .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims), .summary = std::move(summary),
+          .algorithm = Algorithm::FA2,
+          .forward_fn = cuda_fa3_ws_forward<kStep>, .bench_fn = cuda_fa3_ws_bench<kStep>,
+          .device_forward_fn = cuda_fa3_ws_forward_on_device<kStep>,
+          .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .query_block_rows = query_block_rows,
+          .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .records_timeline = true,
+          .device_scratch_fn = cuda_fa3_ws_device_scratch_bytes};
+}
+
 // A row's dtypes and e4m3, for a row with an FP8 forward (its e4m3_head_dims and e4m3_forward_fn).
 std::vector<DType> with_e4m3(std::vector<DType> dtypes) {
   dtypes.push_back(DType::E4M3);
@@ -164,62 +178,21 @@ const std::vector<Variant>& variants() {
       // cuda-fa3-ws and its ablation ladder: each step adds one scheduling idea to the one before, so
       // `flashlab bench --variants cuda-fa3-ws-step1,...,cuda-fa3-ws` shows what each buys (steps 1-4, 6 and 7: forward only).
       // Each step has a timeline build: `flashlab bench --timeline FILE` records its pipeline.
-      {.name = "cuda-fa3-ws-step1", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
-       .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
-       .summary = "FA3 ladder step 1: one warpgroup, 64 query rows, TMA + wgmma (Hopper)", .algorithm = Algorithm::FA2,
-       .forward_fn = cuda_fa3_ws_forward<1>, .bench_fn = cuda_fa3_ws_bench<1>,
-       .device_forward_fn = cuda_fa3_ws_forward_on_device<1>,
-       .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .query_block_rows = cuda::fa3_ws::kStep1QueryRows,
-       .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .records_timeline = true,
-       .device_scratch_fn = cuda_fa3_ws_device_scratch_bytes},
-      {.name = "cuda-fa3-ws-step2", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
-       .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
-       .summary = "FA3 ladder step 2: + producer / consumer warpgroups (setmaxnreg), mbarrier pipeline",
-       .algorithm = Algorithm::FA2,
-       .forward_fn = cuda_fa3_ws_forward<2>, .bench_fn = cuda_fa3_ws_bench<2>,
-       .device_forward_fn = cuda_fa3_ws_forward_on_device<2>,
-       .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .query_block_rows = cuda::fa3_ws::kQueryRows,
-       .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .records_timeline = true,
-       .device_scratch_fn = cuda_fa3_ws_device_scratch_bytes},
-      {.name = "cuda-fa3-ws-step3", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
-       .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
-       .summary = "FA3 ladder step 3: + ping-pong (the two consumers take turns on the tensor cores)",
-       .algorithm = Algorithm::FA2,
-       .forward_fn = cuda_fa3_ws_forward<3>, .bench_fn = cuda_fa3_ws_bench<3>,
-       .device_forward_fn = cuda_fa3_ws_forward_on_device<3>,
-       .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .query_block_rows = cuda::fa3_ws::kQueryRows,
-       .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .records_timeline = true,
-       .device_scratch_fn = cuda_fa3_ws_device_scratch_bytes},
-      {.name = "cuda-fa3-ws-step4", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
-       .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
-       .summary = "FA3 ladder step 4: + intra-warpgroup overlap (softmax of block j+1 during P_j V_j)",
-       .algorithm = Algorithm::FA2,
-       .forward_fn = cuda_fa3_ws_forward<4>, .bench_fn = cuda_fa3_ws_bench<4>,
-       .device_forward_fn = cuda_fa3_ws_forward_on_device<4>,
-       .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .query_block_rows = cuda::fa3_ws::kQueryRows,
-       .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .records_timeline = true,
-       .device_scratch_fn = cuda_fa3_ws_device_scratch_bytes},
+      fa3_ws_rung<1>("cuda-fa3-ws-step1", "FA3 ladder step 1: one warpgroup, 64 query rows, TMA + wgmma (Hopper)",
+                     cuda::fa3_ws::kStep1QueryRows),
+      fa3_ws_rung<2>("cuda-fa3-ws-step2", "FA3 ladder step 2: + producer / consumer warpgroups (setmaxnreg), mbarrier "
+                                          "pipeline"),
+      fa3_ws_rung<3>("cuda-fa3-ws-step3", "FA3 ladder step 3: + ping-pong (the two consumers take turns on the tensor "
+                                          "cores)"),
+      fa3_ws_rung<4>("cuda-fa3-ws-step4", "FA3 ladder step 4: + intra-warpgroup overlap (softmax of block j+1 during "
+                                          "P_j V_j)"),
       // FlashAttention-4's two softmax ideas as rungs of their own: the shipped step with one of them flipped, so that
       // `flashlab bench --variants cuda-fa3-ws-eager-rescale,cuda-fa3-ws,cuda-fa3-ws-exp2-emulated` times each, and
       // --timeline shows the softmax's share of a consumer's time with and without it.
-      {.name = "cuda-fa3-ws-eager-rescale", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
-       .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
-       .summary = "FA4 rung: cuda-fa3-ws without the conditional rescale (O rescaled whenever a row's max rises)",
-       .algorithm = Algorithm::FA2,
-       .forward_fn = cuda_fa3_ws_forward<6>, .bench_fn = cuda_fa3_ws_bench<6>,
-       .device_forward_fn = cuda_fa3_ws_forward_on_device<6>,
-       .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .query_block_rows = cuda::fa3_ws::kQueryRows,
-       .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .records_timeline = true,
-       .device_scratch_fn = cuda_fa3_ws_device_scratch_bytes},
-      {.name = "cuda-fa3-ws-exp2-emulated", .device = Device::Cuda, .dtypes = dtypes_of(cuda::fa3_ws::kDTypes),
-       .supports = kForwardOnly, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),
-       .summary = "FA4 rung: cuda-fa3-ws with 1 in 8 of P's column groups exponentiated by a cubic on the FMA pipes",
-       .algorithm = Algorithm::FA2,
-       .forward_fn = cuda_fa3_ws_forward<7>, .bench_fn = cuda_fa3_ws_bench<7>,
-       .device_forward_fn = cuda_fa3_ws_forward_on_device<7>,
-       .needs_compute_capability = cuda::fa3_ws::kComputeCapability, .query_block_rows = cuda::fa3_ws::kQueryRows,
-       .max_query_tiles = cuda::fa3_ws::kMaxQueryTiles, .records_timeline = true,
-       .device_scratch_fn = cuda_fa3_ws_device_scratch_bytes},
+      fa3_ws_rung<6>("cuda-fa3-ws-eager-rescale",
+                     "FA4 rung: cuda-fa3-ws without the conditional rescale (O rescaled whenever a row's max rises)"),
+      fa3_ws_rung<7>("cuda-fa3-ws-exp2-emulated",
+                     "FA4 rung: cuda-fa3-ws with 1 in 8 of P's column groups exponentiated by a cubic on the FMA pipes"),
       // The shipped step also has the backward (a deterministic mode included), at fewer head dims.
       {.name = "cuda-fa3-ws", .device = Device::Cuda, .dtypes = with_e4m3(dtypes_of(cuda::fa3_ws::kDTypes)),
        .supports = kEverything, .head_dims = HeadDims::listed(cuda::fa3_ws::kHeadDims),

@@ -97,7 +97,7 @@ Shape shape(int batch, int heads_q, int heads_kv, int seq_q, int seq_k) {
 
 }  // namespace
 
-TEST_CASE("cuda-fa3-ws: the table lists every ladder step for the head dims of cuda/constraints.hpp, steps 1-4 forward only") {
+TEST_CASE("cuda-fa3-ws: the table lists every ladder step for the head dims of cuda/constraints.hpp, all but step 5 forward only") {
   for (const char* name : kLadder) {
     const Variant& v = find_variant(name);
     CHECK(v.device == Device::Cuda);
@@ -252,7 +252,7 @@ TEST_CASE("cuda-fa3-ws, every ladder step: fully masked rows give O = 0 and LSE 
   }
 }
 
-TEST_CASE("cuda-fa3-ws refuses head dims 32 and 96 and f32, steps 1-4 the backward, with one sentence, on any GPU") {
+TEST_CASE("cuda-fa3-ws refuses head dims 32 and 96 and f32, every step but 5 the backward, with one sentence, on any GPU") {
   const Problem p{.shape = Shape{.batch = 1, .heads_q = 1, .heads_kv = 1, .seq_q = 16, .seq_k = 16, .head_dim = 64},
                   .options = Options{}};
   for (const char* name : kLadder) {
