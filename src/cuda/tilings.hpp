@@ -70,21 +70,37 @@ constexpr int forward_query_block(int block_x, int query_blocks) { return query_
 
 // cuda-fa3-ws (fa3_ws/forward_kernel.cuh), the shipped ladder step 5: a persistent grid of one block per
 // SM (a producer warpgroup and two consumer warpgroups of 64 rows each), taking tiles of Br = 128 query
-// rows from a global counter; Bc = 128 keys (64 at d = 256, so that O_i, S_ij and P_ij fit 240 registers),
-// and for long keys wider blocks at d = 64 and 128 (fa3_ws/forward_config.cuh, HeadConfig, says why).
+// rows from a global counter; Bc = 128 keys (64 at d = 256, so that O_i, S_ij and P_ij fit 240 registers).
+// For long keys, d = 128 takes wider K/V blocks (160), and d = 64 three consumer warpgroups (Br = 192, Bc = 128;
+// 192 keys with two consumers below step 5) (fa3_ws/forward_config.cuh, HeadConfig, says why).
 namespace fa3_ws {
 inline constexpr int kRowsPerConsumer = 64;  // wgmma's M
 inline constexpr int kConsumers = 2;
 // From this many keys on, d = 64 and 128 take the wide K/V blocks, from ladder step 2 on and without
 // dropout (measured on the H100: the wide block wins from N = 2k on and loses below).
 inline constexpr int kWideBcMinKeys = 2048;
-constexpr int block_cols(int head_dim, bool wide) { return head_dim == 256 ? 64 : !wide ? 128 : head_dim == 128 ? 160 : 192; }
 constexpr bool takes_wide_blocks(int head_dim, int seq_k, bool dropout, int ladder_step) {
   return head_dim != 256 && ladder_step >= 2 && !dropout && seq_k >= kWideBcMinKeys;
 }
+// Consumer warpgroups: three where the persistent kernel (steps 5-7) takes the long-key schedule at d = 64, else two.
+constexpr int forward_consumers(int head_dim, bool wide, bool persistent) {
+  return persistent && wide && head_dim == 64 ? 3 : 2;
+}
+// Keys per K/V block: with three consumers (160 registers each) 128, since 192 spilled.
+constexpr int block_cols(int head_dim, bool wide, int consumers = kConsumers) {
+  return head_dim == 256 ? 64 : !wide || consumers == 3 ? 128 : head_dim == 128 ? 160 : 192;
+}
+// Whether the forward's timeline build (`flashlab bench --timeline`) has ladder step `ladder_step`'s kernel for this
+// problem: not the three-consumer one, whose 160 registers a consumer leave none for the recording (it spilled 56
+// bytes, ptxas -v). Its timeline build has no dropout, so neither does this.
+constexpr bool forward_timeline_records(int head_dim, int seq_k, int ladder_step) {
+  return forward_consumers(head_dim, takes_wide_blocks(head_dim, seq_k, false, ladder_step), ladder_step >= 5) == 2;
+}
 constexpr KernelTiling forward_tiling(int head_dim, int seq_k, bool dropout) {
-  return {.Br = kConsumers * kRowsPerConsumer, .Bc = block_cols(head_dim, takes_wide_blocks(head_dim, seq_k, dropout, 5)),
-          .warps = (kConsumers + 1) * 4, .blocks_per_sm = 1};
+  const bool wide = takes_wide_blocks(head_dim, seq_k, dropout, 5);
+  const int consumers = forward_consumers(head_dim, wide, true);
+  return {.Br = consumers * kRowsPerConsumer, .Bc = block_cols(head_dim, wide, consumers),
+          .warps = (consumers + 1) * 4, .blocks_per_sm = 1};
 }
 // Heads per group of the tile order: as many K/V heads as have their K and V fit in half the L2 (the
 // H100's L2 is two partitions; data every SM reads is held in both), times the query heads sharing each;

@@ -11,6 +11,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -382,6 +383,40 @@ TEST_CASE("cuda-fa3-ws bench --timeline, every ladder step and e4m3: the file re
       }
     }
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("cuda-fa3-ws bench --timeline: d = 64 with long keys from step 5 on is one sentence; fewer keys and steps 1-4 record") {
+  if (skip_unless_hopper()) return;
+  using cuda::fa3_ws::kWideBcMinKeys;
+  const auto problem = [](int seq_k) {
+    return Problem{.shape = Shape{.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 256, .seq_k = seq_k, .head_dim = 64},
+                   .options = Options{}};
+  };
+  const BenchSettings record{.warmup = 0, .iters = 1, .backward = false, .record_timeline = true};
+  // Steps 5-7 run three consumer warpgroups there (cuda/tilings.hpp), which the timeline build does not have.
+  for (const char* name : {"cuda-fa3-ws", "cuda-fa3-ws-eager-rescale", "cuda-fa3-ws-exp2-emulated"}) {
+    INFO(name);
+    const std::string msg = refusal([&] { (void)find_variant(name).bench(problem(kWideBcMinKeys), DType::BF16, record); });
+    CHECK_MESSAGE(msg == "cuda-fa3-ws records no forward timeline at d = 64 with 2048 keys or more from ladder step 5 "
+                         "on: its three consumer warpgroups have no registers to spare for the recording; record fewer "
+                         "keys, or steps 1-4",
+                  msg);
+    // One key fewer is the two-consumer kernel, which records: a producer and two consumer lanes.
+    const BenchResult shorter = find_variant(name).bench(problem(kWideBcMinKeys - 1), DType::BF16, record);
+    REQUIRE(shorter.timeline.has_value());
+    std::uint32_t lanes = 0;
+    for (const TimelineRecord& r : shorter.timeline->records) lanes = std::max(lanes, r.warpgroup + 1u);
+    CHECK(lanes == 3);
+  }
+  // Below step 5 the long keys keep two consumers (with 192 keys a block) and record.
+  const BenchResult step4 = find_variant("cuda-fa3-ws-step4").bench(problem(kWideBcMinKeys), DType::BF16, record);
+  REQUIRE(step4.timeline.has_value());
+  CHECK_FALSE(step4.timeline->records.empty());
+  // The backward's timeline is another build, which the three consumers of the forward do not touch.
+  const BenchResult backward = find_variant("cuda-fa3-ws").bench(
+      problem(kWideBcMinKeys), DType::BF16, BenchSettings{.warmup = 0, .iters = 1, .backward = true, .record_timeline = true});
+  REQUIRE(backward.timeline.has_value());
+  CHECK_FALSE(backward.timeline->records.empty());
 }
 
 TEST_CASE("cuda-fa3-ws bench --timeline with dropout is one sentence") {

@@ -24,7 +24,7 @@
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
 
 namespace flashlab::cuda::fa3_ws {
-#define RACE_CANDIDATE(name, type, d, wide, poly, own_o, lazy, vt_smem, trees, split_s, what) void name(const Params&, cudaStream_t);
+#define RACE_CANDIDATE(name, type, d, wide, poly, own_o, lazy, vt_smem, trees, split_s, consumers, what) void name(const Params&, cudaStream_t);
 #include "race_selected.inc"
 #undef RACE_CANDIDATE
 }  // namespace flashlab::cuda::fa3_ws
@@ -43,7 +43,7 @@ struct Candidate {
 template <class T>
 constexpr bool is_e4m3 = sizeof(T) == 1;
 const Candidate kCandidates[] = {
-#define RACE_CANDIDATE(name, type, d, wide, poly, own_o, lazy, vt_smem, trees, split_s, what) \
+#define RACE_CANDIDATE(name, type, d, wide, poly, own_o, lazy, vt_smem, trees, split_s, consumers, what) \
   {#name, is_e4m3<type>, d, vt_smem, what, &name},
 #include "race_selected.inc"
 #undef RACE_CANDIDATE

@@ -20,18 +20,18 @@ while IFS= read -r line; do
 done < <(grep '^RACE_CANDIDATE(' tools/fa3_harness/race_candidates.inc)
 [ -s "$OUT/race_selected.inc" ] || { echo "race.sh: no candidate's name matches RACE_ONLY=${RACE_ONLY:-}"; exit 1; }
 rm -f "$OUT"/ptxas_*.txt
-# The columns of each candidate (race_candidates.inc): its first ten arguments, split at the commas (the eleventh, the
-# description, may hold commas of its own and is not needed here).
-while read -r name type d wide poly own lazy vt_smem trees split_s; do
+# The columns of each candidate (race_candidates.inc): its first eleven arguments, split at the commas (the twelfth,
+# the description, may hold commas of its own and is not needed here).
+while read -r name type d wide poly own lazy vt_smem trees split_s consumers; do
   # The wide column is true, false, or a number of keys per K/V block (16-bit candidates: Schedule::kBlockKeys).
   bc=0; if [[ $wide =~ ^[0-9]+$ ]]; then bc=$wide; wide=true; fi
   "$NVCC" "${FLAGS[@]}" -Xptxas -v -DRACE_NAME="$name" -DRACE_T="$type" -DRACE_D="$d" -DRACE_WIDE="$wide" -DRACE_BC="$bc" \
     -DRACE_POLY="$poly" -DRACE_OWN_O="$own" -DRACE_LAZY="$lazy" -DRACE_VT_SMEM="$vt_smem" -DRACE_TREES="$trees" \
-    -DRACE_SPLIT_S="$split_s" -c tools/fa3_harness/race_kernels.cu -o "$OUT/$name.o" >"$OUT/ptxas_$name.txt" 2>&1 &
+    -DRACE_SPLIT_S="$split_s" -DRACE_CONSUMERS="$consumers" -c tools/fa3_harness/race_kernels.cu -o "$OUT/$name.o" >"$OUT/ptxas_$name.txt" 2>&1 &
   pids+=($!)
   objs+=("$OUT/$name.o")
 done < <(sed -n 's/^RACE_CANDIDATE(\(.*\)$/\1/p' "$OUT/race_selected.inc" |
-           awk -F, '{ line = ""; for (i = 1; i <= 10; ++i) { gsub(/^ +| +$/, "", $i); line = line (i > 1 ? " " : "") $i }; print line }')
+           awk -F, '{ line = ""; for (i = 1; i <= 11; ++i) { gsub(/^ +| +$/, "", $i); line = line (i > 1 ? " " : "") $i }; print line }')
 for src in src/cuda/fa3_ws/forward.cu src/cuda/fa3_ws/forward_e4m3.cu src/cuda/fa3_ws/fp8_transpose_v.cu; do
   "$NVCC" "${FLAGS[@]}" -c "$src" -o "$OUT/$(basename "$src" .cu).o" &
   pids+=($!)

@@ -6,7 +6,8 @@
 //   RACE_VT_SMEM  Schedule::kFp8TransposeInKernel (WithFp8TransposeInKernel): V transposed in the producer;
 //   RACE_TREES  Schedule::kSoftmaxTrees (WithSoftmaxTrees; -1: the head config's choice);
 //   RACE_BC  Schedule::kBlockKeys (WithBlockKeys; 0: the head config's K/V block), 16-bit candidates only;
-//   RACE_SPLIT_S  Schedule::kSplitS (WithSplitS): S_ij in two halves where P V is waited before it.
+//   RACE_SPLIT_S  Schedule::kSplitS (WithSplitS): S_ij in two halves where P V is waited before it;
+//   RACE_CONSUMERS  Schedule::kConsumerWarpgroups (WithConsumers; 0: the head config's, two).
 // An FP8 candidate without it reads the V^T the pre-pass writes, so its launcher runs that pre-pass first, as
 // launch_forward_e4m3 does: race.cu times each launcher whole, and the two ways of transposing V compare fairly.
 #include <type_traits>
@@ -18,7 +19,8 @@ namespace {
 using RaceKnobs = Schedule<true, true, true, RACE_WIDE, RACE_POLY, RACE_OWN_O, RACE_LAZY>;
 using RaceBase = std::conditional_t<(RACE_BC > 0), WithBlockKeys<RaceKnobs, RACE_BC>, RaceKnobs>;
 using RaceTrees = std::conditional_t<(RACE_TREES < 0), RaceBase, WithSoftmaxTrees<RaceBase, (RACE_TREES == 1)>>;
-using RaceSchedule = std::conditional_t<RACE_SPLIT_S, WithSplitS<RaceTrees>, RaceTrees>;
+using RaceSplit = std::conditional_t<RACE_SPLIT_S, WithSplitS<RaceTrees>, RaceTrees>;
+using RaceSchedule = std::conditional_t<(RACE_CONSUMERS > 0), WithConsumers<RaceSplit, RACE_CONSUMERS>, RaceSplit>;
 constexpr bool kRaceE4m3 = ElementTraits<RACE_T>::kBytes == 1;
 static_assert(kRaceE4m3 || !RACE_VT_SMEM, "V is transposed in the producer for FP8 candidates only");
 static_assert(!kRaceE4m3 || RACE_BC == 0, "an FP8 candidate's K/V block follows its wide column (E4m3HeadConfig)");

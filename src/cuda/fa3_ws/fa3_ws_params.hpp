@@ -155,8 +155,6 @@ CUtensorMap make_bshd_tensor_map(const void* base, DType dtype, int batch, int s
 // 64-byte swizzle (hopper.cuh, panel_row_bytes); the head dim is a multiple of the panel.
 CUtensorMap make_bshd_tensor_map(const void* base, CUtensorMapDataType type, int element_bytes, int batch, int seq,
                                  int heads, int head_dim, int box_rows);
-// Query rows per block (Br) at a ladder step.
-int block_rows(LadderStep step);
 
 // Launch on `stream`; dtype is F16 or BF16, the head dim one of kHeadDims, the GPU compute capability 9.0 (asserted:
 // std::logic_error). Checks the launch, does not synchronize.

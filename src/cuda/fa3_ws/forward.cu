@@ -97,7 +97,6 @@ CUtensorMap make_vt_tensor_map(const void* vt, int batch, int heads_kv, int head
 
 static_assert(kRowsPerConsumer == kStep1QueryRows && 2 * kRowsPerConsumer == kQueryRows,
               "cuda/constraints.hpp's query rows per block are the kernel's (the registry counts tiles with them)");
-int block_rows(LadderStep step) { return static_cast<int>(step) >= 2 ? 2 * kRowsPerConsumer : kRowsPerConsumer; }
 
 void launch_forward(DType dtype, const Params& p, cudaStream_t stream, LadderStep step) {
   check_launch(dtype, p);

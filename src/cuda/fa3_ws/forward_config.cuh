@@ -56,6 +56,10 @@ struct Schedule {
   // Where P V is waited before S_ij is issued (the head configs' kPvBeforeS): S_ij in two halves, the first issued
   // beside P V (WithSplitS, for the race).
   static constexpr bool kSplitS = false;
+  // The 16-bit persistent forward only: consumer warpgroups of 64 query rows each, 0 for the head config's (two); a
+  // schedule sets three as WithConsumers<Sched, 3> (below): Br = 192, 160 registers a consumer, and the ping-pong a
+  // ring of three turns, so that two consumers' softmax can hide behind the third's GEMMs.
+  static constexpr int kConsumerWarpgroups = 0;
 };
 // A schedule with the FP8 V transpose in the producer (Schedule::kFp8TransposeInKernel). At d = 256 it needs the O
 // buffer taken in turn (kFp8OwnOBuffers off): its staging buffer takes the second O buffer's 32 KiB (E4m3HeadConfig).
@@ -72,6 +76,11 @@ struct WithBlockKeys : Sched {
 template <class Sched>
 struct WithSplitS : Sched {
   static constexpr bool kSplitS = true;
+};
+// A schedule whose 16-bit persistent forward has kCount consumer warpgroups (Schedule::kConsumerWarpgroups).
+template <class Sched, int kCount>
+struct WithConsumers : Sched {
+  static constexpr int kConsumerWarpgroups = kCount;
 };
 // A schedule with the softmax's reductions forced to trees (kOn) or chains, whatever the head config says.
 template <class Sched, bool kOn>
@@ -124,6 +133,11 @@ using Fp8ShippedSchedule = WithSplitS<ShippedSchedule<D <= 128>>;
 // d = 64 from N = 4k on, but a loss below N = 2k, where the last block is mostly masked padding
 // (bench/results/h100-fa3-ws-notes.md). 160 is the widest that leaves O_i's own buffer at d = 128 (Q 32 +
 // 2 x (40 + 40) + O 32 = 224 KiB); 176 was no faster at step 4, and 256 spills at d = 64.
+// At d = 64 the persistent kernel (steps 5-7) takes three consumer warpgroups for long keys instead (Br = 192, as
+// FlashAttention-3 does there): its GEMMs are the shortest of any head dim, so with two consumers the tensor cores
+// wait whenever one consumer's softmax outlasts the other's GEMMs; with three, two softmaxes run under each GEMM. The
+// price is 160 registers a consumer: K/V blocks of 128 keys and no intra-warpgroup overlap (kOverlapFits). Q 24 +
+// 3 x (16 + 16) + O 24 = 144 KiB.
 // Where O_i leaves: below step 5, through Q_i's space (Q_i is released after the epilogue). The persistent
 // grid (step 5) gives O_i a buffer of its own, so that Q_i is released as soon as the tile's last S GEMM
 // has read it and the producer loads the next tile's Q while the consumers finish this one: at d <= 128 a
@@ -132,9 +146,16 @@ using Fp8ShippedSchedule = WithSplitS<ShippedSchedule<D <= 128>>;
 template <int D, class Sched, bool kPersistent>
 struct HeadConfig {
   // cuda/tilings.hpp: what the traffic model reads (Sched::kBlockKeys overrides it, for the race).
-  static constexpr int kBc = Sched::kBlockKeys > 0 ? Sched::kBlockKeys : block_cols(D, Sched::kWideBlocks);
-  // Rows of O_i's own buffer: 0 (through Q_i's space), Br (both consumers), or 64 (shared in turn).
-  static constexpr int kORows = !kPersistent ? 0 : D <= 128 ? 2 * kRowsPerConsumer : kRowsPerConsumer;
+  // Consumer warpgroups once the warps are specialized (step 1 has one, and no producer: KernelConfig): three at
+  // d = 64 with long keys in the persistent kernel (cuda/tilings.hpp), else two; a schedule may set its own.
+  static constexpr int kConsumers = Sched::kConsumerWarpgroups > 0 ? Sched::kConsumerWarpgroups
+                                                                   : forward_consumers(D, Sched::kWideBlocks, kPersistent);
+  static constexpr int kBc =
+      Sched::kBlockKeys > 0 ? Sched::kBlockKeys : block_cols(D, Sched::kWideBlocks, kConsumers);
+  static_assert(kConsumers == 2 || (kConsumers == 3 && kPersistent && D <= 128),
+                "two consumer warpgroups, or three in the persistent kernel at d <= 128 (O_i in a buffer of its own)");
+  // Rows of O_i's own buffer: 0 (through Q_i's space), Br (every consumer), or 64 (shared in turn).
+  static constexpr int kORows = !kPersistent ? 0 : D <= 128 ? kConsumers * kRowsPerConsumer : kRowsPerConsumer;
   static constexpr bool kOBufferShared = kORows == kRowsPerConsumer;
   static constexpr int kStages = D == 64 || (D == 128 && kBc == 128 && Sched::kThreeStages && kORows == 0) ? 3 : 2;
   // S_ij and P_{i,j-1} V_{j-1} issued together, under step 4's intra-warpgroup overlap, except with blocks of 256
@@ -143,7 +164,10 @@ struct HeadConfig {
   // is issued (as E4m3HeadConfig does at d = 128).
   static constexpr bool kPvBeforeS = kBc >= 256;
   static constexpr bool kSplitS = Sched::kSplitS && kPvBeforeS;
-  static constexpr bool kOverlapFits = !kPvBeforeS;
+  // With three consumers (160 registers each) the overlap spilled 16 bytes at d = 64 and Bc = 128 (ptxas -v): S_ij (64),
+  // P's fragments (32) and O_i (32) live through the softmax leave too little for its temporaries. Without it, P is
+  // dead by then, and the two other consumers' softmax is what hides this one's GEMMs.
+  static constexpr bool kOverlapFits = !kPvBeforeS && kConsumers == 2;
   static constexpr int kExp2PolyEvery = Sched::kExp2PolyEvery;
   static constexpr int kStagingStages = 0;  // V_j lands where the consumers read it (E4m3HeadConfig has the other case)
   // The softmax's reductions as trees where they were raced faster: the shipped (persistent) kernel at d = 64, on an
@@ -178,6 +202,9 @@ struct E4m3HeadConfig {
   // Wide blocks (Schedule::kWideBlocks) at d = 64 and 128: two panels of V^T, 256 keys. core/fp8.hpp's
   // e4m3_kernel_block_keys says what the shipped kernel takes, for the CPU emulation (launch_forward_e4m3 checks).
   static constexpr int kBc = (Sched::kWideBlocks && D <= 128 ? 2 : 1) * kPanelCols<__nv_fp8_e4m3>;
+  static constexpr int kConsumers = 2;
+  static_assert(Sched::kConsumerWarpgroups == 0 || Sched::kConsumerWarpgroups == 2,
+                "the FP8 forward has two consumer warpgroups");
   static constexpr int kORows = D <= 128 || Sched::kFp8OwnOBuffers ? 2 * kRowsPerConsumer : kRowsPerConsumer;
   static constexpr bool kOBufferShared = kORows == kRowsPerConsumer;
   static constexpr int kStages = D == 64 ? 4 : D == 128 && kBc == 128 ? 3 : 2;
@@ -206,9 +233,6 @@ struct StepConfig {
   static constexpr bool kPingPong = kStep >= 3;
   static constexpr bool kIntraOverlap = kStep >= 4;
   static constexpr bool kPersistent = kStep >= 5;
-  static constexpr int kConsumers = kWarpSpecialized ? 2 : 1;
-  static constexpr int kBr = kConsumers * kRowsPerConsumer;
-  static constexpr int kThreads = (kConsumers + (kWarpSpecialized ? 1 : 0)) * kWarpgroupThreads;
 };
 
 // Shared memory: Q_i (Br, d), kStages x K_j (Bc, d), kStages x V_j (Bc, d; e4m3: V_j^T (d, Bc)), O_i's buffer
@@ -253,21 +277,29 @@ struct KernelConfig : StepConfig<kStep>, HeadConfigOf<T, D, Sched, StepConfig<kS
   using Element = T;
   using Output = typename ElementTraits<T>::Output;  // O's type
   static constexpr bool kE4m3 = ElementTraits<T>::kBytes == 1;
+  // The block: one consumer warpgroup without a producer (step 1), else the head config's consumers and a producer;
+  // each consumer takes 64 query rows of Q_i.
+  static constexpr int kConsumers = Step::kWarpSpecialized ? Head::kConsumers : 1;
+  static constexpr int kBr = kConsumers * kRowsPerConsumer;
+  static constexpr int kThreads = (kConsumers + (Step::kWarpSpecialized ? 1 : 0)) * kWarpgroupThreads;
   // e4m3's O_i (bf16) is wider than Q_i and cannot leave through Q_i's space: only the persistent step has it.
   static_assert(!kE4m3 || Step::kPersistent, "the FP8 forward is built at the persistent step only");
   static_assert(kE4m3 || !Sched::kFp8TransposeInKernel, "V is transposed in the producer for the FP8 forward only");
-  using Smem = SmemLayout<T, D, Step::kBr, Head::kBc, Head::kStages, Head::kORows, Head::kStagingStages>;
+  using Smem = SmemLayout<T, D, kBr, Head::kBc, Head::kStages, Head::kORows, Head::kStagingStages>;
   // V_j^T made in shared memory by producer warps 1 .. kTransposeWarps (fp8_transpose_v_smem.cuh): V_j's full barrier
   // then counts one arrival per transposing warp instead of the TMA issuer's one, and the registers are split
   // differently (warp_roles.cuh).
   static constexpr bool kTransposesV = Head::kStagingStages > 0;
   static constexpr int kVFullArrivals = kTransposesV ? kTransposeWarps : 1;
   static constexpr int kProducerRegisters = kTransposesV ? kTransposingProducerRegs : kProducerRegs;
-  static constexpr int kConsumerRegisters = kTransposesV ? kTransposingConsumerRegs : kConsumerRegs;
-  // The shipped step is what cuda/tilings.hpp describes to the traffic model (fa3_ws::forward_tiling).
-  static_assert(kStep != static_cast<int>(kShippedStep) ||
-                    (Step::kBr == forward_tiling(D, 0, false).Br &&
-                     Step::kThreads == forward_tiling(D, 0, false).warps * 32),
+  static constexpr int kConsumerRegisters =
+      kTransposesV ? kTransposingConsumerRegs : kConsumers == 3 ? kThreeConsumerRegs : kConsumerRegs;
+  // The shipped step's 16-bit block is what cuda/tilings.hpp describes to the traffic model (fa3_ws::forward_tiling),
+  // for short keys and for long; a schedule that sets its own consumers or block keys is a candidate, not what ships.
+  static constexpr KernelTiling kDescribed = forward_tiling(D, Sched::kWideBlocks ? kWideBcMinKeys : 0, false);
+  static_assert(kStep != static_cast<int>(kShippedStep) || kE4m3 || Sched::kConsumerWarpgroups != 0 ||
+                    Sched::kBlockKeys != 0 ||
+                    (kBr == kDescribed.Br && Head::kBc == kDescribed.Bc && kThreads == kDescribed.warps * 32),
                 "cuda/tilings.hpp describes the shipped step's block");
 };
 

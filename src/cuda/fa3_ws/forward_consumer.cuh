@@ -40,6 +40,8 @@ struct Consumer {
   using Softmax = OnlineSoftmax<kBc, kE4m3, Cfg::kExp2PolyEvery, Sched::kLazyRescale, Cfg::kTreeReductions>;
   // Step 4's intra-warpgroup overlap, where the head's registers allow it (E4m3HeadConfig: not e4m3 at d = 256).
   static constexpr bool kIntraOverlap = Cfg::kIntraOverlap && Cfg::kOverlapFits;
+  static_assert(Cfg::kConsumers <= ForwardBarriers::kMaxConsumers, "each consumer has its named barriers");
+  static_assert(!Cfg::kOBufferShared || Cfg::kConsumers == 2, "two consumers take the shared O buffer in turn");
 
   const Params& p;
   const Loader<Cfg>* loader;  // used by ladder step 1 only (no producer warpgroup)
@@ -56,7 +58,7 @@ struct Consumer {
   __device__ std::uint32_t v_addr(int stage) const { return smem_u32(smem + Smem::kVOffset + stage * Smem::kKVBytes); }
   __device__ bool issues_loads() const { return !Cfg::kWarpSpecialized && tid == 0; }
 
-  // Ping-pong: wait for this consumer's turn / hand the turn to the other one.
+  // Ping-pong: wait for this consumer's turn / hand the turn to the next one (consumer 0 after the last: a ring).
   __device__ void turn_wait() const {
     if constexpr (Cfg::kPingPong) {
       const std::uint64_t t0 = TL::now();
@@ -65,7 +67,7 @@ struct Consumer {
     }
   }
   __device__ void turn_pass() const {
-    if constexpr (Cfg::kPingPong) named_barrier_arrive(ForwardBarriers::kTurn + (1 - c), 2 * kWarpgroupThreads);
+    if constexpr (Cfg::kPingPong) named_barrier_arrive(ForwardBarriers::kTurn + (c + 1) % Cfg::kConsumers, 2 * kWarpgroupThreads);
   }
   __device__ void wait_full(int bar, std::uint32_t phase) const {
     const std::uint64_t t0 = TL::now();
@@ -361,7 +363,7 @@ struct Consumer {
   // in the tile slot with Q_i, until it announces total_tiles (no more).
   __device__ void run(int total_tiles) const {
     if constexpr (Cfg::kPingPong) {
-      if (c == 1) turn_pass();  // consumer 0 goes first
+      if (c == Cfg::kConsumers - 1) turn_pass();  // consumer 0 goes first
     }
     if constexpr (Cfg::kOBufferShared) {
       if (c == 1)  // and takes the O buffer first

@@ -15,7 +15,8 @@
 //    and V as the transposed (MN-major) B operand.
 //  * Producer / consumer warpgroups (ladder step 2): the producer only issues copies and keeps 24
 //    registers (setmaxnreg.dec); the two consumers take 240 (setmaxnreg.inc), enough for O_i, S_ij and
-//    P_ij of 64 rows each. mbarriers with full / empty phases replace __syncthreads.
+//    P_ij of 64 rows each (three consumers take 160: warp_roles.cuh). mbarriers with full / empty
+//    phases replace __syncthreads.
 //  * Ping-pong (step 3): the consumers take turns (named barriers) to issue their GEMMs, so one
 //    warpgroup's softmax (exp2 on the multi-function units) runs while the other's GEMMs use the
 //    tensor cores.
@@ -28,6 +29,9 @@
 //  * Long keys (seq_k >= 2048) take wider K/V blocks at d = 64 and 128 (Bc = 192, 160: steps 2-5, not
 //    with dropout), so the fixed cost of a trip around the K/V loop is spread over more keys
 //    (HeadConfig).
+//  * At d = 64 with long keys the persistent kernel has three consumer warpgroups (Br = 192, 160 registers
+//    each, Bc = 128): the ping-pong becomes a ring of three turns, and two consumers' softmax hides under the
+//    third's GEMMs, which at d = 64 are too short to hide one softmax alone (HeadConfig).
 //
 // The parts, one file each under src/cuda/fa3_ws/:
 //   forward_config.cuh    what a kernel is built with: ladder step, head dim, Schedule; shared-memory layout
@@ -70,7 +74,7 @@ namespace flashlab::cuda::fa3_ws {
 
 
 template <class T, int D, int kStep, bool kDropout, bool kTimeline, class Sched>
-__global__ void __launch_bounds__(StepConfig<kStep>::kThreads, 1)
+__global__ void __launch_bounds__(KernelConfig<T, D, kStep, Sched>::kThreads, 1)
     fa3_ws_kernel(const __grid_constant__ Params p, const __grid_constant__ TmaMaps maps, int total_tiles) {
   using Cfg = KernelConfig<T, D, kStep, Sched>;
   using Smem = typename Cfg::Smem;

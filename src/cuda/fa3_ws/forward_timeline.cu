@@ -1,7 +1,9 @@
 // cuda-fa3-ws forward with the timeline hook compiled in (timeline_lane.cuh): the kernels of launch_forward
 // without dropout and of launch_forward_e4m3, built a second time with kTimeline = true, behind `flashlab bench
-// --timeline`; 66 + 2 kernels (the FP8 ones at d = 64 and 128 only: constraints.hpp). Its own translation unit, so that the shipped kernels carry no recording code and both compile in
-// parallel. fa3_ws_params.hpp says what the caller provides.
+// --timeline`; 60 + 2 kernels: not the three-consumer ones of d = 64 with long keys at steps 5-7 (cuda/tilings.hpp,
+// forward_timeline_records), and the FP8 ones at d = 64 and 128 only (constraints.hpp). Its own translation unit, so
+// that the shipped kernels carry no recording code and both compile in parallel. fa3_ws_params.hpp says what the
+// caller provides.
 #include <stdexcept>
 
 #include "cuda/fa3_ws/forward_kernel.cuh"
@@ -17,7 +19,10 @@ void launch_forward_timeline(DType dtype, const Params& p, cudaStream_t stream, 
   dispatch_head_dim<kHeadDims>(p.head_dim, "cuda-fa3-ws forward (timeline)", [&]<int D>() {
     dispatch_step(step, [&]<int kStep>() {
       with_shipped_schedule<D, kStep>(p, [&]<class S>() {
-        with_element(dtype, [&]<class T>() { launch_config<T, D, kStep, false, true, S>(p, stream); });
+        // No three-consumer kernel here (cuda/tilings.hpp, forward_timeline_records; the bench refuses first).
+        if constexpr (HeadConfig<D, S, StepConfig<kStep>::kPersistent>::kConsumers == 3)
+          precondition_failed("the timeline build has no three-consumer kernel (d = 64, long keys, steps 5-7)");
+        else with_element(dtype, [&]<class T>() { launch_config<T, D, kStep, false, true, S>(p, stream); });
       });
     });
   });

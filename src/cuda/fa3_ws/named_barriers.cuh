@@ -7,16 +7,17 @@
 
 namespace flashlab::cuda::fa3_ws {
 
-// The forward (ids 1-6).
+// The forward (ids 1-8): up to kMaxConsumers consumer warpgroups (two, or three at d = 64: forward_config.cuh).
 struct ForwardBarriers {
+  static constexpr int kMaxConsumers = 3;
   // Consumer c's own 128 threads (kConsumer + c): its staging of O_i in the epilogue.
   static constexpr int kConsumer = 1;
-  // Ping-pong, "consumer c's turn" (kTurn + c, 256 threads: c syncs, the other arrives when it hands the turn
-  // over): the consumers take turns at their GEMMs while the other one computes its softmax.
-  static constexpr int kTurn = 3;
+  // Ping-pong, "consumer c's turn" (kTurn + c, 256 threads: c syncs, the consumer before it arrives when it hands the
+  // turn on): the consumers take turns at their GEMMs, in a ring, while the others compute their softmax.
+  static constexpr int kTurn = kConsumer + kMaxConsumers;
   // "The O buffer is free for consumer c" (kOBufferFree + c, 256 threads): at d = 256 the two consumers share one
   // O staging buffer and take it in turn.
-  static constexpr int kOBufferFree = 5;
+  static constexpr int kOBufferFree = kTurn + kMaxConsumers;
   static constexpr int kEnd = kOBufferFree + 2;
 };
 

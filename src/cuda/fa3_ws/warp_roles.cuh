@@ -1,6 +1,6 @@
 #pragma once
 // The budget both passes of cuda-fa3-ws split between their warp roles: one producer warpgroup that only
-// issues TMA copies, and two consumer warpgroups that multiply and exponentiate. setmaxnreg (hopper.cuh)
+// issues TMA copies, and two (or three) consumer warpgroups that multiply and exponentiate. setmaxnreg (hopper.cuh)
 // moves registers from the producer to the consumers once the block runs; the sum must fit the SM's file.
 #include "cuda/fa3_ws/hopper.cuh"
 
@@ -9,6 +9,12 @@ namespace flashlab::cuda::fa3_ws {
 inline constexpr int kProducerRegs = 24;   // TMA issue needs a handful of registers
 inline constexpr int kConsumerRegs = 240;  // 128 * 24 + 256 * 240 = 64,512 <= 65,536 registers per SM
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "the producer's and consumers' registers fit one SM");
+// Three consumer warpgroups (forward_config.cuh, Schedule::kConsumerWarpgroups): 512 threads, and 160 registers a
+// consumer, as FlashAttention-3 gives its three at d = 64. setmaxnreg moves registers within what the block was
+// launched with: 512 threads x 128.
+inline constexpr int kThreeConsumerRegs = 160;
+static_assert(128 * kProducerRegs + 384 * kThreeConsumerRegs <= 512 * 128,
+              "the producer's and three consumers' registers fit what the block was launched with");
 inline constexpr int kMaxSmemBytes = 227 * 1024;  // per-block opt-in shared memory on the H100 and H200
 // Arrivals a stage's empty barrier counts per consumer warpgroup: one per warp (mbar_arrive_per_warp).
 inline constexpr int kWarpsPerWarpgroup = kWarpgroupThreads / 32;
