@@ -3,8 +3,8 @@
 # machine: cuda-fa3-ws-eager-rescale (step 6: the lazy rescale off), cuda-fa3-ws (step 5, what ships) and
 # cuda-fa3-ws-exp2-emulated (step 7: 1 column group of P in 8 by exp2_poly), forward, bf16, at the FA2 paper's
 # setting (B x N = 16k tokens, H x d = 2048), d = 64, 128, 256, causal and not, ROUNDS rounds with the variants'
-# order reversed every other round; then each one's timeline at N = 8k, unmasked, for the consumer warpgroups' softmax
-# and waiting shares. Writes $1/fa4-rungs.json (what scripts/readme_tables.py's kind fa4-rungs reads; copy it to
+# order reversed every other round; then each one's timeline at N = 8k, unmasked (d = 128 and 256), for the consumer
+# warpgroups' softmax and waiting shares. Writes $1/fa4-rungs.json (what scripts/readme_tables.py's kind fa4-rungs reads; copy it to
 # bench/results/<device>-fa3-ws-fa4-rungs_<date>.json) and prints its table.
 #   device run: bash scripts/bench_fa4_rungs.sh "$OUT"     (carry .deps; make it with scripts/make_deps.sh)
 # Environment: SEQS (default "4096 8192 16384"), ROUNDS (default 2), BUILD=0 to use build-device as it is.
@@ -36,7 +36,9 @@ for round in $(seq "$rounds"); do
     done
   done
 done
-for d in 64 128 256; do
+# The timelines at d = 128 and 256 only: at d = 64 with 8k keys steps 5-7 run three consumer warpgroups, which have no
+# registers to spare for the recording (`bench --timeline` refuses them: cuda/tilings.hpp, forward_timeline_records).
+for d in 128 256; do
   for v in "${rungs[@]}"; do
     "$bin" bench --device cuda --variants "$v" --dtype bf16 --seq 8192 --batch 2 --heads $((hidden / d)) \
       --head-dim "$d" --warmup 3 --iters 10 --timeline "$work/timeline-$v-d$d.json" \

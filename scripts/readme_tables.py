@@ -329,6 +329,26 @@ def fa3_forward(sources, opts):
     return fa3_forward_lines(one("fa3-forward", sources))
 
 
+def fa3_vs_cudnn(sources, opts):
+    """cuda-fa3-ws against cuDNN alone, both passes (a bench_vs_sdpa.sh run of that one variant, e.g. one head dim):
+    forward TFLOP/s and forward+backward TFLOP/s, each with the ratio to cuDNN's in the same run."""
+    rows = ratio_rows(one("fa3-vs-cudnn", sources))
+    body = []
+    for (variant, d, causal, n), r in sorted(rows.items(), key=lambda kv: kv[0][1:]):
+        if variant != "cuda-fa3-ws":
+            continue
+        both = r.get("ours_fwdbwd_tflops")
+        body.append([str(d), yes_no(causal), str(n), f"{r['ours_fwd_tflops']:.0f}", f"{r['cudnn_fwd_tflops']:.0f}",
+                     f"**{fmt_ratio(r['fwd_ratio_vs_cudnn'])}**",
+                     "—" if both is None else f"{both:.0f}",
+                     "—" if both is None else f"{r['cudnn_fwdbwd_tflops']:.0f}",
+                     "—" if both is None else f"**{fmt_ratio(r['fwdbwd_ratio_vs_cudnn'])}**"])
+    if not body:
+        raise Error(f"{sources[0][0]} has no cuda-fa3-ws rows")
+    return table_lines(["d", "causal", "N", "forward", "cuDNN", "vs cuDNN", "fwd+bwd", "cuDNN fwd+bwd", "vs cuDNN"],
+                       body)
+
+
 def timeline_blocks(sources, opts):
     """Per recorded forward timeline (flashlab bench --timeline): medians over its consumer lanes of one K/V block
     (a consumer's wgmma issue to its next), the S GEMM (an issue to the wait that follows it), the softmax span, and
@@ -759,6 +779,7 @@ KINDS = {
     "readable-cuda": (readable_cuda, {"seq"}),
     "fa2-vs-sdpa": (fa2_vs_sdpa, {"variant"}),
     "fa3-forward": (fa3_forward, set()),
+    "fa3-vs-cudnn": (fa3_vs_cudnn, set()),
     "fp8-forward": (fp8_forward, set()),
     "fp8-prepass": (fp8_prepass, set()),
     "lazy-rescale": (lazy_rescale, set()),
