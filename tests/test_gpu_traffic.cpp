@@ -526,6 +526,41 @@ TEST_CASE("cuda-fa3-ws: one block per SM takes tiles in groups of heads whose K 
   CHECK(first_load(12 * 64 + 4) == std::pair{12, 62});  // the last group holds 4 heads
 }
 
+TEST_CASE("cuda-fa3-ws at d = 64: three consumers of 64 rows for long keys (Br = 192, Bc = 128), two below; the model follows") {
+  namespace fa3 = cuda::fa3_ws;
+  // 2048 keys and more take the long-key block: three consumer warpgroups and a producer, 128 keys a block.
+  const cuda::KernelTiling wide = fa3::forward_tiling(64, fa3::kWideBcMinKeys, false);
+  CHECK(wide.Br == 192);
+  CHECK(wide.Bc == 128);
+  CHECK(wide.warps == 16);
+  // One key fewer, or dropout: two consumers (Br = 128), 128 keys.
+  for (const cuda::KernelTiling t : {fa3::forward_tiling(64, fa3::kWideBcMinKeys - 1, false),
+                                     fa3::forward_tiling(64, 8192, true)}) {
+    CHECK(t.Br == 128);
+    CHECK(t.Bc == 128);
+    CHECK(t.warps == 12);
+  }
+  // The other head dims keep two consumers; d = 128's long keys take 160-key blocks.
+  CHECK(fa3::forward_tiling(128, 8192, false).Br == 128);
+  CHECK(fa3::forward_tiling(128, 8192, false).Bc == 160);
+  CHECK(fa3::forward_tiling(256, 8192, false).Br == 128);
+  // Below the persistent step (ladder steps 2-4) d = 64's long keys keep two consumers and 192 keys.
+  CHECK(fa3::forward_consumers(64, true, false) == 2);
+  CHECK(fa3::block_cols(64, true, fa3::forward_consumers(64, true, false)) == 192);
+  // The timeline build has every forward but the three-consumer one.
+  for (int step = 1; step <= 7; ++step) {
+    CAPTURE(step);
+    CHECK(fa3::forward_timeline_records(64, fa3::kWideBcMinKeys, step) == (step < 5));
+    CHECK(fa3::forward_timeline_records(64, fa3::kWideBcMinKeys - 1, step));
+    CHECK(fa3::forward_timeline_records(128, 8192, step));
+  }
+  // The model counts tiles of 192 query rows: N = 8k at H = 16 is 16 x ceil(8192 / 192) = 16 x 43.
+  const GpuForwardPass pass = gpu_forward_pass("cuda-fa3-ws", problem(8192, 64), find_gpu("h100"));
+  CHECK(pass.tiling.Br == 192);
+  CHECK(pass.tiling.Bc == 128);
+  CHECK(pass.kernels[0].units == 16 * 43);
+}
+
 TEST_CASE("cuda-naive's softmax reads each row of S three times: from the L2 while the rows in flight fit it") {
   // 330 units of 16 rows are resident (5 blocks of 8 rows on each of 132 SMs): 5280 rows of N fp32.
   for (const int n : {512, 4096}) {
