@@ -26,7 +26,7 @@ set(FLASHLAB_MEASURED_SECONDS
   python_sdpa_timer_tests                      2        2    # 1.2 s here (2026-11-28)
   python_cpu_tests                             33       -
   cuda_fa2_no_register_spills                  1        -
-  check_no_spills_catches_wgmma_serialization  1        -    # a 3-line fixture through check_no_spills.sh: 0.02 s here (2026-11-29)
+  check_no_spills_catches_wgmma_serialization  1        1    # a 3-line fixture through check_no_spills.sh: 0.02 s here (2026-11-29)
   cuda_fa2_sass_has_hmma                       29       -    # skipped in CI (no cuobjdump); 29 s on the H200 machine
   cuda_fa3_ws_no_register_spills               1        -
   cuda_fa3_ws_timeline_no_register_spills      1        -
