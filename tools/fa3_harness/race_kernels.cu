@@ -5,7 +5,7 @@
 //   RACE_OWN_O  Schedule::kFp8OwnOBuffers;  RACE_LAZY  Schedule::kLazyRescale;
 //   RACE_VT_SMEM  Schedule::kFp8TransposeInKernel (WithFp8TransposeInKernel): V transposed in the producer;
 //   RACE_TREES  Schedule::kSoftmaxTrees (WithSoftmaxTrees; -1: the head config's choice);
-//   RACE_BC  Schedule::kBlockKeys (WithBlockKeys; 0: the head config's K/V block), 16-bit candidates only;
+//   RACE_BC  Schedule::kBlockKeys (WithBlockKeys; 0: the head config's K/V block);
 //   RACE_SPLIT_S  Schedule::kSplitS (WithSplitS): S_ij in two halves where P V is waited before it;
 //   RACE_CONSUMERS  Schedule::kConsumerWarpgroups (WithConsumers; 0: the head config's, two).
 // An FP8 candidate without it reads the V^T the pre-pass writes, so its launcher runs that pre-pass first, as
@@ -23,7 +23,6 @@ using RaceSplit = std::conditional_t<RACE_SPLIT_S, WithSplitS<RaceTrees>, RaceTr
 using RaceSchedule = std::conditional_t<(RACE_CONSUMERS > 0), WithConsumers<RaceSplit, RACE_CONSUMERS>, RaceSplit>;
 constexpr bool kRaceE4m3 = ElementTraits<RACE_T>::kBytes == 1;
 static_assert(kRaceE4m3 || !RACE_VT_SMEM, "V is transposed in the producer for FP8 candidates only");
-static_assert(!kRaceE4m3 || RACE_BC == 0, "an FP8 candidate's K/V block follows its wide column (E4m3HeadConfig)");
 }  // namespace
 
 void RACE_NAME(const Params& p, cudaStream_t stream) {

@@ -188,9 +188,10 @@ void launch_backward_timeline(DType dtype, const Params&, cudaStream_t stream);
 // column k of each row holding key fp8_v_key(k) (fa3_ws/fp8_layout.cuh), zero where that key is past S_k. The head
 // dim is a multiple of 64 and both pointers are 16-byte aligned (asserted). Checks the launch, does not synchronize.
 int fp8_vt_keys(int seq_k);  // S_k rounded up to 32
-// Its TMA map: boxes of 128 keys (one 128-byte panel row of e4m3) by box_rows dims, 128B-swizzled, to be read as
-// the K-major B operand of O += P V (desc_k_major with box_rows rows).
-CUtensorMap make_vt_tensor_map(const void* vt, int batch, int heads_kv, int head_dim, int vt_keys, int box_rows);
+// Its TMA map: boxes of panel_keys keys (128: one 128-byte panel row of e4m3, 128B-swizzled; or 64 under the 64-byte
+// swizzle) by box_rows dims, to be read as the K-major B operand of O += P V (desc_k_major with box_rows rows).
+CUtensorMap make_vt_tensor_map(const void* vt, int batch, int heads_kv, int head_dim, int vt_keys, int box_rows,
+                               int panel_keys = 128);
 void transpose_v_e4m3(const void* v, void* vt, int batch, int seq_k, int heads_kv, int head_dim, cudaStream_t stream);
 // Bytes of V^T for a problem: B H_kv d fp8_vt_keys(S_k).
 std::int64_t fp8_vt_bytes(int batch, int heads_kv, int head_dim, int seq_k);

@@ -73,21 +73,23 @@ CUtensorMap make_bshd_tensor_map(const void* base, CUtensorMapDataType type, int
   return map;
 }
 
-// V^T's rows are vt_keys bytes (a multiple of 32, so of 16 as TMA needs); a box is 128 keys (one 128-byte panel
-// row of e4m3) by box_rows dims.
-CUtensorMap make_vt_tensor_map(const void* vt, int batch, int heads_kv, int head_dim, int vt_keys, int box_rows) {
+// V^T's rows are vt_keys bytes (a multiple of 32, so of 16 as TMA needs); a box is panel_keys keys (a 128- or
+// 64-byte panel row of e4m3, swizzled to its width) by box_rows dims.
+CUtensorMap make_vt_tensor_map(const void* vt, int batch, int heads_kv, int head_dim, int vt_keys, int box_rows,
+                               int panel_keys) {
   expect(vt_keys % 32 == 0, "V^T's rows are a multiple of 32 keys (fp8_vt_keys)");
+  expect(panel_keys == 128 || panel_keys == 64, "V^T's panels are 128 or 64 keys");
   CUtensorMap map{};
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(vt_keys), static_cast<cuuint64_t>(head_dim),
                               static_cast<cuuint64_t>(heads_kv), static_cast<cuuint64_t>(batch)};
   const cuuint64_t row_bytes = static_cast<cuuint64_t>(vt_keys);
   const cuuint64_t strides[3] = {row_bytes, row_bytes * head_dim, row_bytes * head_dim * heads_kv};
-  const cuuint32_t box[4] = {static_cast<cuuint32_t>(kPanelCols<__nv_fp8_e4m3>), static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(panel_keys), static_cast<cuuint32_t>(box_rows), 1, 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   const CUresult r = encode_tiled()(&map, ElementTraits<__nv_fp8_e4m3>::kTensorMapType, 4, const_cast<void*>(vt), dims,
                                     strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                    CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                                    panel_keys == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw std::runtime_error("cuda-fa3-ws: cuTensorMapEncodeTiled failed for V^T with CUresult " +
                              std::to_string(static_cast<int>(r)) + " (d=" + std::to_string(head_dim) + ", keys=" +

@@ -201,14 +201,20 @@ template <int D, class Sched>
 struct E4m3HeadConfig {
   // Wide blocks (Schedule::kWideBlocks) at d = 64 and 128: two panels of V^T, 256 keys. core/fp8.hpp's
   // e4m3_kernel_block_keys says what the shipped kernel takes, for the CPU emulation (launch_forward_e4m3 checks).
-  static constexpr int kBc = (Sched::kWideBlocks && D <= 128 ? 2 : 1) * kPanelCols<__nv_fp8_e4m3>;
-  static constexpr int kConsumers = 2;
-  static_assert(Sched::kConsumerWarpgroups == 0 || Sched::kConsumerWarpgroups == 2,
-                "the FP8 forward has two consumer warpgroups");
-  static constexpr int kORows = D <= 128 || Sched::kFp8OwnOBuffers ? 2 * kRowsPerConsumer : kRowsPerConsumer;
+  static constexpr int kBc = Sched::kBlockKeys > 0 ? Sched::kBlockKeys
+                                                  : (Sched::kWideBlocks && D <= 128 ? 2 : 1) * kPanelCols<__nv_fp8_e4m3>;
+  // V_j^T's panels: 128 keys under the 128-byte swizzle, or 64 under the 64-byte one where Bc is not a whole number of
+  // 128-key panels (a schedule's WithBlockKeys<Sched, 192>: three panels).
+  static constexpr int kVtPanelKeys = kBc % 128 == 0 ? 128 : 64;
+  static_assert(kBc % 64 == 0 && kBc <= 256, "an FP8 K/V block is whole V^T panels of 64 or 128 keys, 256 at most");
+  static constexpr int kConsumers = Sched::kConsumerWarpgroups > 0 ? Sched::kConsumerWarpgroups : 2;
+  static_assert(kConsumers == 2 || (kConsumers == 3 && D <= 128 && !Sched::kFp8TransposeInKernel),
+                "the FP8 forward has two consumer warpgroups, or three at d <= 128 with V^T from the pre-pass");
+  static constexpr int kORows =
+      D <= 128 || Sched::kFp8OwnOBuffers ? kConsumers * kRowsPerConsumer : kRowsPerConsumer;
   static constexpr bool kOBufferShared = kORows == kRowsPerConsumer;
-  static constexpr int kStages = D == 64 ? 4 : D == 128 && kBc == 128 ? 3 : 2;
-  static constexpr bool kOverlapFits = D == 64 || (D == 128 && kBc == 128);
+  static constexpr int kStages = D == 64 ? 4 : D == 128 && kBc <= 192 ? 3 : 2;
+  static constexpr bool kOverlapFits = kConsumers == 2 && (D == 64 || (D == 128 && kBc <= 192));
   static constexpr int kExp2PolyEvery = Sched::kExp2PolyEvery;
   // The softmax's reductions as trees at d = 256 only: faster there, slower at d = 64 and 128 (H100,
   // bench/results/h100-fa3-ws-race-softmax-trees_2026-11-28.txt).
@@ -216,8 +222,10 @@ struct E4m3HeadConfig {
   static constexpr int kStagingStages = !Sched::kFp8TransposeInKernel ? 0 : D <= 128 && kBc == 128 ? 2 : 1;
   // With Bc = 256 at d = 128, S_ij (128 fp32 registers), O_i (64) and P's fragments (32) live at once leave 16 of the
   // 240 registers for everything else, and spilled 160 bytes: so P_{i,j-1} V_{j-1} is waited before S_ij is issued.
-  static constexpr bool kPvBeforeS = D == 128 && kBc > 128;
+  static constexpr bool kPvBeforeS = D == 128 && kBc > 192;
   static constexpr bool kSplitS = Sched::kSplitS && kPvBeforeS;
+  static_assert(!Sched::kFp8TransposeInKernel || kVtPanelKeys == 128,
+                "the FP8 V transpose in the producer writes 128-key panels of V^T");
   static_assert(!Sched::kFp8TransposeInKernel || D <= 128 || !Sched::kFp8OwnOBuffers,
                 "at d = 256 the FP8 V transpose in the producer takes the O buffer in turn (kFp8OwnOBuffers off)");
 };

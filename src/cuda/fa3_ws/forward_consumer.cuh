@@ -112,7 +112,7 @@ struct Consumer {
     const std::uint32_t va = opaque(v_addr(stage));
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
-      if constexpr (kE4m3) wgmma_rs<T, D>(o, pf[ks], desc_k_major(va, D, ks), 1);
+      if constexpr (kE4m3) wgmma_rs<T, D>(o, pf[ks], desc_k_major<Cfg::kVtPanelKeys>(va, D, ks), 1);
       else wgmma_rs<T, D>(o, pf[ks], desc_mn_major<T>(va, kBc, ks), 1);
     }
   }

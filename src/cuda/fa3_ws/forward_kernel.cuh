@@ -207,8 +207,8 @@ void launch_config(const Params& p, cudaStream_t stream, int heads_per_group_giv
   TmaMaps maps;
   maps.q = make_bshd_tensor_map(p.q, E::kTensorMapType, E::kBytes, p.batch, p.seq_q, p.heads_q, D, Cfg::kBr);
   maps.k = make_bshd_tensor_map(p.k, E::kTensorMapType, E::kBytes, p.batch, p.seq_k, p.heads_kv, D, Cfg::kBc);
-  if constexpr (Cfg::kE4m3 && !Cfg::kTransposesV)  // V^T, from the pre-pass (launch_forward_e4m3): 128 keys by d
-    maps.v = make_vt_tensor_map(p.vt, p.batch, p.heads_kv, D, fp8_vt_keys(p.seq_k), D);
+  if constexpr (Cfg::kE4m3 && !Cfg::kTransposesV)  // V^T, from the pre-pass (launch_forward_e4m3): a panel's keys by d
+    maps.v = make_vt_tensor_map(p.vt, p.batch, p.heads_kv, D, fp8_vt_keys(p.seq_k), D, Cfg::kVtPanelKeys);
   else maps.v = make_bshd_tensor_map(p.v, E::kTensorMapType, E::kBytes, p.batch, p.seq_k, p.heads_kv, D, Cfg::kBc);
   auto kernel = fa3_ws_kernel<T, D, kStep, kDropout, kTimeline, Sched>;
   constexpr int kSmem = Cfg::Smem::kBytes;

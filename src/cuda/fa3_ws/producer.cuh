@@ -71,11 +71,12 @@ struct Loader {
     tl.instant(p, PipelineEvent::TmaIssue, t1);
     mbar_arrive_expect_tx(&bars[full], Smem::kKVBytes);
     if constexpr (Cfg::kE4m3 && !kIsK) {
-      // V_j^T (d, Bc) from the pre-pass's V^T (B, H_kv, d, keys): panels of 128 keys, each all d rows (one box).
+      // V_j^T (d, Bc) from the pre-pass's V^T (B, H_kv, d, keys): panels of kVtPanelKeys keys (128, or 64), each all
+      // d rows (one box).
+      constexpr int kVtKeys = Cfg::kVtPanelKeys;
 #pragma unroll
-      for (int pnl = 0; pnl < kBc / kPanelCols<Element>; ++pnl)
-        tma_load_4d(dst + pnl * kD * kPanelRowBytes, map, j * kBc + pnl * kPanelCols<Element>, 0, tile.h_kv, tile.b,
-                    &bars[full]);
+      for (int pnl = 0; pnl < kBc / kVtKeys; ++pnl)
+        tma_load_4d(dst + pnl * kD * kVtKeys, map, j * kBc + pnl * kVtKeys, 0, tile.h_kv, tile.b, &bars[full]);
     } else {
 #pragma unroll
       for (int pnl = 0; pnl < kPanels; ++pnl)
