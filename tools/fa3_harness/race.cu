@@ -80,9 +80,14 @@ int main(int argc, char** argv) {
     ns.clear();
     for (char* s = argv[1]; *s;) { ns.push_back(std::atoi(s)); while (*s && *s != ',') ++s; if (*s) ++s; }
   }
+  // RACE_SEQ_Q: queries per sequence, for all N (keys); unset, as many as keys. With fewer queries than keys the
+  // causal rows align bottom-right (the last query sees every key, as in a KV cache).
+  const char* seq_q_env = std::getenv("RACE_SEQ_Q");
+  const int seq_q_given = seq_q_env ? std::atoi(seq_q_env) : 0;
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf("device: %s\n", prop.name);
+  if (seq_q_given > 0) std::printf("queries: %d per sequence (N is the keys), causal bottom-right\n", seq_q_given);
   std::printf("%-24s %4s %4s %6s %7s %10s %10s %s\n", "candidate", "type", "d", "N", "causal", "TFLOP/s", "max|dO|",
               "what");
   int failures = 0;
@@ -93,37 +98,40 @@ int main(int argc, char** argv) {
       if (!any) continue;
       for (int n : ns) {
         for (int causal : {0, 1}) {
-          const int batch = std::max(1, 16384 / n), heads = 2048 / d;
-          const std::size_t elems = std::size_t(batch) * n * heads * d, bytes = elems * (e4m3 ? 1 : 2);
-          auto* q = dev_alloc<unsigned char>(bytes);
+          const int batch = std::max(1, 16384 / n), heads = 2048 / d, sq = seq_q_given > 0 ? seq_q_given : n;
+          const std::size_t kv_elems = std::size_t(batch) * n * heads * d, bytes = kv_elems * (e4m3 ? 1 : 2);
+          const std::size_t elems = std::size_t(batch) * sq * heads * d, q_bytes = elems * (e4m3 ? 1 : 2);
+          auto* q = dev_alloc<unsigned char>(q_bytes);
           auto* k = dev_alloc<unsigned char>(bytes);
           auto* v = dev_alloc<unsigned char>(bytes);
           auto* vt = e4m3 ? dev_alloc<unsigned char>(static_cast<std::size_t>(fp8_vt_bytes(batch, heads, d, n))) : nullptr;
           auto* o = dev_alloc<__nv_bfloat16>(elems);
-          auto* lse = dev_alloc<float>(std::size_t(batch) * heads * n);
+          auto* lse = dev_alloc<float>(std::size_t(batch) * heads * sq);
           auto* desc = dev_alloc<float>(std::size_t(batch) * heads);
           auto* counter = dev_alloc<int>(2);
           check(cudaMemset(counter, 0, 2 * sizeof(int)), "cudaMemset");
           std::vector<float> descale(std::size_t(batch) * heads, 1.0f / 448.0f);
           check(cudaMemcpy(desc, descale.data(), descale.size() * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
-          const unsigned blocks = static_cast<unsigned>((elems + 255) / 256);
-          fill_random<<<blocks, 256>>>(q, elems, 1, e4m3);
-          fill_random<<<blocks, 256>>>(k, elems, 2, e4m3);
-          fill_random<<<blocks, 256>>>(v, elems, 3, e4m3);
+          const unsigned q_blocks = static_cast<unsigned>((elems + 255) / 256);
+          const unsigned kv_blocks = static_cast<unsigned>((kv_elems + 255) / 256);
+          fill_random<<<q_blocks, 256>>>(q, elems, 1, e4m3);
+          fill_random<<<kv_blocks, 256>>>(k, kv_elems, 2, e4m3);
+          fill_random<<<kv_blocks, 256>>>(v, kv_elems, 3, e4m3);
           Params p;
           p.q = q; p.k = k; p.v = v; p.o = o; p.lse = lse;
           if (e4m3) {
             p.vt = vt;
             p.q_descale = p.k_descale = p.v_descale = desc;
           }
-          p.batch = batch; p.heads_q = p.heads_kv = heads; p.seq_q = p.seq_k = n; p.head_dim = d;
-          p.align = causal ? flashlab::CausalAlign::TopLeft : flashlab::CausalAlign::None;
+          p.batch = batch; p.heads_q = p.heads_kv = heads; p.seq_q = sq; p.seq_k = n; p.head_dim = d;
+          p.align = !causal ? flashlab::CausalAlign::None
+                    : sq < n ? flashlab::CausalAlign::BottomRight : flashlab::CausalAlign::TopLeft;
           p.scale = 1.0f / std::sqrt(static_cast<float>(d));
           p.scale_log2 = p.scale * 1.4426950408889634f;
           p.tile_counter = counter;
           check(cudaDeviceSynchronize(), "inputs");
           const double flops = flashlab::forward_flops(
-              flashlab::Shape{.batch = batch, .heads_q = heads, .heads_kv = heads, .seq_q = n, .seq_k = n, .head_dim = d},
+              flashlab::Shape{.batch = batch, .heads_q = heads, .heads_kv = heads, .seq_q = sq, .seq_k = n, .head_dim = d},
               p.align);
           std::vector<__nv_bfloat16> first(elems), mine(elems);
           bool have_first = false;
