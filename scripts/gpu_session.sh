@@ -62,11 +62,19 @@ if runs sanitize; then
     sanitize sanitizer-fa3.log "$tool" "cuda-fa3-ws (7 steps)" "$bin/flashlab" check \
       --variants cuda-fa3-ws-step1,cuda-fa3-ws-step2,cuda-fa3-ws-step3,cuda-fa3-ws-step4,cuda-fa3-ws,cuda-fa3-ws-eager-rescale,cuda-fa3-ws-exp2-emulated --dtype bf16 \
       --batch 2 --heads 4 --heads-kv 2 --seq-q 200 --seq-k 333 --head-dim 128 --causal bottom-right --dropout 0.1
-    # Long keys without dropout: the wide K/V blocks of d = 64 and 128, with a ragged last block.
+    # Long keys without dropout: the wide K/V blocks of d = 64 and 128, with a ragged last block (at d = 64 from step 5
+    # on, 200 queries run two consumers on them).
     for d in 64 128; do
       sanitize sanitizer-fa3-wide.log "$tool" "cuda-fa3-ws wide blocks d=$d (steps 2, 4, 5, 6, 7)" "$bin/flashlab" check \
         --variants cuda-fa3-ws-step2,cuda-fa3-ws-step4,cuda-fa3-ws,cuda-fa3-ws-eager-rescale,cuda-fa3-ws-exp2-emulated --dtype bf16 \
         --batch 1 --heads 4 --heads-kv 2 --seq-q 200 --seq-k 2100 --head-dim "$d" --causal bottom-right
+    done
+    # d = 64's three consumer warpgroups (steps 5-7): 380 queries on long keys under a mask, 500 on short ones without.
+    for shape in "--seq-q 380 --seq-k 2100 --causal top-left" "--seq-q 500 --seq-k 700 --causal none"; do
+      # shellcheck disable=SC2086 # the shape is words
+      sanitize sanitizer-fa3-three.log "$tool" "cuda-fa3-ws three consumers d=64 ($shape)" "$bin/flashlab" check \
+        --variants cuda-fa3-ws,cuda-fa3-ws-eager-rescale,cuda-fa3-ws-exp2-emulated --dtype bf16 \
+        --batch 1 --heads 4 --heads-kv 2 $shape --head-dim 64
     done
   done
 

@@ -526,33 +526,50 @@ TEST_CASE("cuda-fa3-ws: one block per SM takes tiles in groups of heads whose K 
   CHECK(first_load(12 * 64 + 4) == std::pair{12, 62});  // the last group holds 4 heads
 }
 
-TEST_CASE("cuda-fa3-ws at d = 64: three consumers of 64 rows for long keys (Br = 192, Bc = 128), two below; the model follows") {
+TEST_CASE("cuda-fa3-ws at d = 64: three consumers of 64 rows (Br = 192, Bc = 128) where their tiles pad the queries little; the model follows") {
   namespace fa3 = cuda::fa3_ws;
-  // 2048 keys and more take the long-key block: three consumer warpgroups and a producer, 128 keys a block.
-  const cuda::KernelTiling wide = fa3::forward_tiling(64, fa3::kWideBcMinKeys, false);
-  CHECK(wide.Br == 192);
-  CHECK(wide.Bc == 128);
-  CHECK(wide.warps == 16);
-  // One key fewer, or dropout: two consumers (Br = 128), 128 keys.
-  for (const cuda::KernelTiling t : {fa3::forward_tiling(64, fa3::kWideBcMinKeys - 1, false),
-                                     fa3::forward_tiling(64, 8192, true)}) {
-    CHECK(t.Br == 128);
-    CHECK(t.Bc == 128);
-    CHECK(t.warps == 12);
+  const auto tiling = [](int seq_q, int seq_k, bool causal, bool dropout = false, int d = 64) {
+    return fa3::forward_tiling(Shape{.seq_q = seq_q, .seq_k = seq_k, .head_dim = d}, causal, dropout);
+  };
+  const auto is = [](cuda::KernelTiling t, int br, int bc) { return t.Br == br && t.Bc == bc && t.warps == (br / 64 + 1) * 4; };
+  // Queries that 192-row tiles pad no more than 128-row ones: three consumers, with a mask or without, short keys or
+  // long (384, 768, 1536 and 3072 are whole tiles of both; 2048 and 16384 pad 64 and 128 rows more of thousands).
+  for (const int n : {384, 768, 1536, 2048, 3072, 16384}) {
+    CAPTURE(n);
+    CHECK(is(tiling(n, n, false), 192, 128));
+    CHECK(is(tiling(n, n, true), 192, 128));
   }
+  // 512 and 1024 queries: 1/8 more rows for three. Without a mask three still win over two on 128-key blocks (the
+  // short keys); with a mask, or against two on the long keys' 192-key blocks, they do not.
+  for (const int n : {512, 1024}) {
+    CAPTURE(n);
+    CHECK(is(tiling(n, n, false), 192, 128));
+    CHECK(is(tiling(n, n, true), 128, 128));
+    CHECK(is(tiling(n, fa3::kWideBcMinKeys, false), 128, 192));
+  }
+  // 128 and 256 queries (half as many rows again) and one query (a decode step): two consumers, whatever the keys.
+  for (const int q : {1, 128, 256}) {
+    CAPTURE(q);
+    CHECK(is(tiling(q, 1000, false), 128, 128));
+    CHECK(is(tiling(q, 8192, false), 128, 192));
+    CHECK(is(tiling(q, 8192, true), 128, 192));
+  }
+  // Dropout keeps two consumers on the narrow blocks.
+  CHECK(is(tiling(3072, 8192, false, true), 128, 128));
   // The other head dims keep two consumers; d = 128's long keys take 160-key blocks.
-  CHECK(fa3::forward_tiling(128, 8192, false).Br == 128);
-  CHECK(fa3::forward_tiling(128, 8192, false).Bc == 160);
-  CHECK(fa3::forward_tiling(256, 8192, false).Br == 128);
+  CHECK(is(tiling(3072, 8192, false, false, 128), 128, 160));
+  CHECK(is(tiling(3072, 8192, false, false, 256), 128, 64));
   // Below the persistent step (ladder steps 2-4) d = 64's long keys keep two consumers and 192 keys.
+  CHECK(fa3::forward_choice(64, 3072, 8192, false, false, 4).consumers == 2);
   CHECK(fa3::forward_consumers(64, true, false) == 2);
   CHECK(fa3::block_cols(64, true, fa3::forward_consumers(64, true, false)) == 192);
-  // The timeline build has every forward but the three-consumer one.
+  // The timeline build has every forward but the three-consumer ones.
   for (int step = 1; step <= 7; ++step) {
     CAPTURE(step);
-    CHECK(fa3::forward_timeline_records(64, fa3::kWideBcMinKeys, step) == (step < 5));
-    CHECK(fa3::forward_timeline_records(64, fa3::kWideBcMinKeys - 1, step));
-    CHECK(fa3::forward_timeline_records(128, 8192, step));
+    CHECK(fa3::forward_timeline_records(64, 2048, 2048, false, step) == (step < 5));
+    CHECK(fa3::forward_timeline_records(64, 384, 384, true, step) == (step < 5));
+    CHECK(fa3::forward_timeline_records(64, 256, 2048, false, step));
+    CHECK(fa3::forward_timeline_records(128, 2048, 8192, false, step));
   }
   // The model counts tiles of 192 query rows: N = 8k at H = 16 is 16 x ceil(8192 / 192) = 16 x 43.
   const GpuForwardPass pass = gpu_forward_pass("cuda-fa3-ws", problem(8192, 64), find_gpu("h100"));

@@ -69,9 +69,9 @@ int main(int argc, char** argv) {
   nlohmann::json rows = nlohmann::json::array();
   std::printf("%4s %4s %8s %7s | %-22s | %-22s\n", "d", "Bc", "inputs", "causal", "lazy: rows / warps", "exact: rows / warps");
   for (int d : {64, 128, 256}) {
-    const int bc = cuda::fa3_ws::forward_tiling(d, kSeq, false).Bc;
     for (const float drift : {0.0f, 16.0f, 64.0f}) {
       for (const bool causal : {false, true}) {
+        const int bc = cuda::fa3_ws::forward_tiling(Shape{.seq_q = kSeq, .seq_k = kSeq, .head_dim = d}, causal, false).Bc;
         RescaleCounts lazy, exact;
         for (int h = 0; h < kHeads; ++h) {
           const std::vector<float> s = head_scores(d, drift, causal, rng);

@@ -502,11 +502,12 @@ BenchResult cuda_fa3_ws_bench_at(int step, const Problem& p, DType dtype, const 
   if (settings.backward && s != cuda::fa3_ws::kShippedStep)
     throw std::logic_error("cuda-fa3-ws ladder steps 1-4 have no backward (the registry should have refused)");
   if (settings.record_timeline && !settings.backward && dtype != DType::E4M3 &&
-      !cuda::fa3_ws::forward_timeline_records(p.shape.head_dim, p.shape.seq_k, step))
-    throw InputError("cuda-fa3-ws records no forward timeline at d = 64 with " +
-                     std::to_string(cuda::fa3_ws::kWideBcMinKeys) +
-                     " keys or more from ladder step 5 on: its three consumer warpgroups have no registers to spare "
-                     "for the recording; record fewer keys, or steps 1-4");
+      !cuda::fa3_ws::forward_timeline_records(p.shape.head_dim, p.shape.seq_q, p.shape.seq_k,
+                                               p.options.causal != CausalAlign::None, step))
+    throw InputError("cuda-fa3-ws records no forward timeline of " + std::to_string(p.shape.seq_q) +
+                     " queries at d = 64 from ladder step 5 on: it runs three consumer warpgroups there, which have no "
+                     "registers to spare for the recording; record steps 1-4, or a query count such as 256, where "
+                     "it runs two");
   switch (dtype) {
     case DType::F16: return bench_as<__half>(s, p, dtype, settings);
     case DType::BF16: return bench_as<__nv_bfloat16>(s, p, dtype, settings);

@@ -71,8 +71,9 @@ constexpr int forward_query_block(int block_x, int query_blocks) { return query_
 // cuda-fa3-ws (fa3_ws/forward_kernel.cuh), the shipped ladder step 5: a persistent grid of one block per
 // SM (a producer warpgroup and two consumer warpgroups of 64 rows each), taking tiles of Br = 128 query
 // rows from a global counter; Bc = 128 keys (64 at d = 256, so that O_i, S_ij and P_ij fit 240 registers).
-// For long keys, d = 128 takes wider K/V blocks (160), and d = 64 three consumer warpgroups (Br = 192, Bc = 128;
-// 192 keys with two consumers below step 5) (fa3_ws/forward_config.cuh, HeadConfig, says why).
+// For long keys, d = 128 takes wider K/V blocks (160) and d = 64 192 keys; at d = 64 the persistent kernel takes three
+// consumer warpgroups instead (Br = 192, Bc = 128) wherever their taller tiles pad the queries little
+// (fa3_ws/forward_config.cuh, HeadConfig, says why; forward_choice below, where).
 namespace fa3_ws {
 inline constexpr int kRowsPerConsumer = 64;  // wgmma's M
 inline constexpr int kConsumers = 2;
@@ -82,7 +83,8 @@ inline constexpr int kWideBcMinKeys = 2048;
 constexpr bool takes_wide_blocks(int head_dim, int seq_k, bool dropout, int ladder_step) {
   return head_dim != 256 && ladder_step >= 2 && !dropout && seq_k >= kWideBcMinKeys;
 }
-// Consumer warpgroups: three where the persistent kernel (steps 5-7) takes the long-key schedule at d = 64, else two.
+// Consumer warpgroups of a schedule: three where the persistent kernel (steps 5-7) takes the wide schedule at d = 64,
+// else two (a schedule may set its own: forward_config.cuh, WithConsumers; forward_choice says which a problem gets).
 constexpr int forward_consumers(int head_dim, bool wide, bool persistent) {
   return persistent && wide && head_dim == 64 ? 3 : 2;
 }
@@ -90,17 +92,41 @@ constexpr int forward_consumers(int head_dim, bool wide, bool persistent) {
 constexpr int block_cols(int head_dim, bool wide, int consumers = kConsumers) {
   return head_dim == 256 ? 64 : !wide || consumers == 3 ? 128 : head_dim == 128 ? 160 : 192;
 }
-// Whether the forward's timeline build (`flashlab bench --timeline`) has ladder step `ladder_step`'s kernel for this
-// problem: not the three-consumer one, whose 160 registers a consumer leave none for the recording (it spilled 56
-// bytes, ptxas -v). Its timeline build has no dropout, so neither does this.
-constexpr bool forward_timeline_records(int head_dim, int seq_k, int ladder_step) {
-  return forward_consumers(head_dim, takes_wide_blocks(head_dim, seq_k, false, ladder_step), ladder_step >= 5) == 2;
+// Whether d = 64's three consumer warpgroups (Br = 192) pay over two (Br = 128) for seq_q queries. A padding row costs
+// what a real one does, so it is their speed per row against the rows each pads the queries to, ceil(seq_q / 192) 192
+// against ceil(seq_q / 128) 128. Where both pad alike, three are well ahead of two on the same 128-key blocks without
+// a mask, less so with one, and less against two on the long keys' 192-key blocks; so three take the queries while
+// their rows exceed two's by at most 1/8 against the short-key two without a mask, 1/32 otherwise. That leaves two
+// for 128 or 256 queries, for one (a decode step) and for 512 on long keys, where three lost; 512 and 1024 queries on
+// short keys without a mask, and 2048, sit on the line and went to three. The races:
+// bench/results/h200-fa3-ws-race-d64-consumers-by-rows_2026-11-29.txt, h200-fa3-ws-race-d64-three-consumers_2026-11-29.txt
+// (bench/results/h100-fa3-ws-fa4-ideas-notes.md reads them).
+constexpr bool three_consumers_pay(int seq_q, bool against_short_unmasked) {
+  const std::int64_t rows3 = (std::int64_t{seq_q} + 191) / 192 * 192, rows2 = (std::int64_t{seq_q} + 127) / 128 * 128;
+  return against_short_unmasked ? 8 * rows3 <= 9 * rows2 : 32 * rows3 <= 33 * rows2;
 }
-constexpr KernelTiling forward_tiling(int head_dim, int seq_k, bool dropout) {
-  const bool wide = takes_wide_blocks(head_dim, seq_k, dropout, 5);
-  const int consumers = forward_consumers(head_dim, wide, true);
-  return {.Br = consumers * kRowsPerConsumer, .Bc = block_cols(head_dim, wide, consumers),
-          .warps = (consumers + 1) * 4, .blocks_per_sm = 1};
+// The forward block a problem gets at ladder step `ladder_step` (what fa3_ws/forward_kernel.cuh's launcher takes):
+// whether its K/V blocks are the wide ones, and its consumer warpgroups (three: d = 64, steps 5-7, no dropout, where
+// three_consumers_pay; their blocks are 128 keys whatever `wide` says).
+struct ForwardChoice {
+  bool wide = false;
+  int consumers = kConsumers;
+};
+constexpr ForwardChoice forward_choice(int head_dim, int seq_q, int seq_k, bool causal, bool dropout, int ladder_step) {
+  const bool wide = takes_wide_blocks(head_dim, seq_k, dropout, ladder_step);
+  const bool three = head_dim == 64 && ladder_step >= 5 && !dropout && three_consumers_pay(seq_q, !wide && !causal);
+  return {.wide = wide, .consumers = three ? 3 : 2};
+}
+// Whether the forward's timeline build (`flashlab bench --timeline`) has the kernel forward_choice picks: not a
+// three-consumer one, whose 160 registers a consumer leave none for the recording (it spilled 56 bytes, ptxas -v).
+// Its timeline build has no dropout, so neither does this.
+constexpr bool forward_timeline_records(int head_dim, int seq_q, int seq_k, bool causal, int ladder_step) {
+  return forward_choice(head_dim, seq_q, seq_k, causal, false, ladder_step).consumers == 2;
+}
+constexpr KernelTiling forward_tiling(const Shape& s, bool causal, bool dropout) {
+  const ForwardChoice c = forward_choice(s.head_dim, s.seq_q, s.seq_k, causal, dropout, 5);
+  return {.Br = c.consumers * kRowsPerConsumer, .Bc = block_cols(s.head_dim, c.wide, c.consumers),
+          .warps = (c.consumers + 1) * 4, .blocks_per_sm = 1};
 }
 // Heads per group of the tile order: as many K/V heads as have their K and V fit in half the L2 (the
 // H100's L2 is two partitions; data every SM reads is held in both), times the query heads sharing each;

@@ -233,7 +233,7 @@ GpuForwardPass fa3_ws_pass(const Problem& p, const GpuSpec& gpu) {
   const auto& dims = cuda::fa3_ws::kHeadDims;
   require_head_dim("cuda-fa3-ws", s.head_dim, std::find(std::begin(dims), std::end(dims), s.head_dim) != std::end(dims),
                    listed(dims));
-  const cuda::KernelTiling kt = cuda::fa3_ws::forward_tiling(s.head_dim, s.seq_k, p.options.dropout_p > 0);
+  const cuda::KernelTiling kt = cuda::fa3_ws::forward_tiling(s, p.options.causal != CausalAlign::None, p.options.dropout_p > 0);
   GpuForwardPass pass;
   pass.algorithm = Algorithm::FA2;
   pass.dtype = cuda::fa3_ws::kDTypes[1];  // bf16

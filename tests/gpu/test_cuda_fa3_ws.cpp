@@ -232,7 +232,13 @@ TEST_CASE("cuda-fa3-ws, every ladder step: row maxima that keep rising along the
 TEST_CASE("cuda-fa3-ws, every ladder step: long keys, where d = 64 and 128 take wider K/V blocks from step 2 on (192, 160 keys)") {
   if (skip_unless_hopper()) return;
   using cuda::fa3_ws::kWideBcMinKeys;  // 2048. No key length below is a multiple of 160 or 192: the last block is ragged
+  // At d = 64 from step 5 on, which rows take three consumers is cuda/tilings.hpp's forward_choice: 100 queries take
+  // two (the narrow blocks one key short, the wide ones from 2048 keys), 300 queries and more three.
   check_problem(shape(1, 2, 2, 100, kWideBcMinKeys - 1), opts(CausalAlign::None));  // the narrow blocks, one key short
+  check_problem(shape(1, 2, 2, 100, kWideBcMinKeys + 150), opts(CausalAlign::BottomRight));
+  check_problem(shape(1, 8, 2, 70, 2222), opts(CausalAlign::None));
+  check_problem(shape(1, 2, 2, 500, 700), opts(CausalAlign::None));      // three consumers on short keys
+  check_problem(shape(1, 2, 2, 384, 450), opts(CausalAlign::TopLeft));   // ... under a mask too
   check_problem(shape(1, 2, 2, 300, kWideBcMinKeys), opts(CausalAlign::None));
   check_problem(shape(1, 2, 2, 257, 2500), opts(CausalAlign::TopLeft));
   check_problem(shape(1, 1, 1, 2200, kWideBcMinKeys + 1), opts(CausalAlign::BottomRight));  // seq_q > seq_k
@@ -385,36 +391,39 @@ TEST_CASE("cuda-fa3-ws bench --timeline, every ladder step and e4m3: the file re
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("cuda-fa3-ws bench --timeline: d = 64 with long keys from step 5 on is one sentence; fewer keys and steps 1-4 record") {
+TEST_CASE("cuda-fa3-ws bench --timeline: d = 64 where steps 5-7 run three consumers is one sentence; two consumers and steps 1-4 record") {
   if (skip_unless_hopper()) return;
-  using cuda::fa3_ws::kWideBcMinKeys;
-  const auto problem = [](int seq_k) {
-    return Problem{.shape = Shape{.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 256, .seq_k = seq_k, .head_dim = 64},
-                   .options = Options{}};
+  const auto problem = [](int seq_q, int seq_k, CausalAlign causal = CausalAlign::None) {
+    return Problem{.shape = Shape{.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = seq_q, .seq_k = seq_k, .head_dim = 64},
+                   .options = Options{.causal = causal}};
   };
   const BenchSettings record{.warmup = 0, .iters = 1, .backward = false, .record_timeline = true};
-  // Steps 5-7 run three consumer warpgroups there (cuda/tilings.hpp), which the timeline build does not have.
+  // Steps 5-7 run three consumer warpgroups for these (cuda/tilings.hpp, forward_choice), which the timeline build
+  // does not have: long keys, and short ones under a mask.
   for (const char* name : {"cuda-fa3-ws", "cuda-fa3-ws-eager-rescale", "cuda-fa3-ws-exp2-emulated"}) {
     INFO(name);
-    const std::string msg = refusal([&] { (void)find_variant(name).bench(problem(kWideBcMinKeys), DType::BF16, record); });
-    CHECK_MESSAGE(msg == "cuda-fa3-ws records no forward timeline at d = 64 with 2048 keys or more from ladder step 5 "
-                         "on: its three consumer warpgroups have no registers to spare for the recording; record fewer "
-                         "keys, or steps 1-4",
-                  msg);
-    // One key fewer is the two-consumer kernel, which records: a producer and two consumer lanes.
-    const BenchResult shorter = find_variant(name).bench(problem(kWideBcMinKeys - 1), DType::BF16, record);
-    REQUIRE(shorter.timeline.has_value());
+    for (const Problem& p : {problem(2048, 2048), problem(384, 500, CausalAlign::TopLeft)}) {
+      const std::string msg = refusal([&] { (void)find_variant(name).bench(p, DType::BF16, record); });
+      CHECK_MESSAGE(msg == "cuda-fa3-ws records no forward timeline of " + std::to_string(p.shape.seq_q) +
+                               " queries at d = 64 from ladder step 5 on: it runs three consumer warpgroups there, "
+                               "which have no registers to spare for the recording; record steps 1-4, or a query "
+                               "count such as 256, where it runs two",
+                    msg);
+    }
+    // 256 queries on the same keys run two consumers (on the wide blocks), which record: a producer and two lanes.
+    const BenchResult two = find_variant(name).bench(problem(256, 2048), DType::BF16, record);
+    REQUIRE(two.timeline.has_value());
     std::uint32_t lanes = 0;
-    for (const TimelineRecord& r : shorter.timeline->records) lanes = std::max(lanes, r.warpgroup + 1u);
+    for (const TimelineRecord& r : two.timeline->records) lanes = std::max(lanes, r.warpgroup + 1u);
     CHECK(lanes == 3);
   }
-  // Below step 5 the long keys keep two consumers (with 192 keys a block) and record.
-  const BenchResult step4 = find_variant("cuda-fa3-ws-step4").bench(problem(kWideBcMinKeys), DType::BF16, record);
+  // Below step 5 d = 64 keeps two consumers (with 192 keys a block for long keys) and records.
+  const BenchResult step4 = find_variant("cuda-fa3-ws-step4").bench(problem(2048, 2048), DType::BF16, record);
   REQUIRE(step4.timeline.has_value());
   CHECK_FALSE(step4.timeline->records.empty());
   // The backward's timeline is another build, which the three consumers of the forward do not touch.
   const BenchResult backward = find_variant("cuda-fa3-ws").bench(
-      problem(kWideBcMinKeys), DType::BF16, BenchSettings{.warmup = 0, .iters = 1, .backward = true, .record_timeline = true});
+      problem(2048, 2048), DType::BF16, BenchSettings{.warmup = 0, .iters = 1, .backward = true, .record_timeline = true});
   REQUIRE(backward.timeline.has_value());
   CHECK_FALSE(backward.timeline->records.empty());
 }

@@ -1,6 +1,7 @@
 // cuda-fa3-ws forward, what ships: launch_forward (every ladder step, f16 and bf16, with and without
-// dropout; 108 kernels: 2 dtypes x (7 steps x 3 head dims, with and without dropout, and steps 2-7 with the
-// wide K/V blocks of d = 64 and 128)), and the TMA descriptors every launcher builds. The kernel and its parts
+// dropout; 114 kernels: 2 dtypes x (7 steps x 3 head dims, with and without dropout, steps 2-7 with the
+// wide K/V blocks of d = 64 and 128, and steps 5-7 at d = 64 with two consumers on them)), and the TMA descriptors
+// every launcher builds. The kernel and its parts
 // are in forward_kernel.cuh, which says what changed from cuda-fa2 and why.
 #include <cuda.h>
 

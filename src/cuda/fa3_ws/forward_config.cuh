@@ -109,6 +109,11 @@ template <bool kQ, bool kK, bool kThree, bool kWide, int kPoly, bool kOwn, bool 
 struct RungScheduleOf<static_cast<int>(LadderStep::Exp2Emulated), Schedule<kQ, kK, kThree, kWide, kPoly, kOwn, kLazy>> {
   using type = Schedule<kQ, kK, kThree, kWide, kExp2PolyGroups, kOwn, kLazy>;
 };
+// A schedule with its own consumer count takes the rung's switch in the schedule it wraps.
+template <int kStep, class Sched, int kCount>
+struct RungScheduleOf<kStep, WithConsumers<Sched, kCount>> {
+  using type = WithConsumers<typename RungScheduleOf<kStep, Sched>::type, kCount>;
+};
 template <int kStep, class Sched>
 using RungSchedule = typename RungScheduleOf<kStep, Sched>::type;
 
@@ -133,8 +138,9 @@ using Fp8ShippedSchedule = WithSplitS<ShippedSchedule<D <= 128>>;
 // d = 64 from N = 4k on, but a loss below N = 2k, where the last block is mostly masked padding
 // (bench/results/h100-fa3-ws-notes.md). 160 is the widest that leaves O_i's own buffer at d = 128 (Q 32 +
 // 2 x (40 + 40) + O 32 = 224 KiB); 176 was no faster at step 4, and 256 spills at d = 64.
-// At d = 64 the persistent kernel (steps 5-7) takes three consumer warpgroups for long keys instead (Br = 192, as
-// FlashAttention-3 does there): its GEMMs are the shortest of any head dim, so with two consumers the tensor cores
+// At d = 64 the persistent kernel (steps 5-7) takes three consumer warpgroups (Br = 192, as FlashAttention-3 does
+// there), for short keys and long, wherever their taller tiles pad the queries little (cuda/tilings.hpp,
+// forward_choice; where they would pad them more it keeps two, on the wide blocks for long keys): its GEMMs are the shortest of any head dim, so with two consumers the tensor cores
 // wait whenever one consumer's softmax outlasts the other's GEMMs; with three, two softmaxes run under each GEMM. The
 // price is 160 registers a consumer: K/V blocks of 128 keys and no intra-warpgroup overlap (kOverlapFits). Q 24 +
 // 3 x (16 + 16) + O 24 = 144 KiB.
@@ -147,7 +153,8 @@ template <int D, class Sched, bool kPersistent>
 struct HeadConfig {
   // cuda/tilings.hpp: what the traffic model reads (Sched::kBlockKeys overrides it, for the race).
   // Consumer warpgroups once the warps are specialized (step 1 has one, and no producer: KernelConfig): three at
-  // d = 64 with long keys in the persistent kernel (cuda/tilings.hpp), else two; a schedule may set its own.
+  // d = 64 in the persistent kernel's wide schedule (cuda/tilings.hpp), else two; a schedule may set its own (the
+  // launcher sets two where three would mostly pad: forward_kernel.cuh, with_shipped_schedule).
   static constexpr int kConsumers = Sched::kConsumerWarpgroups > 0 ? Sched::kConsumerWarpgroups
                                                                    : forward_consumers(D, Sched::kWideBlocks, kPersistent);
   static constexpr int kBc =
@@ -302,10 +309,16 @@ struct KernelConfig : StepConfig<kStep>, HeadConfigOf<T, D, Sched, StepConfig<kS
   static constexpr int kProducerRegisters = kTransposesV ? kTransposingProducerRegs : kProducerRegs;
   static constexpr int kConsumerRegisters =
       kTransposesV ? kTransposingConsumerRegs : kConsumers == 3 ? kThreeConsumerRegs : kConsumerRegs;
-  // The shipped step's 16-bit block is what cuda/tilings.hpp describes to the traffic model (fa3_ws::forward_tiling),
-  // for short keys and for long; a schedule that sets its own consumers or block keys is a candidate, not what ships.
-  static constexpr KernelTiling kDescribed = forward_tiling(D, Sched::kWideBlocks ? kWideBcMinKeys : 0, false);
-  static_assert(kStep != static_cast<int>(kShippedStep) || kE4m3 || Sched::kConsumerWarpgroups != 0 ||
+  // The shipped step's 16-bit blocks are what cuda/tilings.hpp describes to the traffic model (fa3_ws::forward_tiling),
+  // each for a problem that takes it (forward_choice): the wide schedule for long keys and queries without a mask, or,
+  // with two consumers set (d = 64's long keys where three would mostly pad), for 256 queries on those keys; the narrow
+  // one for 256 causal queries on 256 keys. Other knobs make a candidate, not what ships.
+  static constexpr bool kTwoSet = Sched::kConsumerWarpgroups == 2;
+  static constexpr KernelTiling kDescribed =
+      forward_tiling(Shape{.seq_q = Sched::kWideBlocks && !kTwoSet ? kWideBcMinKeys : 256,
+                           .seq_k = Sched::kWideBlocks ? kWideBcMinKeys : 256, .head_dim = D},
+                     /*causal=*/!Sched::kWideBlocks, /*dropout=*/false);
+  static_assert(kStep != static_cast<int>(kShippedStep) || kE4m3 || (Sched::kConsumerWarpgroups != 0 && !kTwoSet) ||
                     Sched::kBlockKeys != 0 ||
                     (kBr == kDescribed.Br && Head::kBc == kDescribed.Bc && kThreads == kDescribed.warps * 32),
                 "cuda/tilings.hpp describes the shipped step's block");

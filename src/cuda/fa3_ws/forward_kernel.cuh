@@ -29,9 +29,10 @@
 //  * Long keys (seq_k >= 2048) take wider K/V blocks at d = 64 and 128 (Bc = 192, 160: steps 2-5, not
 //    with dropout), so the fixed cost of a trip around the K/V loop is spread over more keys
 //    (HeadConfig).
-//  * At d = 64 with long keys the persistent kernel has three consumer warpgroups (Br = 192, 160 registers
-//    each, Bc = 128): the ping-pong becomes a ring of three turns, and two consumers' softmax hides under the
-//    third's GEMMs, which at d = 64 are too short to hide one softmax alone (HeadConfig).
+//  * At d = 64 the persistent kernel has three consumer warpgroups (Br = 192, 160 registers each, Bc = 128)
+//    wherever their taller tiles pad the queries little (cuda/tilings.hpp, forward_choice): the ping-pong
+//    becomes a ring of three turns, and two consumers' softmax hides under the third's GEMMs, which at d = 64
+//    are too short to hide one softmax alone (HeadConfig).
 //
 // The parts, one file each under src/cuda/fa3_ws/:
 //   forward_config.cuh    what a kernel is built with: ladder step, head dim, Schedule; shared-memory layout
@@ -239,15 +240,24 @@ void launch_config(const Params& p, cudaStream_t stream, int heads_per_group_giv
   check_cuda(cudaGetLastError(), "the kernel launch");
 }
 
-// The schedule that ships without dropout, for this problem: wider K/V blocks for long keys at d = 64 and 128
-// (HeadConfig says why) from step 2 on. Step 1's block is one warpgroup: with the narrow blocks two fit an
-// SM at d = 64 (104 KiB each), with the wide ones only one (152 KiB), and step 1 lost a third of its speed
-// there (H100, N >= 2k). (Dropout keeps the narrow blocks: forward.cu.) Steps 6 and 7 are step 5 with one of
-// FlashAttention-4's switches flipped (RungSchedule).
+// The schedule that ships without dropout, for this problem (cuda/tilings.hpp, forward_choice): wider K/V blocks for
+// long keys at d = 64 and 128 (HeadConfig says why) from step 2 on, and at d = 64 from step 5 on three consumer
+// warpgroups wherever their 192-row tiles pad the queries little, at any key length; where they would pad them
+// more (few queries, a decode step), two, on the wide blocks if the keys are long. Step 1's block is one warpgroup:
+// with the narrow blocks two fit an SM at d = 64 (104 KiB each), with the wide ones only one (152 KiB), and step 1
+// lost a third of its speed there (H100, N >= 2k). (Dropout keeps the narrow blocks: forward.cu.) Steps 6 and 7 are
+// step 5 with one of FlashAttention-4's switches flipped (RungSchedule).
 template <int D, int kStep, class F>
 void with_shipped_schedule(const Params& p, F&& launch) {
-  if (takes_wide_blocks(D, p.seq_k, false, kStep)) launch.template operator()<RungSchedule<kStep, ShippedSchedule<true>>>();
-  else launch.template operator()<RungSchedule<kStep, ShippedSchedule<false>>>();
+  const ForwardChoice choice = forward_choice(D, p.seq_q, p.seq_k, p.align != CausalAlign::None, false, kStep);
+  constexpr bool kThreeByDefault = HeadConfig<D, ShippedSchedule<true>, StepConfig<kStep>::kPersistent>::kConsumers == 3;
+  if (choice.consumers == 3 || (choice.wide && !kThreeByDefault)) {
+    launch.template operator()<RungSchedule<kStep, ShippedSchedule<true>>>();
+  } else if (choice.wide) {
+    if constexpr (kThreeByDefault) launch.template operator()<RungSchedule<kStep, WithConsumers<ShippedSchedule<true>, 2>>>();
+  } else {
+    launch.template operator()<RungSchedule<kStep, ShippedSchedule<false>>>();
+  }
 }
 
 // What every entry asserts before it touches the GPU (the registry checked it): the dtype, the head dim (in

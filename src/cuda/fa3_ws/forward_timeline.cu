@@ -1,6 +1,6 @@
 // cuda-fa3-ws forward with the timeline hook compiled in (timeline_lane.cuh): the kernels of launch_forward
 // without dropout and of launch_forward_e4m3, built a second time with kTimeline = true, behind `flashlab bench
-// --timeline`; 60 + 2 kernels: not the three-consumer ones of d = 64 with long keys at steps 5-7 (cuda/tilings.hpp,
+// --timeline`; 66 + 2 kernels: not the three-consumer ones of d = 64 at steps 5-7 (cuda/tilings.hpp,
 // forward_timeline_records), and the FP8 ones at d = 64 and 128 only (constraints.hpp). Its own translation unit, so
 // that the shipped kernels carry no recording code and both compile in parallel. fa3_ws_params.hpp says what the
 // caller provides.
@@ -21,7 +21,7 @@ void launch_forward_timeline(DType dtype, const Params& p, cudaStream_t stream, 
       with_shipped_schedule<D, kStep>(p, [&]<class S>() {
         // No three-consumer kernel here (cuda/tilings.hpp, forward_timeline_records; the bench refuses first).
         if constexpr (HeadConfig<D, S, StepConfig<kStep>::kPersistent>::kConsumers == 3)
-          precondition_failed("the timeline build has no three-consumer kernel (d = 64, long keys, steps 5-7)");
+          precondition_failed("the timeline build has no three-consumer kernel (d = 64, steps 5-7)");
         else with_element(dtype, [&]<class T>() { launch_config<T, D, kStep, false, true, S>(p, stream); });
       });
     });
