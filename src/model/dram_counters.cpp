@@ -65,6 +65,7 @@ RecordedRun parse_run(const json& r, const std::string& where) {
     kernel.dram_read_bytes = integer(kj, "dram_read_bytes", at);
     kernel.dram_write_bytes = integer(kj, "dram_write_bytes", at);
     if (kj.contains("blocks_per_sm") && !kj.at("blocks_per_sm").is_null()) kernel.blocks_per_sm = small(kj, "blocks_per_sm", at);
+    if (kj.contains("block_size") && !kj.at("block_size").is_null()) kernel.block_size = small(kj, "block_size", at);
     run.kernels.push_back(kernel);
   }
   if (run.kernels.empty()) throw InputError(where + " lists no kernel");

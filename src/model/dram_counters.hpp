@@ -18,6 +18,7 @@ struct RecordedKernel {
   std::string name;
   std::int64_t grid_size = 0;       // thread blocks launched
   int blocks_per_sm = 0;            // the smallest of ncu's occupancy limits; 0: not recorded
+  int block_size = 0;               // threads per block; 0: not recorded
   std::int64_t dram_read_bytes = 0, dram_write_bytes = 0;
 };
 

@@ -228,12 +228,22 @@ GpuForwardPass fa2_pass(const Problem& p, const GpuSpec&) {
 
 // cuda-fa3-ws (ladder step 5): a persistent grid of one block per SM; the units are its tiles, in the
 // order the global counter hands them out (L2 groups of heads, heaviest query block first).
-GpuForwardPass fa3_ws_pass(const Problem& p, const GpuSpec& gpu) {
+// `consumers`: 0 for the launcher's choice (forward_tiling), else that many consumer warpgroups on the K/V blocks they
+// take (gpu_forward_pass_as_run).
+GpuForwardPass fa3_ws_pass_with(const Problem& p, const GpuSpec& gpu, int consumers) {
   const Shape& s = p.shape;
   const auto& dims = cuda::fa3_ws::kHeadDims;
   require_head_dim("cuda-fa3-ws", s.head_dim, std::find(std::begin(dims), std::end(dims), s.head_dim) != std::end(dims),
                    listed(dims));
-  const cuda::KernelTiling kt = cuda::fa3_ws::forward_tiling(s, p.options.causal != CausalAlign::None, p.options.dropout_p > 0);
+  const bool dropout = p.options.dropout_p > 0;
+  cuda::KernelTiling kt = cuda::fa3_ws::forward_tiling(s, p.options.causal != CausalAlign::None, dropout);
+  if (consumers > 0) {
+    const bool wide = cuda::fa3_ws::takes_wide_blocks(s.head_dim, s.seq_k, dropout, 5);
+    kt = {.Br = consumers * cuda::fa3_ws::kRowsPerConsumer,
+          .Bc = cuda::fa3_ws::block_cols(s.head_dim, wide, consumers),
+          .warps = (consumers + 1) * 4,
+          .blocks_per_sm = 1};
+  }
   GpuForwardPass pass;
   pass.algorithm = Algorithm::FA2;
   pass.dtype = cuda::fa3_ws::kDTypes[1];  // bf16
@@ -256,6 +266,7 @@ GpuForwardPass fa3_ws_pass(const Problem& p, const GpuSpec& gpu) {
                      " heads, heaviest query block first";
   return pass;
 }
+GpuForwardPass fa3_ws_pass(const Problem& p, const GpuSpec& gpu) { return fa3_ws_pass_with(p, gpu, 0); }
 
 struct Row {
   std::string_view variant;
@@ -289,6 +300,19 @@ GpuForwardPass gpu_forward_pass(std::string_view variant, const Problem& p, cons
     names += (n == 0 ? "" : n + 1 == kRows.size() ? " and " : ", ") + std::string(kRows[n].variant);
   throw InputError("variant " + std::string(variant) + " has no GPU tiling for the traffic model: " + names +
                    " have one");
+}
+
+GpuForwardPass gpu_forward_pass_as_run(std::string_view variant, const Problem& p, const GpuSpec& gpu, int threads) {
+  GpuForwardPass pass = gpu_forward_pass(variant, p, gpu);
+  if (variant != "cuda-fa3-ws") return pass;
+  const int consumers = threads / (4 * cuda::kWarpSize) - 1;
+  if (threads % (4 * cuda::kWarpSize) != 0 || consumers < 2 || consumers > 3 || (consumers == 3 && p.shape.head_dim != 64))
+    throw InputError("cuda-fa3-ws never ran with " + std::to_string(threads) + " threads a block at d = " +
+                     std::to_string(p.shape.head_dim) + ": its forward has a producer warpgroup and two consumer "
+                     "warpgroups (384 threads), or three at d = 64 (512)");
+  pass = fa3_ws_pass_with(p, gpu, consumers);
+  pass.variant = std::string(variant);
+  return pass;
 }
 
 }  // namespace flashlab
