@@ -123,10 +123,13 @@ constexpr ForwardChoice forward_choice(int head_dim, int seq_q, int seq_k, bool 
 constexpr bool forward_timeline_records(int head_dim, int seq_q, int seq_k, bool causal, int ladder_step) {
   return forward_choice(head_dim, seq_q, seq_k, causal, false, ladder_step).consumers == 2;
 }
-constexpr KernelTiling forward_tiling(const Shape& s, bool causal, bool dropout) {
-  const ForwardChoice c = forward_choice(s.head_dim, s.seq_q, s.seq_k, causal, dropout, 5);
-  return {.Br = c.consumers * kRowsPerConsumer, .Bc = block_cols(s.head_dim, c.wide, c.consumers),
+// The persistent kernel's block for a choice, and for the choice a problem gets.
+constexpr KernelTiling forward_tiling(int head_dim, ForwardChoice c) {
+  return {.Br = c.consumers * kRowsPerConsumer, .Bc = block_cols(head_dim, c.wide, c.consumers),
           .warps = (c.consumers + 1) * 4, .blocks_per_sm = 1};
+}
+constexpr KernelTiling forward_tiling(const Shape& s, bool causal, bool dropout) {
+  return forward_tiling(s.head_dim, forward_choice(s.head_dim, s.seq_q, s.seq_k, causal, dropout, 5));
 }
 // Heads per group of the tile order: as many K/V heads as have their K and V fit in half the L2 (the
 // H100's L2 is two partitions; data every SM reads is held in both), times the query heads sharing each;

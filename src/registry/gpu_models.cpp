@@ -235,15 +235,10 @@ GpuForwardPass fa3_ws_pass_with(const Problem& p, const GpuSpec& gpu, int consum
   const auto& dims = cuda::fa3_ws::kHeadDims;
   require_head_dim("cuda-fa3-ws", s.head_dim, std::find(std::begin(dims), std::end(dims), s.head_dim) != std::end(dims),
                    listed(dims));
-  const bool dropout = p.options.dropout_p > 0;
-  cuda::KernelTiling kt = cuda::fa3_ws::forward_tiling(s, p.options.causal != CausalAlign::None, dropout);
-  if (consumers > 0) {
-    const bool wide = cuda::fa3_ws::takes_wide_blocks(s.head_dim, s.seq_k, dropout, 5);
-    kt = {.Br = consumers * cuda::fa3_ws::kRowsPerConsumer,
-          .Bc = cuda::fa3_ws::block_cols(s.head_dim, wide, consumers),
-          .warps = (consumers + 1) * 4,
-          .blocks_per_sm = 1};
-  }
+  cuda::fa3_ws::ForwardChoice choice = cuda::fa3_ws::forward_choice(
+      s.head_dim, s.seq_q, s.seq_k, p.options.causal != CausalAlign::None, p.options.dropout_p > 0, 5);
+  if (consumers > 0) choice.consumers = consumers;
+  const cuda::KernelTiling kt = cuda::fa3_ws::forward_tiling(s.head_dim, choice);
   GpuForwardPass pass;
   pass.algorithm = Algorithm::FA2;
   pass.dtype = cuda::fa3_ws::kDTypes[1];  // bf16
@@ -303,14 +298,14 @@ GpuForwardPass gpu_forward_pass(std::string_view variant, const Problem& p, cons
 }
 
 GpuForwardPass gpu_forward_pass_as_run(std::string_view variant, const Problem& p, const GpuSpec& gpu, int threads) {
-  GpuForwardPass pass = gpu_forward_pass(variant, p, gpu);
-  if (variant != "cuda-fa3-ws") return pass;
+  if (variant != "cuda-fa3-ws") return gpu_forward_pass(variant, p, gpu);
+  validate(p);
   const int consumers = threads / (4 * cuda::kWarpSize) - 1;
   if (threads % (4 * cuda::kWarpSize) != 0 || consumers < 2 || consumers > 3 || (consumers == 3 && p.shape.head_dim != 64))
     throw InputError("cuda-fa3-ws never ran with " + std::to_string(threads) + " threads a block at d = " +
                      std::to_string(p.shape.head_dim) + ": its forward has a producer warpgroup and two consumer "
                      "warpgroups (384 threads), or three at d = 64 (512)");
-  pass = fa3_ws_pass_with(p, gpu, consumers);
+  GpuForwardPass pass = fa3_ws_pass_with(p, gpu, consumers);
   pass.variant = std::string(variant);
   return pass;
 }

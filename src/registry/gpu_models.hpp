@@ -30,10 +30,10 @@ std::vector<std::string> gpu_modeled_variants();
 // with no GPU tiling (naming those that have one), and for a problem the variant does not run (its head
 // dims). cuda-fa3-ws's tile order depends on the GPU's L2, as its launcher's does.
 GpuForwardPass gpu_forward_pass(std::string_view variant, const Problem&, const GpuSpec&);
-// The same pass as a kernel with `threads` threads a block ran it: what gpu_forward_pass gives when today's kernel
-// has that block, and for cuda-fa3-ws another consumer count than today's choice (threads / 128 - 1, its K/V blocks
-// as that count takes them), so that counters recorded before its d = 64 block changed replay the kernel that ran
-// (tests/test_gpu_counters.cpp). Throws InputError for a block size the variant never ran with.
+// The same pass as a kernel with `threads` threads a block ran it, so that counters recorded before cuda-fa3-ws's
+// d = 64 block changed replay the kernel that ran (tests/test_gpu_counters.cpp): for cuda-fa3-ws, threads / 128 - 1
+// consumer warpgroups on the K/V blocks that count takes, whatever it picks for the problem today (InputError for a
+// block it never had); for the other variants, whose blocks did not change, gpu_forward_pass.
 GpuForwardPass gpu_forward_pass_as_run(std::string_view variant, const Problem&, const GpuSpec&, int threads);
 
 }  // namespace flashlab

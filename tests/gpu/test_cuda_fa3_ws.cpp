@@ -232,8 +232,8 @@ TEST_CASE("cuda-fa3-ws, every ladder step: row maxima that keep rising along the
 TEST_CASE("cuda-fa3-ws, every ladder step: long keys, where d = 64 and 128 take wider K/V blocks from step 2 on (192, 160 keys)") {
   if (skip_unless_hopper()) return;
   using cuda::fa3_ws::kWideBcMinKeys;  // 2048. No key length below is a multiple of 160 or 192: the last block is ragged
-  // At d = 64 from step 5 on, which rows take three consumers is cuda/tilings.hpp's forward_choice: 100 queries take
-  // two (the narrow blocks one key short, the wide ones from 2048 keys), 300 queries and more three.
+  // At d = 64 from step 5 on, cuda/tilings.hpp's forward_choice picks the consumers: 70 and 100 queries take two (the
+  // narrow blocks one key short, the wide ones from 2048 keys), 200 with dropout two, every other case below three.
   check_problem(shape(1, 2, 2, 100, kWideBcMinKeys - 1), opts(CausalAlign::None));  // the narrow blocks, one key short
   check_problem(shape(1, 2, 2, 100, kWideBcMinKeys + 150), opts(CausalAlign::BottomRight));
   check_problem(shape(1, 8, 2, 70, 2222), opts(CausalAlign::None));
