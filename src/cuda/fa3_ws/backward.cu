@@ -38,7 +38,7 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
   auto kernel = fa3_ws_backward_kernel<T, D, kDropout, kTimeline, kAccumulate>;
   allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), Cfg::kBytes);
   const dim3 grid((p.seq_k + Cfg::kBc - 1) / Cfg::kBc, p.batch * p.heads_kv * p.group_splits);
-  kernel<<<grid, kThreads, Cfg::kBytes, stream>>>(p, maps);
+  kernel<<<grid, Cfg::kThreads, Cfg::kBytes, stream>>>(p, maps);
   check_cuda(cudaGetLastError(), "the backward kernel launch");
 
   // The conversion may start once every block of the main kernel has (griddepcontrol.launch_dependents there):
@@ -134,7 +134,7 @@ BackwardSplit backward_split(int batch, int heads_q, int heads_kv, int seq_k, in
   if (splits == 1 || std::int64_t(batch) * heads_kv * splits > kMaxBackwardRows) return split;
   split.group_splits = splits;
   split.partials = std::int64_t(splits) * batch * seq_k * heads_kv * head_dim;
-  split.tickets = blocks * kConsumers * kWarpsPerWarpgroup;
+  split.tickets = blocks * backward_consumers(head_dim) * kWarpsPerWarpgroup;
   return split;
 }
 

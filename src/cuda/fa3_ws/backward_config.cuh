@@ -15,14 +15,11 @@ namespace flashlab::cuda::fa3_ws {
 namespace {
 
 constexpr int kKeysPerConsumer = 64;  // wgmma's M: each consumer warpgroup owns 64 keys of the block
-static_assert(kConsumers == 2, "two consumer warpgroups (cuda/tilings.hpp), as in the forward");
-constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
 constexpr int kStages = 2;  // Q_i, dO_i, L_i, D_i stages
 // The backward's tiles hold 16-bit elements (fp16, bf16): there is no 8-bit backward (a training step's gradients
 // want more than e4m3's three mantissa bits), so one tile layout serves both types. The kernel asserts its T.
 constexpr int kBackwardElemBytes = 2;
 constexpr int kBackwardPanelCols = kPanelRowBytes / kBackwardElemBytes;  // 64 columns per 128-byte panel row
-constexpr int kDqBuffers = 2;  // dQ staging buffers per consumer (BackwardBarriers::kDqFull, kDqEmpty)
 
 // Query rows per step (Br). 64: at d = 128, dK_j and dV_j take 128 registers of a consumer's 240 beside S^T and
 // dP^T (32 each). At d = 64 a build may take 128 (FLASHLAB_FA3_BACKWARD_D64_ROWS, a CMake cache variable): half the
@@ -34,13 +31,30 @@ constexpr int kDqBuffers = 2;  // dQ staging buffers per consumer (BackwardBarri
 #endif
 constexpr int kBackwardD64Rows = FLASHLAB_FA3_BACKWARD_D64_ROWS;
 static_assert(kBackwardD64Rows == 64 || kBackwardD64Rows == 128, "FLASHLAB_FA3_BACKWARD_D64_ROWS is 64 or 128");
+// Consumer warpgroups at d = 64 (FLASHLAB_FA3_BACKWARD_D64_CONSUMERS, a CMake cache variable): 2, or 3 (Bc = 192).
+// A step is one chain of waits (S^T, the pointwise part, dS^T's barrier, the dQ, dV and dK products), and two
+// consumers leave the tensor cores idle while both are inside theirs; a third chain fills more of that time. Three
+// take 512 threads, so a consumer has 160 registers (kThreeConsumerRegs, the producer keeping 24): dK_j, dV_j, S^T and
+// dP^T fit there only with dQ_i's piece issued after dV_j and dK_j (BwdConfig::kDqFirst; first, ptxas spilled 164
+// bytes), and the named barriers fit 16 only with one dQ staging buffer per consumer.
+#ifndef FLASHLAB_FA3_BACKWARD_D64_CONSUMERS
+#define FLASHLAB_FA3_BACKWARD_D64_CONSUMERS 2
+#endif
+constexpr int kBackwardD64Consumers = FLASHLAB_FA3_BACKWARD_D64_CONSUMERS;
+static_assert(kBackwardD64Consumers == 2 || (kBackwardD64Consumers == 3 && kBackwardD64Rows == 64),
+              "FLASHLAB_FA3_BACKWARD_D64_CONSUMERS is 2, or 3 with 64 query rows per step");
 // The one definition the host's scratch sizes use.
 __host__ __device__ constexpr int backward_block_rows(int head_dim) {
   return head_dim == 64 ? kBackwardD64Rows : head_dim > 0 ? 64 : 0;
 }
+// Consumer warpgroups of a thread block: two (cuda/tilings.hpp's kConsumers, as in the forward), or at d = 64 the
+// build's choice.
+__host__ __device__ constexpr int backward_consumers(int head_dim) {
+  return head_dim == 64 ? kBackwardD64Consumers : kConsumers;
+}
 // Keys per K/V block (Bc; KvSplit below says why): the host's grid and scratch sizes use it too.
 __host__ __device__ constexpr int backward_block_keys(int head_dim) {
-  return head_dim == 256 ? kKeysPerConsumer : kConsumers * kKeysPerConsumer;
+  return head_dim == 256 ? kKeysPerConsumer : backward_consumers(head_dim) * kKeysPerConsumer;
 }
 // dQ_accum's pieces (64 x 64 fp32 each) per query block: at d = 64 one per 64 rows (both consumers add to each),
 // d / 64 above (one per 64 columns).
@@ -67,9 +81,13 @@ enum class DqSplit { Columns, Keys };
 
 template <int D, bool kDropout = false>
 struct BwdConfig {
+  static constexpr int kConsumers = backward_consumers(D);
+  static constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
+  static constexpr int kConsumerRegs = kConsumers == 3 ? kThreeConsumerRegs : ::flashlab::cuda::fa3_ws::kConsumerRegs;
   static constexpr KvSplit kKvSplit = D == 256 ? KvSplit::Columns : KvSplit::Keys;
   static constexpr bool kKvByKeys = kKvSplit == KvSplit::Keys;
-  static constexpr int kBc = kKvByKeys ? kConsumers * kKeysPerConsumer : kKeysPerConsumer;  // 128 or 64 keys per block
+  static_assert(kKvByKeys || kConsumers == 2, "the split by columns (d = 256) is between two consumers");
+  static constexpr int kBc = kKvByKeys ? kConsumers * kKeysPerConsumer : kKeysPerConsumer;  // 128, 192 or 64 keys
   static constexpr int kBr = backward_block_rows(D);
   static_assert(kBc == backward_block_keys(D), "one definition of Bc for the kernel and the host");
   static constexpr int kSQueries = kKvByKeys ? kBr : kBr / kConsumers;  // queries of a consumer's S^T, dP^T (wgmma N)
@@ -94,7 +112,8 @@ struct BwdConfig {
   // dQ_i's pieces are issued before dV_j and dK_j, so that they are waited for and sent out while those two run.
   // With dropout at d = 128 the keep bits leave no registers for that order (ptxas spilled 20 bytes): there dV and
   // dK go first, and the piece is staged after all three.
-  static constexpr bool kDqFirst = !(kDropout && D == 128);
+  // Three consumers (160 registers) take the second order too.
+  static constexpr bool kDqFirst = !(kDropout && D == 128) && kConsumers == 2;
   // At d = 128 (DqSplit::Columns, dS^T from both consumers) step n's dQ_i is computed at step n + 1, after the other
   // consumer has finished step n, instead of after a barrier in the middle of step n: the consumers need not
   // reach their pointwise parts at the same moment, so one's exponentials overlap the other's GEMMs (faster on the
@@ -118,7 +137,11 @@ struct BwdConfig {
   static constexpr int kRowStatBytes = kBr * 4;
   static constexpr int kDsBuffers = kDqRowPieces ? 1 : 2;
   static constexpr int kPtBuffers = kDqRowPieces ? 1 : kKvByKeys ? 0 : 2;
-  static constexpr int kDqStagingBuffers = kDqRowPieces ? 1 : kDqBuffers;  // per consumer
+  // dQ staging buffers per consumer: two, so that a consumer stages step n's piece while the writer still adds step
+  // n - 1's; one where the row pieces need the room, and with three consumers, whose hand-over ids would not fit the
+  // 16 named barriers twice (Barriers).
+  static constexpr int kDqStagingBuffers = kDqRowPieces || kConsumers == 3 ? 1 : 2;
+  using Barriers = BackwardBarriers<kConsumers, kDqRowPieces ? kDqPieces : kDqStagingBuffers>;
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = kKOffset + kKVBytes;
   static constexpr int kQOffset = kVOffset + kKVBytes;

@@ -23,6 +23,7 @@ namespace {
 template <class T, int D, bool kDropout, bool kTimeline, bool kAccumulate = false>
 struct Consumer {
   using Cfg = BwdConfig<D, kDropout>;
+  using Bars = typename Cfg::Barriers;
   static constexpr bool kDefer = Cfg::kDeferDq;
   using TL = TimelineLane<kTimeline>;
   using Element = T;
@@ -106,8 +107,8 @@ struct Consumer {
   // KvSplit::Columns; dS^T under DqSplit::Columns), or its own.
   __device__ void sync_tiles_written() const {
     if constexpr (Cfg::kDqSplit == DqSplit::Columns || !kKvByKeys)
-      named_barrier_sync(BackwardBarriers::kDsWritten, kConsumers * kWarpgroupThreads);
-    else named_barrier_sync(BackwardBarriers::kConsumer + c, kWarpgroupThreads);
+      named_barrier_sync(Bars::kDsWritten, Cfg::kConsumers * kWarpgroupThreads);
+    else named_barrier_sync(Bars::kConsumer + c, kWarpgroupThreads);
   }
 
   // Keep bits of this thread's elements of P_ij^T (bit 2 i + e of word hf: query column query0 + 8 i + 2 t + e, key
@@ -163,14 +164,14 @@ struct Consumer {
   // Stages the piece of step n in buffer n % 2 (once the writer has handed it back) and hands it to the writer
   // warp.
   __device__ void hand_dq_piece(const float (&dq)[kNQ], int n) const {
-    const int b = n % kDqBuffers;
-    if (n >= kDqBuffers) {
+    const int b = n % Cfg::kDqStagingBuffers;
+    if (n >= Cfg::kDqStagingBuffers) {
       const std::uint64_t t0 = TL::now();
-      named_barrier_sync(BackwardBarriers::kDqEmpty + 2 * c + b, BackwardBarriers::kDqHandoffThreads);
+      named_barrier_sync(Bars::dq_empty(c, b), Bars::kDqHandoffThreads);
       tl.waited(p, t0, TL::now());
     }
-    stage_dq(reinterpret_cast<float*>(smem + Cfg::kDqOffset + (c * kDqBuffers + b) * Cfg::kDqBytes), dq);
-    named_barrier_arrive(BackwardBarriers::kDqFull + 2 * c + b, BackwardBarriers::kDqHandoffThreads);
+    stage_dq(reinterpret_cast<float*>(smem + Cfg::kDqOffset + (c * Cfg::kDqStagingBuffers + b) * Cfg::kDqBytes), dq);
+    named_barrier_arrive(Bars::dq_full(c, b), Bars::kDqHandoffThreads);
   }
   // Without a writer warp (DqSplit::Columns at d = 256): adds this consumer's pieces of dQ_i (head h, query block i)
   // to dQ_accum from the registers, in the staged layout (float4 q * 128 + tid of each piece). Deterministic: after
@@ -185,7 +186,7 @@ struct Consumer {
 #pragma unroll
         for (int pc = 0; pc < kPieces; ++pc) wait_counter(p.dq_semaphore + first + pc, turn);
       }
-      named_barrier_sync(BackwardBarriers::kConsumer + c, kWarpgroupThreads);
+      named_barrier_sync(Bars::kConsumer + c, kWarpgroupThreads);
     }
 #pragma unroll
     for (int pc = 0; pc < kPieces; ++pc) {
@@ -197,7 +198,7 @@ struct Consumer {
                      : "memory");
     }
     if (p.deterministic) {
-      named_barrier_sync(BackwardBarriers::kConsumer + c, kWarpgroupThreads);
+      named_barrier_sync(Bars::kConsumer + c, kWarpgroupThreads);
       if (tid == 0) {
         __threadfence();
 #pragma unroll
@@ -311,7 +312,7 @@ struct Consumer {
     std::uint64_t t0;
 
     if constexpr (kDefer)  // consumer 1 starts once consumer 0 is through its first pointwise part
-      if (n == 0 && c == 1) named_barrier_sync(BackwardBarriers::kDsWritten, kConsumers * kWarpgroupThreads);
+      if (n == 0 && c == 1) named_barrier_sync(Bars::kDsWritten, Cfg::kConsumers * kWarpgroupThreads);
     float st[kNS], dpt[kNS];
     const std::uint64_t pointwise = issue_scores(st, dpt, stage);
     probabilities<false>(st, stage, row0);
@@ -339,10 +340,10 @@ struct Consumer {
     const std::uint32_t ds = smem_u32(ds_tile(n % 2)), pt = smem_u32(pt_tile(n % 2));
     if constexpr (kDefer) {
       if (n == 0 && c == 0)  // consumer 1 may start
-        named_barrier_arrive(BackwardBarriers::kDsWritten, kConsumers * kWarpgroupThreads);
+        named_barrier_arrive(Bars::kDsWritten, Cfg::kConsumers * kWarpgroupThreads);
       if (n > 0) {  // the other consumer finished step n - 1: its half of dS^T(n - 1) is there, buffer n % 2 is free
         t0 = TL::now();
-        named_barrier_sync(BackwardBarriers::kStepDone + 2 * (1 - c) + (n - 1) % 2, kConsumers * kWarpgroupThreads);
+        named_barrier_sync(Bars::kStepDone + 2 * (1 - c) + (n - 1) % 2, Cfg::kConsumers * kWarpgroupThreads);
         tl.waited(p, t0, TL::now());
       }
       store_tile(ds, dsf);
@@ -363,7 +364,7 @@ struct Consumer {
       // Step n is done as far as the other consumer is concerned (dS^T(n) written, buffer (n + 1) % 2 read): say so
       // now rather than after dV_j and dK_j, which it does not need (side by side at d = 128, N = 4k-16k on the H100:
       // faster on average, bench/results/h100-fa3-ws-backward-notes.md).
-      named_barrier_arrive(BackwardBarriers::kStepDone + 2 * c + n % 2, kConsumers * kWarpgroupThreads);
+      named_barrier_arrive(Bars::kStepDone + 2 * c + n % 2, Cfg::kConsumers * kWarpgroupThreads);
       if (n > 0) hand_dq_piece(dq, n - 1);
       wgmma_wait_group<0>();
       reg_fence(dk);
@@ -421,7 +422,7 @@ struct Consumer {
   __device__ void hand_dq_row_piece(const float (&dq)[kNQ], int pc) const {
     stage_dq_halves(smem_u32(dq_row_piece_half<Cfg>(smem, c, pc, 0)), smem_u32(dq_row_piece_half<Cfg>(smem, c, pc, 1)),
                     dq);
-    named_barrier_arrive(BackwardBarriers::kDqFull + 2 * c + pc, BackwardBarriers::kDqHandoffThreads);
+    named_barrier_arrive(Bars::dq_full(c, pc), Bars::kDqHandoffThreads);
   }
 
   // One step at Br = 128, d = 64 (BwdConfig::kDqRowPieces): as step, with P^T and dS^T stored to this consumer's
@@ -447,7 +448,7 @@ struct Consumer {
     // dQ piece of the step before: wait until it has been read.
     if (n > 0) {
       t0 = TL::now();
-      named_barrier_sync(BackwardBarriers::kDqEmpty + 2 * c + 1, BackwardBarriers::kDqHandoffThreads);
+      named_barrier_sync(Bars::dq_empty(c, 1), Bars::kDqHandoffThreads);
       tl.waited(p, t0, TL::now());
     }
     const float* Di = reinterpret_cast<const float*>(smem + Cfg::kDiOffset + stage * Cfg::kRowStatBytes);
@@ -463,7 +464,7 @@ struct Consumer {
     fence_proxy_async_smem();
     tl.span(p, PipelineEvent::Softmax, pointwise);
     t0 = TL::now();
-    named_barrier_sync(BackwardBarriers::kConsumer + c, kWarpgroupThreads);  // this consumer's rows are written
+    named_barrier_sync(Bars::kConsumer + c, kWarpgroupThreads);  // this consumer's rows are written
     tl.waited(p, t0, TL::now());
 
     // dQ_i's two row pieces (dS_ij K_j over this consumer's keys), then dV_j += (P_ij o Z)^T dO_i and
@@ -482,7 +483,7 @@ struct Consumer {
     tl.instant(p, PipelineEvent::WgmmaWait, TL::now());
     if (n > 0) {  // the staging buffer: read by the writer since step n - 1
       t0 = TL::now();
-      named_barrier_sync(BackwardBarriers::kDqEmpty + 2 * c, BackwardBarriers::kDqHandoffThreads);
+      named_barrier_sync(Bars::dq_empty(c, 0), Bars::kDqHandoffThreads);
       tl.waited(p, t0, TL::now());
     }
     hand_dq_row_piece(dq[0], 0);
@@ -516,7 +517,7 @@ struct Consumer {
       }
       if constexpr (kDefer) {  // the last step's dQ_i
         const int n = kb.n_steps;
-        named_barrier_sync(BackwardBarriers::kStepDone + 2 * (1 - c) + (n - 1) % 2, kConsumers * kWarpgroupThreads);
+        named_barrier_sync(Bars::kStepDone + 2 * (1 - c) + (n - 1) % 2, Cfg::kConsumers * kWarpgroupThreads);
         float dq[kNQ];
         wgmma_fence();
         issue_dq(dq, (n - 1) % 2, 0);

@@ -41,7 +41,7 @@ __device__ int dq_turn(const Params& p, const KeyBlock& kb, int i, int c) {
     const int last_row = min((i + 1) * Cfg::kBr, p.seq_q) - 1;
     turn = last_visible_key(p.align, last_row, p.seq_q, p.seq_k) / Cfg::kBc - kb.j;
   }
-  return Cfg::kDqAddsPerBlock > 1 ? kConsumers * turn + c : turn;
+  return Cfg::kDqAddsPerBlock > 1 ? Cfg::kConsumers * turn + c : turn;
 }
 
 // How many additions a piece of dQ_i receives in all, and so the count its counter reaches once its sum is
@@ -144,21 +144,22 @@ __device__ void reduce_dq_row_piece(const Params& p, const KeyBlock& kb, unsigne
 }
 
 // The dQ writer at Br = 128 (d = 64): per step and consumer, takes its two pieces as they are handed over (staging
-// buffer, then P^T's rows; BackwardBarriers::kDqFull + 2 c + pc), adds them, and hands both places back once the
+// buffer, then P^T's rows; Barriers::dq_full(c, pc)), adds them, and hands both places back once the
 // copy engine has read them. Counted as write_dq counts.
 template <class Cfg>
 __device__ void write_dq_row_pieces(const Params& p, const KeyBlock& kb, unsigned char* smem, int lane) {
+  using Bars = typename Cfg::Barriers;
   constexpr int kPieces = Cfg::kDqPiecesPerConsumer;
 #pragma unroll 1
   for (int n = 0; n < kb.n_steps; ++n) {
     if (lane == 0 && !p.deterministic && n > kDqCountSteps && (n - 1) % kDqCountSteps == 0)  // step n - 1's may pend
-      count_dq_steps<Cfg, kConsumers * kPieces>(p, kb, n - 1 - kDqCountSteps, n - 1);
+      count_dq_steps<Cfg, Cfg::kConsumers * kPieces>(p, kb, n - 1 - kDqCountSteps, n - 1);
     const int h = kb.head(n), i = kb.q_block(n);
 #pragma unroll
-    for (int c = 0; c < kConsumers; ++c) {
+    for (int c = 0; c < Cfg::kConsumers; ++c) {
 #pragma unroll
       for (int pc = 0; pc < kPieces; ++pc) {
-        named_barrier_sync(BackwardBarriers::kDqFull + 2 * c + pc, BackwardBarriers::kDqHandoffThreads);
+        named_barrier_sync(Bars::dq_full(c, pc), Bars::kDqHandoffThreads);
         if (lane == 0) reduce_dq_row_piece<Cfg>(p, kb, smem, h, i, c, pc);
         __syncwarp();
       }
@@ -167,7 +168,7 @@ __device__ void write_dq_row_pieces(const Params& p, const KeyBlock& kb, unsigne
         __syncwarp();
 #pragma unroll
         for (int pc = 0; pc < kPieces; ++pc)
-          named_barrier_arrive(BackwardBarriers::kDqEmpty + 2 * c + pc, BackwardBarriers::kDqHandoffThreads);
+          named_barrier_arrive(Bars::dq_empty(c, pc), Bars::kDqHandoffThreads);
       }
     }
   }
@@ -178,31 +179,41 @@ __device__ void write_dq_row_pieces(const Params& p, const KeyBlock& kb, unsigne
 }
 
 // The dQ writer (the producer warpgroup's second warp): per step, takes each consumer's staged piece
-// as it is handed over, adds it, and hands the buffer back once the copy engine has read it. Every addition is
-// counted once complete, and convert_dq_kernel converts a piece once its count is full. Deterministic mode
-// counts at once; otherwise kDqCountSteps steps at a time, with one fence, once the last of them is a step old.
+// as it is handed over, adds it, and hands the buffer back once the copy engine has read it: with two buffers a
+// consumer, all of a step's at once (the consumers use them two steps later); with one, each as soon as it is read,
+// so that no consumer waits for another's piece. Every addition is counted once complete, and convert_dq_kernel
+// converts a piece once its count is full. Deterministic mode counts at once; otherwise kDqCountSteps steps at a
+// time, with one fence, once the last of them is a step old.
 template <int D, bool kDropout>
 __device__ void write_dq(const Params& p, const KeyBlock& kb, unsigned char* smem, int lane) {
   using Cfg = BwdConfig<D, kDropout>;
+  using Bars = typename Cfg::Barriers;
+  constexpr int kBuffers = Cfg::kDqStagingBuffers;
 #pragma unroll 1
   for (int n = 0; n < kb.n_steps; ++n) {
     if (lane == 0 && !p.deterministic && n > kDqCountSteps && (n - 1) % kDqCountSteps == 0)  // step n - 1's may pend
-      count_dq_steps<Cfg, kConsumers * Cfg::kDqPiecesPerConsumer>(p, kb, n - 1 - kDqCountSteps, n - 1);
-    const int b = n % kDqBuffers, h = kb.head(n), i = kb.q_block(n);
+      count_dq_steps<Cfg, Cfg::kConsumers * Cfg::kDqPiecesPerConsumer>(p, kb, n - 1 - kDqCountSteps, n - 1);
+    const int b = n % kBuffers, h = kb.head(n), i = kb.q_block(n);
 #pragma unroll
-    for (int c = 0; c < kConsumers; ++c) {
-      named_barrier_sync(BackwardBarriers::kDqFull + 2 * c + b, BackwardBarriers::kDqHandoffThreads);
+    for (int c = 0; c < Cfg::kConsumers; ++c) {
+      named_barrier_sync(Bars::dq_full(c, b), Bars::kDqHandoffThreads);
       if (lane == 0)
-        reduce_dq_piece<Cfg>(p, kb, reinterpret_cast<const float*>(smem + Cfg::kDqOffset + (c * kDqBuffers + b) * Cfg::kDqBytes), h, i, c);
+        reduce_dq_piece<Cfg>(p, kb, reinterpret_cast<const float*>(smem + Cfg::kDqOffset + (c * kBuffers + b) * Cfg::kDqBytes), h, i, c);
       __syncwarp();
+      if constexpr (kBuffers == 1)
+        if (n + 1 < kb.n_steps) {
+          if (lane == 0) ptx::cp_async_bulk_wait_group_read(ptx::n32_t<0>{});
+          __syncwarp();
+          named_barrier_arrive(Bars::dq_empty(c, 0), Bars::kDqHandoffThreads);
+        }
     }
-    if (n + kDqBuffers < kb.n_steps) {
-      if (lane == 0) ptx::cp_async_bulk_wait_group_read(ptx::n32_t<0>{});
-      __syncwarp();
+    if constexpr (kBuffers > 1)
+      if (n + kBuffers < kb.n_steps) {
+        if (lane == 0) ptx::cp_async_bulk_wait_group_read(ptx::n32_t<0>{});
+        __syncwarp();
 #pragma unroll
-      for (int c = 0; c < kConsumers; ++c)
-        named_barrier_arrive(BackwardBarriers::kDqEmpty + 2 * c + b, BackwardBarriers::kDqHandoffThreads);
-    }
+        for (int c = 0; c < Cfg::kConsumers; ++c) named_barrier_arrive(Bars::dq_empty(c, b), Bars::kDqHandoffThreads);
+      }
   }
   if (lane == 0) {
     if (!p.deterministic) count_dq_steps<Cfg, 0>(p, kb, (kb.n_steps - 2) / kDqCountSteps * kDqCountSteps, kb.n_steps);

@@ -50,7 +50,7 @@ __device__ void add_group_splits(const C& self, const float (&dk)[C::kNKV], cons
   const int lane = 4 * self.g + self.t;
   const int n_kv = (p.seq_k + kBc - 1) / kBc;
   int* const ticket = p.kv_tickets +
-                      ((std::int64_t(kb.b * p.heads_kv + kb.h_kv) * n_kv + kb.j) * kConsumers + self.c) * kWarpsPerWarpgroup +
+                      ((std::int64_t(kb.b * p.heads_kv + kb.h_kv) * n_kv + kb.j) * C::Cfg::kConsumers + self.c) * kWarpsPerWarpgroup +
                       self.warp;
   int taken = 0;
   if (lane == 0) taken = atomicAdd(ticket, 1);
@@ -106,11 +106,13 @@ __device__ void backward_epilogue(const C& self, float (&dk)[C::kNKV], float (&d
     add_group_splits(self, dk, dv);
     return;
   }
-  static_assert(2 * Cfg::kKVBytes <= 2 * kStages * Cfg::kQBytes && Cfg::kDOOffset == Cfg::kQOffset + kStages * Cfg::kQBytes,
-                "dK_j and dV_j fit the Q_i and dO_i stages");
-  // The other consumer's last GEMMs may still read the stages: both meet first (the consumers' one shared barrier;
-  // both have used it equally often by now, so this is a fresh round of it).
-  named_barrier_sync(BackwardBarriers::kDsWritten, kConsumers * kWarpgroupThreads);
+  // dK_j and dV_j are staged where the steps' tiles were: the Q_i, dO_i stages and, past them, the dS^T (and P^T)
+  // buffers (with three consumers, Bc = 192, the stages alone are too small), never the P^T rows a dQ piece may use.
+  static_assert(2 * Cfg::kKVBytes <= Cfg::kPtOffset - Cfg::kQOffset && Cfg::kDOOffset == Cfg::kQOffset + kStages * Cfg::kQBytes,
+                "dK_j and dV_j fit the Q_i, dO_i stages and the dS^T buffers");
+  // The other consumers' last GEMMs may still read those tiles: all meet first (the consumers' one shared barrier;
+  // all have used it equally often by now, so this is a fresh round of it).
+  named_barrier_sync(Cfg::Barriers::kDsWritten, Cfg::kConsumers * kWarpgroupThreads);
   unsigned char* const staged = self.smem + Cfg::kQOffset;  // dK_j, then dV_j kKVBytes further
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
@@ -122,7 +124,7 @@ __device__ void backward_epilogue(const C& self, float (&dk)[C::kNKV], float (&d
       *reinterpret_cast<std::uint32_t*>(staged + Cfg::kKVBytes + at) = pack2<T>(dv[4 * ii + 2 * hf], dv[4 * ii + 2 * hf + 1]);
     }
   }
-  named_barrier_sync(BackwardBarriers::kConsumer + c, kWarpgroupThreads);
+  named_barrier_sync(Cfg::Barriers::kConsumer + c, kWarpgroupThreads);
   constexpr int kChunks = Cfg::kKvCols / 8;  // 16-byte chunks of a row of this consumer's columns
 #pragma unroll 4
   for (int idx = self.tid; idx < 2 * kKeysPerConsumer * kChunks; idx += kWarpgroupThreads) {

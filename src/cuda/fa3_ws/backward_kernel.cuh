@@ -97,7 +97,7 @@ namespace flashlab::cuda::fa3_ws {
 namespace {
 
 template <class T, int D, bool kDropout, bool kTimeline, bool kAccumulate = false>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(BwdConfig<D, kDropout>::kThreads, 1)
     fa3_ws_backward_kernel(const __grid_constant__ Params p, const __grid_constant__ BwdMaps maps) {
   using Cfg = BwdConfig<D, kDropout>;
   static_assert(ElementTraits<T>::kBytes == kBackwardElemBytes, "the backward's tiles are laid out for 16-bit elements");
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbar_init(&bars[Cfg::kKVFull], 1);
     for (int s = 0; s < kStages; ++s) {
       mbar_init(&bars[Cfg::kFull + s], 1);
-      mbar_init(&bars[Cfg::kEmpty + s], kConsumers * kWarpsPerWarpgroup);  // one arrival per consumer warp
+      mbar_init(&bars[Cfg::kEmpty + s], Cfg::kConsumers * kWarpsPerWarpgroup);  // one arrival per consumer warp
     }
     mbar_init_fence();
   }
@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         else write_dq<D, kDropout>(p, kb, smem, tid % 32);
       }
   } else {
-    enter_consumer_role();
+    enter_consumer_role<Cfg::kConsumerRegs>();
     const int lane = tid % 32;
     const Consumer<T, D, kDropout, kTimeline, kAccumulate> consumer{p, kb, smem, bars, wg - 1, tid, tid / 32, lane / 4, lane % 4};
     consumer.tl.start(p, tid == 0 && blockIdx.y == 0);  // the first kTimelineBlocks thread blocks launched

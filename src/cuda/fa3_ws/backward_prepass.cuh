@@ -30,7 +30,7 @@ __global__ void row_stats_kernel(const Params p, int padded_rows) {
   using Cfg = BwdConfig<D>;
   if (p.group_splits > 1) {  // the tickets of the blocks that share a group's query heads (add_group_splits)
     const std::int64_t tickets = std::int64_t(p.batch) * p.heads_kv * ((p.seq_k + Cfg::kBc - 1) / Cfg::kBc) *
-                                 kConsumers * kWarpsPerWarpgroup;
+                                 Cfg::kConsumers * kWarpsPerWarpgroup;
     for (std::int64_t i = thread; i < tickets; i += std::int64_t(gridDim.x) * blockDim.x) p.kv_tickets[i] = 0;
   }
   const int row = static_cast<int>(row_index % padded_rows);

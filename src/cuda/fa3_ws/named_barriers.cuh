@@ -21,27 +21,32 @@ struct ForwardBarriers {
   static constexpr int kEnd = kOBufferFree + 2;
 };
 
-// The backward (ids 1-13).
+// The backward (ids 1-15), for kConsumers consumer warpgroups that hand the dQ writer their pieces through kDqSlots
+// places each (BwdConfig: its staging buffers, or at Br = 128 its two row pieces' places).
+template <int kConsumers, int kDqSlots>
 struct BackwardBarriers {
-  // "Both consumers have written dS_ij^T" (256 threads); also where both meet before the epilogue reuses the Q_i,
-  // dO_i stages.
+  // "Every consumer has written dS_ij^T" (all consumers' threads); also where they meet before the epilogue reuses
+  // the Q_i, dO_i stages.
   static constexpr int kDsWritten = 1;
   // Consumer c's own 128 threads (kConsumer + c).
   static constexpr int kConsumer = 2;
-  // Consumer c's dQ staging buffer b is full (kDqFull + 2 c + b) / empty again (kDqEmpty + 2 c + b): a hand-over
-  // between the consumer's 128 threads and the dQ writer warp (kDqHandoffThreads: 160).
-  static constexpr int kDqFull = 4;
-  static constexpr int kDqEmpty = 8;
+  // Consumer c's dQ place b is full (dq_full(c, b)) / empty again (dq_empty(c, b)): a hand-over between the
+  // consumer's 128 threads and the dQ writer warp (kDqHandoffThreads: 160).
+  static constexpr int kDqFull = kConsumer + kConsumers;
+  static constexpr int kDqEmpty = kDqFull + kConsumers * kDqSlots;
   static constexpr int kDqHandoffThreads = kWarpgroupThreads + 32;
-  // Deferred dQ (BwdConfig::kDeferDq): consumer c is done with step n's shared tiles, i.e. has written its half of
-  // dS^T of step n and its dQ GEMM has read both halves of step n - 1's; its dV_j and dK_j GEMMs may still run
-  // (kStepDone + 2 c + n % 2, 256 threads: c arrives, the other consumer syncs; two ids, since c may finish step
+  __device__ static constexpr int dq_full(int c, int b) { return kDqFull + kDqSlots * c + b; }
+  __device__ static constexpr int dq_empty(int c, int b) { return kDqEmpty + kDqSlots * c + b; }
+  // Deferred dQ (BwdConfig::kDeferDq, two consumers): consumer c is done with step n's shared tiles, i.e. has written
+  // its half of dS^T of step n and its dQ GEMM has read both halves of step n - 1's; its dV_j and dK_j GEMMs may still
+  // run (kStepDone + 2 c + n % 2, 256 threads: c arrives, the other consumer syncs; two ids, since c may finish step
   // n + 1 before the other has synced on step n). Consumer 1 also starts behind consumer 0 (kDsWritten, not
   // needed otherwise then).
-  static constexpr int kStepDone = 12;
-  static constexpr int kEnd = kStepDone + 2 * 2;
+  static constexpr int kStepDone = kDqEmpty + kConsumers * kDqSlots;
+  static constexpr int kEnd = kStepDone + (kConsumers == 2 ? 2 * 2 : 0);
+  static_assert(kEnd <= 16, "a block has 16 named barriers");
 };
 
-static_assert(ForwardBarriers::kEnd <= 16 && BackwardBarriers::kEnd <= 16, "a block has 16 named barriers");
+static_assert(ForwardBarriers::kEnd <= 16, "a block has 16 named barriers");
 
 }  // namespace flashlab::cuda::fa3_ws
