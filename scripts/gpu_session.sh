@@ -90,6 +90,10 @@ if runs sanitize; then
         done
       done
     done
+    # The three consumer warpgroups at d = 64, which the plan takes only on long grids: the backward suite's case
+    # that runs them on small problems (both modes, every mask, GQA with shared groups, dropout).
+    sanitize sanitizer-fa3-bwd3.log "$tool" "cuda-fa3-ws backward d=64 three consumers" \
+      "$bin/gpu_fa3_ws_backward_tests" "-tc=*three consumer warpgroups*"
   done
 fi
 

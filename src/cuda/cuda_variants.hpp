@@ -86,6 +86,10 @@ void cuda_fa3_ws_backward_on_device(const Problem&, DType, const DeviceBackwardI
 // the backward's row statistics and dQ sums. Its device entries run on the stream the call names.
 std::size_t cuda_fa3_ws_device_scratch_bytes(const Problem&, DType, bool backward);
 Grads cuda_fa3_ws_backward(const Problem&, DType, const Qkv&, const ForwardOut&, const HostTensor& dO);
+// The same with `consumers` consumer warpgroups (2, or 3 at d = 64) whatever the plan would choose
+// (fa3_ws_params.hpp, backward_plan): for the tests, which hold both kernels to the reference on small problems.
+Grads cuda_fa3_ws_backward_with_consumers(int consumers, const Problem&, DType, const Qkv&, const ForwardOut&,
+                                          const HostTensor& dO);
 // The same behind the common signatures, one instantiation per registry row.
 template <int kStep = 5>
 ForwardOut cuda_fa3_ws_forward(const Problem& p, DType dtype, const Qkv& in, TrafficObserver*) {

@@ -93,8 +93,18 @@ cuda::fa3_ws::Params params_for(const Problem& p, const DeviceForwardIo& io) {
   return params;
 }
 
-// The backward's kernel view: params_for's fields, the backward's tensors, the deterministic switch, the launch order.
-cuda::fa3_ws::Params backward_params_for(const Problem& p, const DeviceBackwardIo& io) {
+// The backward's grid on this GPU (backward_plan): its consumer warpgroups, the splits of each group, the launch order.
+// `timeline`: the timeline build's (two consumers). `consumers` > 0: that many (the tests' choice).
+cuda::fa3_ws::BackwardPlan backward_plan_here(const Problem& p, bool timeline = false, int consumers = 0) {
+  const Shape& s = p.shape;
+  return cuda::fa3_ws::backward_plan(s.batch, s.heads_q, s.heads_kv, s.seq_q, s.seq_k, s.head_dim, p.options.causal,
+                                     timeline, cuda::device_sm_count(), consumers);
+}
+
+// The backward's kernel view: params_for's fields, the backward's tensors, the deterministic switch, the plan's
+// consumers and launch order (its splits come with the scratch, take_backward_scratch).
+cuda::fa3_ws::Params backward_params_for(const Problem& p, const DeviceBackwardIo& io,
+                                         const cuda::fa3_ws::BackwardPlan& plan) {
   cuda::fa3_ws::Params params = make_params(p);
   params.q = io.q;
   params.k = io.k;
@@ -106,9 +116,8 @@ cuda::fa3_ws::Params backward_params_for(const Problem& p, const DeviceBackwardI
   params.dk = io.dk;
   params.dv = io.dv;
   params.deterministic = p.options.deterministic;
-  params.key_blocks_outer =
-      cuda::fa3_ws::backward_key_blocks_outer(p.options.causal != CausalAlign::None, p.shape.batch, p.shape.heads_kv,
-                                              p.shape.seq_k, p.shape.head_dim, cuda::device_sm_count());
+  params.consumers = plan.consumers;
+  params.key_blocks_outer = plan.key_blocks_outer;
   return params;
 }
 
@@ -118,18 +127,15 @@ cuda::fa3_ws::Params backward_params_for(const Problem& p, const DeviceBackwardI
 //  * a backward: BackwardScratch's arrays, in its order.
 int* take_tile_counter(ScratchCarver& carve) { return carve.take<int>(2); }
 
-// How this GPU's backward shares the query heads of a group among thread blocks (backward_split), for a problem.
-cuda::fa3_ws::BackwardSplit backward_split_here(const Shape& s) {
-  return cuda::fa3_ws::backward_split(s.batch, s.heads_q, s.heads_kv, s.seq_k, s.head_dim, cuda::device_sm_count());
-}
-
-void take_backward_scratch(ScratchCarver& carve, const Shape& s, cuda::fa3_ws::Params& params) {
+void take_backward_scratch(ScratchCarver& carve, const Problem& p, const cuda::fa3_ws::BackwardPlan& plan,
+                           cuda::fa3_ws::Params& params) {
+  const Shape& s = p.shape;
   const cuda::fa3_ws::BackwardScratchSizes n = cuda::fa3_ws::backward_scratch(s.batch, s.heads_q, s.seq_q, s.head_dim);
   params.lse_log2 = carve.take<float>(n.row_stats);
   params.D_i = carve.take<float>(n.row_stats);
   params.dq_accum = carve.take<float>(n.dq_accum);
   params.dq_semaphore = carve.take<int>(n.semaphores);
-  const cuda::fa3_ws::BackwardSplit split = backward_split_here(s);
+  const cuda::fa3_ws::BackwardSplit& split = plan.split;
   params.group_splits = split.group_splits;
   if (split.group_splits > 1) {
     params.dk_partial = carve.take<float>(split.partials);
@@ -140,16 +146,16 @@ void take_backward_scratch(ScratchCarver& carve, const Shape& s, cuda::fa3_ws::P
 
 // The backward's scratch (cuda::fa3_ws::backward_scratch): L_i log2(e) and D_i padded to whole query blocks, dQ's fp32
 // sums, and their counters of completed additions (with the conversion's ticket); where the group's query heads are
-// shared among thread blocks (backward_split), dK's and dV's fp32 partial sums and their tickets.
+// shared among thread blocks (the plan's split), dK's and dV's fp32 partial sums and their tickets.
 struct BackwardScratch {
   cuda::DeviceBuffer<float> lse_log2, D_i, dq_accum;
   cuda::DeviceBuffer<int> dq_semaphore;
   cuda::fa3_ws::BackwardSplit split;
   cuda::DeviceBuffer<float> dk_partial, dv_partial;
   cuda::DeviceBuffer<int> kv_tickets;
-  BackwardScratch(const Shape& s, bool backward)
-      : BackwardScratch(cuda::fa3_ws::backward_scratch(s.batch, s.heads_q, s.seq_q, s.head_dim),
-                        backward ? backward_split_here(s) : cuda::fa3_ws::BackwardSplit{}, backward) {}
+  BackwardScratch(const Problem& p, bool backward, const cuda::fa3_ws::BackwardPlan& plan)
+      : BackwardScratch(cuda::fa3_ws::backward_scratch(p.shape.batch, p.shape.heads_q, p.shape.seq_q, p.shape.head_dim),
+                        backward ? plan.split : cuda::fa3_ws::BackwardSplit{}, backward) {}
   BackwardScratch(const cuda::fa3_ws::BackwardScratchSizes& n, const cuda::fa3_ws::BackwardSplit& split, bool backward)
       : lse_log2(backward ? n.row_stats : 0), D_i(backward ? n.row_stats : 0), dq_accum(backward ? n.dq_accum : 0),
         dq_semaphore(backward ? n.semaphores : 0), split(split), dk_partial(split.partials),
@@ -256,18 +262,29 @@ template <class T>
 BenchResult bench_as(cuda::fa3_ws::LadderStep step, const Problem& p, DType dtype, const BenchSettings& settings) {
   const cuda::PeakScope scope;
   auto t = cuda::DeviceAttention<T>::random(p.shape, settings.backward);
-  BackwardScratch scratch(p.shape, settings.backward);
+  const cuda::fa3_ws::BackwardPlan plan = backward_plan_here(p);
+  BackwardScratch scratch(p, settings.backward, plan);
   const cuda::fa3_ws::Params params = params_for(p, t.forward_io());
-  cuda::fa3_ws::Params backward_params = backward_params_for(p, t.backward_io());
+  cuda::fa3_ws::Params backward_params = backward_params_for(p, t.backward_io(), plan);
   scratch.attach(backward_params);
   const auto forward = [&] { cuda::fa3_ws::launch_forward(dtype, params, /*stream=*/0, step); };
   // The launcher clears dQ's sums and their counters first (in its pre-pass): timed with the pass.
   const auto backward = [&] { cuda::fa3_ws::launch_backward(dtype, backward_params, /*stream=*/0); };
   // The timed runs are the shipped kernel's, with or without a timeline asked for.
   BenchResult result = cuda::bench_passes(settings, scope, t, forward, backward);
-  if (settings.record_timeline)
-    result.timeline = settings.backward ? record_timeline(step, true, p, dtype, settings, backward_params)
-                                        : record_timeline(step, false, p, dtype, settings, params);
+  if (settings.record_timeline && settings.backward) {
+    // The timeline build runs two consumers (backward_plan): its own plan, and scratch for that plan's splits.
+    const cuda::fa3_ws::BackwardPlan timeline_plan = backward_plan_here(p, /*timeline=*/true);
+    BackwardScratch timeline_scratch(p, true, timeline_plan);
+    cuda::fa3_ws::Params timeline_params = backward_params_for(p, t.backward_io(), timeline_plan);
+    timeline_scratch.attach(timeline_params);
+    result.timeline = record_timeline(step, true, p, dtype, settings, timeline_params);
+    if (backward_params.consumers != timeline_params.consumers)
+      result.timeline->label += " (recorded with 2 consumer warpgroups; the timed runs had " +
+                                std::to_string(backward_params.consumers) + ")";
+  } else if (settings.record_timeline) {
+    result.timeline = record_timeline(step, false, p, dtype, settings, params);
+  }
   return result;
 }
 
@@ -416,17 +433,22 @@ BenchResult bench_e4m3(const Problem& p, const BenchSettings& settings) {
 
 }  // namespace
 
-std::size_t cuda_fa3_ws_device_scratch_bytes(const Problem& p, DType dtype, bool backward) {
+namespace {
+std::size_t backward_scratch_bytes(const Problem& p, const cuda::fa3_ws::BackwardPlan& plan) {
   ScratchCarver count;
-  if (backward) {
-    cuda::fa3_ws::Params params;
-    take_backward_scratch(count, p.shape, params);
-  } else {
-    take_tile_counter(count);
-    if (dtype == DType::E4M3)
-      count.take<std::uint8_t>(static_cast<std::size_t>(
-          cuda::fa3_ws::fp8_vt_bytes(p.shape.batch, p.shape.heads_kv, p.shape.head_dim, p.shape.seq_k)));
-  }
+  cuda::fa3_ws::Params params;
+  take_backward_scratch(count, p, plan, params);
+  return count.used();
+}
+}  // namespace
+
+std::size_t cuda_fa3_ws_device_scratch_bytes(const Problem& p, DType dtype, bool backward) {
+  if (backward) return backward_scratch_bytes(p, backward_plan_here(p));
+  ScratchCarver count;
+  take_tile_counter(count);
+  if (dtype == DType::E4M3)
+    count.take<std::uint8_t>(static_cast<std::size_t>(
+        cuda::fa3_ws::fp8_vt_bytes(p.shape.batch, p.shape.heads_kv, p.shape.head_dim, p.shape.seq_k)));
   return count.used();
 }
 
@@ -484,17 +506,32 @@ ForwardOut cuda_fa3_ws_forward_at(int step, const Problem& p, DType dtype, const
   return cuda::forward_from_host(run_on_device, p, dtype, in);
 }
 
-void cuda_fa3_ws_backward_on_device(const Problem& p, DType dtype, const DeviceBackwardIo& io) {
-  const std::size_t bytes = cuda_fa3_ws_device_scratch_bytes(p, dtype, true);
-  cuda::CallScratch scratch(io.launch, bytes);
-  cuda::fa3_ws::Params params = backward_params_for(p, io);
-  take_backward_scratch(scratch.carver(), p.shape, params);
+namespace {
+void backward_on_device_with(const cuda::fa3_ws::BackwardPlan& plan, const Problem& p, DType dtype,
+                             const DeviceBackwardIo& io) {
+  cuda::CallScratch scratch(io.launch, backward_scratch_bytes(p, plan));
+  cuda::fa3_ws::Params params = backward_params_for(p, io, plan);
+  take_backward_scratch(scratch.carver(), p, plan, params);
   cuda::fa3_ws::launch_backward(dtype, params, cuda::stream_of(io.launch));  // its pre-pass clears dQ's sums
   cuda::finish(io.launch);
+}
+}  // namespace
+
+void cuda_fa3_ws_backward_on_device(const Problem& p, DType dtype, const DeviceBackwardIo& io) {
+  backward_on_device_with(backward_plan_here(p), p, dtype, io);
 }
 
 Grads cuda_fa3_ws_backward(const Problem& p, DType dtype, const Qkv& in, const ForwardOut& fwd, const HostTensor& dO) {
   return cuda::backward_from_host(cuda_fa3_ws_backward_on_device, cuda::BackwardReads::o_and_lse, p, dtype, in, fwd, dO);
+}
+
+Grads cuda_fa3_ws_backward_with_consumers(int consumers, const Problem& p, DType dtype, const Qkv& in,
+                                          const ForwardOut& fwd, const HostTensor& dO) {
+  const cuda::fa3_ws::BackwardPlan plan = backward_plan_here(p, false, consumers);
+  const auto run_on_device = [&plan](const Problem& problem, DType t, const DeviceBackwardIo& io) {
+    backward_on_device_with(plan, problem, t, io);
+  };
+  return cuda::backward_from_host(run_on_device, cuda::BackwardReads::o_and_lse, p, dtype, in, fwd, dO);
 }
 
 BenchResult cuda_fa3_ws_bench_at(int step, const Problem& p, DType dtype, const BenchSettings& settings) {

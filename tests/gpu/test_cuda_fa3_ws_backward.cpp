@@ -14,12 +14,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <initializer_list>
 #include <iterator>
 #include <string>
 
 #include "core/tolerance.hpp"
 #include "cuda/constraints.hpp"
+#include "cuda/cuda_variants.hpp"
 #include "cuda/device.hpp"
 #include "cuda/fa3_ws/fa3_ws_params.hpp"
 #include "cpu_reference/naive.hpp"
@@ -68,6 +70,32 @@ void check_problem(Shape shape, Options options, std::initializer_list<DType> dt
         check_output("dV", dtype, Quantity::Gradient, g.dv, gref.dv, glowp.dv);
       }
     }
+}
+
+// The same at d = 64 with three consumer warpgroups (Bc = 192) whatever the plan would choose: small problems take two.
+void check_three_consumers(Shape shape, Options options) {
+  shape.head_dim = 64;
+  const Variant& fa3 = find_variant("cuda-fa3-ws");
+  for (DType dtype : {DType::F16, DType::BF16}) {
+    const std::uint64_t seed = fresh_seed();
+    Problem p{.shape = shape, .options = options};
+    INFO(describe(p, dtype, seed) << ", three consumer warpgroups");
+    const Qkv in = random_qkv(shape, dtype, seed);
+    const HostTensor dO = random_like_o(shape, dtype, seed);
+    const ForwardOut ref = naive_forward<double>(p, in);
+    const ForwardOut lowp = naive_forward_lowp(p, dtype, in);
+    const Grads gref = naive_backward<double>(p, in, ref, dO);
+    const Grads glowp = naive_backward_lowp(p, dtype, in, lowp, dO);
+    const ForwardOut out = fa3.forward(p, dtype, in, nullptr);
+    for (bool deterministic : {false, true}) {
+      INFO((deterministic ? "deterministic mode" : "default mode"));
+      p.options.deterministic = deterministic;
+      const Grads g = cuda_fa3_ws_backward_with_consumers(3, p, dtype, in, out, dO);
+      check_output("dQ", dtype, Quantity::Gradient, g.dq, gref.dq, glowp.dq);
+      check_output("dK", dtype, Quantity::Gradient, g.dk, gref.dk, glowp.dk);
+      check_output("dV", dtype, Quantity::Gradient, g.dv, gref.dv, glowp.dv);
+    }
+  }
 }
 
 void check_problem(Shape shape, Options options) {
@@ -154,6 +182,64 @@ TEST_CASE("cuda-fa3-ws's backward: GQA on too few K/V blocks to fill the GPU sha
   // Batch 1 and long keys: enough K/V blocks, one thread block per group, launched row by row.
   CHECK(cuda::fa3_ws::backward_split(1, 16, 4, 4 * sms * 128, 128, sms).group_splits == 1);
   CHECK_FALSE(cuda::fa3_ws::backward_key_blocks_outer(true, 1, 4, 4 * sms * 128, 128, sms));
+}
+
+TEST_CASE("cuda-fa3-ws's backward plan: three consumers at d = 64 where the grid stays even, two elsewhere") {
+  // backward_plan on a GPU of 132 SMs (an H100's or H200's; host code, no GPU needed). The policy's estimates are in
+  // backward.cu; these are problems far enough from its margin that a small change of its constants keeps them.
+  const auto plan = [](int batch, int heads_q, int heads_kv, int seq, int d, CausalAlign align, bool timeline = false) {
+    return cuda::fa3_ws::backward_plan(batch, heads_q, heads_kv, seq, seq, d, align, timeline, 132);
+  };
+  // The FA2 setting (B N = 16k tokens, H d = 2048): long, even grids.
+  for (CausalAlign align : {CausalAlign::None, CausalAlign::TopLeft}) {
+    INFO("causal " << to_string(align));
+    CHECK(plan(8, 32, 32, 2048, 64, align).consumers == 3);
+    CHECK_FALSE(plan(8, 32, 32, 2048, 64, align).key_blocks_outer);  // 256 rows: row by row shares the L2
+    CHECK(plan(1, 32, 32, 16384, 64, align).consumers == 3);
+    CHECK(plan(1, 32, 32, 16384, 128, align).consumers == 2);  // three only at d = 64
+    CHECK(plan(8, 32, 32, 2048, 64, align, /*timeline=*/true).consumers == 2);
+  }
+  // A Llama's attention (16 query heads on 4 K/V heads, batch 1, causal): at 2k, 192-key blocks leave 44 thread
+  // blocks a group split for 132 SMs, and the first ones take most of the time; at 16k three pay once each group is
+  // shared among thread blocks and the longest blocks are launched first.
+  const cuda::fa3_ws::BackwardPlan llama_2k = plan(1, 16, 4, 2048, 64, CausalAlign::TopLeft);
+  CHECK(llama_2k.consumers == 2);
+  CHECK(llama_2k.split.group_splits == cuda::fa3_ws::backward_split(1, 16, 4, 2048, 64, 132).group_splits);
+  const cuda::fa3_ws::BackwardPlan llama_16k = plan(1, 16, 4, 16384, 64, CausalAlign::TopLeft);
+  CHECK(llama_16k.consumers == 3);
+  CHECK(llama_16k.split.group_splits > 1);
+  CHECK(llama_16k.key_blocks_outer);  // (row by row, the first rows' longest blocks would end alone)
+  CHECK(llama_16k.split.tickets == 4 * ((16384 + 191) / 192) * 3 * 4);  // per (K/V head, K/V block, consumer warp)
+  // A small problem: two.
+  CHECK(plan(1, 2, 2, 200, 64, CausalAlign::None).consumers == 2);
+  // Asked for: three at d = 64 whatever the estimate, and a sentence elsewhere.
+  CHECK(cuda::fa3_ws::backward_plan(1, 2, 2, 200, 200, 64, CausalAlign::None, false, 132, 3).consumers == 3);
+  // (the GQA case of the next test: its group is shared among thread blocks)
+  CHECK(cuda::fa3_ws::backward_plan(2, 8, 2, 200, 400, 64, CausalAlign::TopLeft, false, 132, 3).split.group_splits > 1);
+  std::string d128;
+  try {
+    (void)cuda::fa3_ws::backward_plan(1, 2, 2, 200, 200, 128, CausalAlign::None, false, 132, 3);
+  } catch (const std::exception& e) {  // a caller's mistake, not the user's input: a logic error
+    d128 = e.what();
+  }
+  CHECK_MESSAGE(d128.find("the backward runs 2 consumer warpgroups, or 3 at d = 64, not 3 at d = 128") != std::string::npos,
+                d128);
+}
+
+TEST_CASE("cuda-fa3-ws's backward with three consumer warpgroups at d = 64 (Bc = 192), on small problems") {
+  if (skip_unless_hopper()) return;
+  // The kernel the plan takes for long even grids, held to the same rule on problems small enough for the CPU
+  // reference: odd lengths, both causal alignments with seq_q != seq_k, GQA with a group shared among thread blocks
+  // (its partial dK, dV sums), dropout, a K/V block's keys past the end.
+  check_three_consumers(shape(1, 2, 2, 17, 113), opts(CausalAlign::None));
+  check_three_consumers(shape(1, 2, 2, 700, 450), opts(CausalAlign::None));
+  for (CausalAlign align : {CausalAlign::TopLeft, CausalAlign::BottomRight}) {
+    check_three_consumers(shape(1, 2, 1, 300, 700), opts(align));
+    check_three_consumers(shape(1, 1, 1, 700, 300), opts(align));
+  }
+  check_three_consumers(shape(2, 8, 2, 200, 400), opts(CausalAlign::TopLeft));
+  check_three_consumers(shape(1, 4, 2, 150, 390), opts(CausalAlign::BottomRight, 0.3));
+  check_three_consumers(shape(1, 2, 2, 129, 200), opts(CausalAlign::None, 0.17));
 }
 
 TEST_CASE("cuda-fa3-ws's backward: dropout with the forward's mask (same Philox seed as the CPU reference)") {

@@ -3,8 +3,14 @@
 // scratch sizes. The kernel and its parts are in backward_kernel.cuh, which says what the design is and why.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <queue>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "cuda/dispatch.cuh"
 #include "cuda/fa3_ws/backward_config.cuh"
@@ -20,9 +26,9 @@
 namespace flashlab::cuda::fa3_ws {
 namespace {
 
-template <class T, int D, bool kDropout, bool kTimeline, bool kAccumulate = false>
+template <class T, int D, bool kDropout, bool kTimeline, bool kAccumulate = false, int kC = kConsumers>
 void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
-  using Cfg = BwdConfig<D, kDropout>;
+  using Cfg = BwdConfig<D, kDropout, kC>;
   const int n_q = (p.seq_q + Cfg::kBr - 1) / Cfg::kBr;
   const BackwardScratchSizes sizes = backward_scratch(p.batch, p.heads_q, p.seq_q, D);
   constexpr int kStatsThreads = 256;
@@ -35,7 +41,7 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
   maps.d_o = make_bshd_tensor_map(p.d_o, dtype, p.batch, p.seq_q, p.heads_q, D, Cfg::kBr);
   maps.k = make_bshd_tensor_map(p.k, dtype, p.batch, p.seq_k, p.heads_kv, D, Cfg::kBc);
   maps.v = make_bshd_tensor_map(p.v, dtype, p.batch, p.seq_k, p.heads_kv, D, Cfg::kBc);
-  auto kernel = fa3_ws_backward_kernel<T, D, kDropout, kTimeline, kAccumulate>;
+  auto kernel = fa3_ws_backward_kernel<T, D, kDropout, kTimeline, kAccumulate, kC>;
   allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), Cfg::kBytes);
   const dim3 grid((p.seq_k + Cfg::kBc - 1) / Cfg::kBc, p.batch * p.heads_kv * p.group_splits);
   kernel<<<grid, Cfg::kThreads, Cfg::kBytes, stream>>>(p, maps);
@@ -44,7 +50,7 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
   // The conversion may start once every block of the main kernel has (griddepcontrol.launch_dependents there):
   // enough blocks to fill the GPU, each taking pieces until none are left.
   const std::int64_t resident =
-      std::int64_t(current_gpu().sms) * blocks_per_sm(reinterpret_cast<const void*>(convert_dq_kernel<T, D>), kConvertThreads);
+      std::int64_t(current_gpu().sms) * blocks_per_sm(reinterpret_cast<const void*>(convert_dq_kernel<T, D, kC>), kConvertThreads);
   cudaLaunchConfig_t config{};
   const std::int64_t pieces = sizes.semaphores - 1;
   config.gridDim = dim3(static_cast<unsigned>(std::min<std::int64_t>(pieces, resident)));
@@ -55,7 +61,7 @@ void launch_config(DType dtype, const Params& p, cudaStream_t stream) {
   overlap.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &overlap;
   config.numAttrs = 1;
-  check_cuda(cudaLaunchKernelEx(&config, convert_dq_kernel<T, D>, p, n_q), "the dQ conversion launch");
+  check_cuda(cudaLaunchKernelEx(&config, convert_dq_kernel<T, D, kC>, p, n_q), "the dQ conversion launch");
 }
 
 // The launcher of both builds: kTimeline = false, launch_backward; true, launch_backward_timeline.
@@ -87,13 +93,29 @@ void launch(DType dtype, const Params& p, cudaStream_t stream) {
                                                  "outside the timeline build (a ring's block has neither)");
   expect(reinterpret_cast<std::uintptr_t>(p.o) % 16 == 0 && reinterpret_cast<std::uintptr_t>(p.d_o) % 16 == 0,
          "O and dO, read in 16-byte vectors, start at 16-byte aligned addresses");
+  expect(p.consumers == 2 || (p.consumers == 3 && backward_max_consumers(p.head_dim) == 3), [&] {
+    return "the backward runs 2 consumer warpgroups, or 3 at d = 64 (Params::consumers, from backward_plan), not " +
+           std::to_string(p.consumers) + " at d = " + std::to_string(p.head_dim);
+  });
+  expect(p.consumers == 2 || !(kTimeline || sums != 0), "the backward's timeline build and a ring's block (fp32 sums) "
+                                                         "run 2 consumer warpgroups (backward_plan with timeline set)");
   if (p.seq_q == 0 || p.seq_k == 0 || p.batch == 0 || p.heads_q == 0) return;
   with_element(dtype, [&]<class T>() {
     dispatch_head_dim<kBackwardHeadDims>(p.head_dim, "cuda-fa3-ws backward", [&]<int D>() {
-      if constexpr (kTimeline) launch_config<T, D, false, true>(dtype, p, stream);  // checked: no dropout
-      else if (p.dropout) launch_config<T, D, true, false>(dtype, p, stream);
-      else if (p.dk_sum != nullptr) launch_config<T, D, false, false, true>(dtype, p, stream);  // a ring's block
-      else launch_config<T, D, false, false>(dtype, p, stream);
+      if constexpr (kTimeline) {
+        launch_config<T, D, false, true>(dtype, p, stream);  // checked: no dropout, two consumers
+      } else if (p.dk_sum != nullptr) {
+        launch_config<T, D, false, false, true>(dtype, p, stream);  // a ring's block (checked: two consumers)
+      } else if (p.consumers == 3) {
+        if constexpr (backward_max_consumers(D) == 3) {  // (checked: only there)
+          if (p.dropout) launch_config<T, D, true, false, false, 3>(dtype, p, stream);
+          else launch_config<T, D, false, false, false, 3>(dtype, p, stream);
+        }
+      } else if (p.dropout) {
+        launch_config<T, D, true, false>(dtype, p, stream);
+      } else {
+        launch_config<T, D, false, false>(dtype, p, stream);
+      }
     });
   });
 }
@@ -112,35 +134,151 @@ BackwardScratchSizes backward_scratch(int batch, int heads_q, int seq_q, int hea
 
 namespace {
 // The thread blocks of a backward with one per K/V block and (batch, K/V head), and the fewest that give every SM two.
-std::int64_t key_blocks(int batch, int heads_kv, int seq_k, int head_dim) {
-  return std::int64_t(batch) * heads_kv * ((seq_k + backward_block_keys(head_dim) - 1) / backward_block_keys(head_dim));
+std::int64_t key_blocks(int batch, int heads_kv, int seq_k, int head_dim, int consumers) {
+  const int bc = backward_block_keys(head_dim, consumers);
+  return std::int64_t(batch) * heads_kv * ((seq_k + bc - 1) / bc);
 }
 std::int64_t blocks_to_fill(int sms) { return 2 * std::int64_t(sms); }
+BackwardSplit split_of(int batch, int heads_kv, int seq_k, int head_dim, int consumers, int splits) {
+  BackwardSplit split;
+  if (splits == 1) return split;
+  split.group_splits = splits;
+  split.partials = std::int64_t(splits) * batch * seq_k * heads_kv * head_dim;
+  split.tickets = key_blocks(batch, heads_kv, seq_k, head_dim, consumers) * consumers * kWarpsPerWarpgroup;
+  return split;
+}
 }  // namespace
 
-BackwardSplit backward_split(int batch, int heads_q, int heads_kv, int seq_k, int head_dim, int sms) {
-  BackwardSplit split;
-  if (batch <= 0 || heads_kv <= 0 || heads_q % heads_kv != 0 || seq_k <= 0 || head_dim <= 0 || sms <= 0) return split;
+BackwardSplit backward_split(int batch, int heads_q, int heads_kv, int seq_k, int head_dim, int sms, int consumers) {
+  if (batch <= 0 || heads_kv <= 0 || heads_q % heads_kv != 0 || seq_k <= 0 || head_dim <= 0 || sms <= 0) return {};
   const int group = heads_q / heads_kv;
-  const std::int64_t blocks = key_blocks(batch, heads_kv, seq_k, head_dim);
+  const std::int64_t blocks = key_blocks(batch, heads_kv, seq_k, head_dim, consumers);
   const std::int64_t wanted = blocks_to_fill(sms);
-  if (blocks >= wanted) return split;
+  if (blocks >= wanted) return {};
   int splits = group;
   for (int s = 2; s < group; ++s)
     if (group % s == 0 && blocks * s >= wanted) {
       splits = s;
       break;
     }
-  if (splits == 1 || std::int64_t(batch) * heads_kv * splits > kMaxBackwardRows) return split;
-  split.group_splits = splits;
-  split.partials = std::int64_t(splits) * batch * seq_k * heads_kv * head_dim;
-  split.tickets = blocks * backward_consumers(head_dim) * kWarpsPerWarpgroup;
-  return split;
+  if (std::int64_t(batch) * heads_kv * splits > kMaxBackwardRows) return {};
+  return split_of(batch, heads_kv, seq_k, head_dim, consumers, splits);
 }
 
-bool backward_key_blocks_outer(bool causal, int batch, int heads_kv, int seq_k, int head_dim, int sms) {
+bool backward_key_blocks_outer(bool causal, int batch, int heads_kv, int seq_k, int head_dim, int sms, int consumers) {
   if (!causal || batch <= 0 || heads_kv <= 0 || seq_k <= 0 || head_dim <= 0 || sms <= 0) return false;
-  return key_blocks(batch, heads_kv, seq_k, head_dim) < blocks_to_fill(sms);
+  return key_blocks(batch, heads_kv, seq_k, head_dim, consumers) < blocks_to_fill(sms);
+}
+
+namespace {
+// The plan's estimate, fitted to measurements on an H200 (bench/results/, the d = 64 consumers A/B of 2026-11-29 and
+// h100-fa3-ws-backward-notes.md's section on three consumers: twelve rows of three consumers' backward time over
+// two's, at the FA2 setting and at a Llama's grouped-query shape): three consumers cover a block's keys in 0.88 of
+// two consumers' time a key, and a thread block's fixed cost (K_j, V_j in, the pipeline's first step, dK_j and dV_j
+// out, its place in the launch) weighs eight steps. That is within 0.055 of every row. Three consumers must beat two
+// by 3%, and launching K/V block by K/V block must beat row by row by 2%.
+constexpr double kThreeConsumersTimePerKey = 0.88;
+constexpr double kFixedSteps = 8.0;
+constexpr double kThreeConsumersMargin = 0.97;
+constexpr double kOrderMargin = 0.98;
+constexpr int kRowSharers = 8;
+// Estimates beyond this many thread blocks take the even share (the replay would take longer than it is worth, and
+// the last blocks weigh little there).
+constexpr std::int64_t kReplayedBlocks = 8192;
+
+// The estimated time of a backward launched with `consumers`, `splits` and its order, in steps of two consumers:
+// the thread blocks in launch order, each to the SM that frees first (a min-heap of the SMs' finishing times).
+double estimated_time(int batch, int heads_q, int heads_kv, int seq_q, int seq_k, int head_dim, CausalAlign align,
+                      int consumers, int splits, bool key_blocks_outer, int sms) {
+  const int bc = backward_block_keys(head_dim, consumers), br = backward_block_rows(head_dim);
+  const int n_kv = (seq_k + bc - 1) / bc, n_q = (seq_q + br - 1) / br;
+  const std::int64_t rows = std::int64_t(batch) * heads_kv * splits;
+  const double per_step = (consumers == 3 ? kThreeConsumersTimePerKey : 1.0) * consumers / kConsumers;
+  const int heads = heads_q / heads_kv / splits;
+  std::vector<double> block_time(static_cast<std::size_t>(n_kv));
+  double total = 0, longest = 0;
+  for (int j = 0; j < n_kv; ++j) {
+    const int first_row = first_row_seeing_key(align, j * bc, seq_q, seq_k);
+    const int n_i = first_row < seq_q ? n_q - first_row / br : 0;
+    block_time[static_cast<std::size_t>(j)] = (heads * n_i + kFixedSteps) * per_step;
+    total += block_time[static_cast<std::size_t>(j)] * static_cast<double>(rows);
+    longest = std::max(longest, block_time[static_cast<std::size_t>(j)]);
+  }
+  if (rows * n_kv > kReplayedBlocks) return std::max(total / sms, longest);
+  std::priority_queue<double, std::vector<double>, std::greater<>> free_at;
+  for (int s = 0; s < sms; ++s) free_at.push(0.0);
+  double end = 0;
+  const auto launch = [&](int j) {
+    const double start = free_at.top();
+    free_at.pop();
+    free_at.push(start + block_time[static_cast<std::size_t>(j)]);
+    end = std::max(end, start + block_time[static_cast<std::size_t>(j)]);
+  };
+  if (key_blocks_outer) {
+    for (int j = 0; j < n_kv; ++j)
+      for (std::int64_t r = 0; r < rows; ++r) launch(j);
+  } else {
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (int j = 0; j < n_kv; ++j) launch(j);
+  }
+  return end;
+}
+
+BackwardPlan plan_backward(int batch, int heads_q, int heads_kv, int seq_q, int seq_k, int head_dim, CausalAlign align,
+                           bool timeline, int sms, int consumers) {
+  const bool causal = align != CausalAlign::None;
+  BackwardPlan two;
+  two.split = backward_split(batch, heads_q, heads_kv, seq_k, head_dim, sms);
+  two.key_blocks_outer = backward_key_blocks_outer(causal, batch, heads_kv, seq_k, head_dim, sms);
+  if (timeline || consumers == 2 || backward_max_consumers(head_dim) < 3 || batch <= 0 || heads_kv <= 0 ||
+      heads_q % heads_kv != 0 || seq_q <= 0 || seq_k <= 0 || sms <= 0)
+    return two;
+  const double two_time = estimated_time(batch, heads_q, heads_kv, seq_q, seq_k, head_dim, align, 2,
+                                         two.split.group_splits, two.key_blocks_outer, sms);
+  // Three consumers: each split of the group, launched row by row unless K/V block by K/V block is estimated shorter
+  // by kOrderMargin. The estimate does not see the L2: row by row, the thread blocks running at once share a few
+  // heads' Q_i, dO_i and dQ sums; block by block they share them only where there are few rows. So the second order
+  // is weighed only where at least kRowSharers of a row's blocks run at once (measured at the FA2 setting under a
+  // causal mask: with 32 rows and more it was slower, at 256 rows by a fifth).
+  BackwardPlan three;
+  three.consumers = 3;
+  double three_time = 0;
+  const int group = heads_q / heads_kv;
+  for (int s = 1; s <= group; ++s) {
+    const std::int64_t rows = std::int64_t(batch) * heads_kv * s;
+    if (group % s != 0 || rows > kMaxBackwardRows) continue;
+    const double by_rows = estimated_time(batch, heads_q, heads_kv, seq_q, seq_k, head_dim, align, 3, s, false, sms);
+    const double by_keys = causal && rows * kRowSharers <= sms
+                               ? estimated_time(batch, heads_q, heads_kv, seq_q, seq_k, head_dim, align, 3, s, true, sms)
+                               : by_rows;
+    const bool keys_outer = by_keys < kOrderMargin * by_rows;
+    const double t = keys_outer ? by_keys : by_rows;
+    if (s == 1 || t < three_time) {
+      three_time = t;
+      three.split = split_of(batch, heads_kv, seq_k, head_dim, 3, s);
+      three.key_blocks_outer = keys_outer;
+    }
+  }
+  if (consumers == 3) return three;
+  return three_time < kThreeConsumersMargin * two_time ? three : two;
+}
+}  // namespace
+
+BackwardPlan backward_plan(int batch, int heads_q, int heads_kv, int seq_q, int seq_k, int head_dim, CausalAlign align,
+                           bool timeline, int sms, int consumers) {
+  expect(consumers == 0 || consumers == 2 || (consumers == 3 && backward_max_consumers(head_dim) == 3),
+         [&] { return "the backward runs 2 consumer warpgroups, or 3 at d = 64, not " + std::to_string(consumers) +
+                      " at d = " + std::to_string(head_dim); });
+  // The estimate replays up to kReplayedBlocks launches: kept per problem, since a training step asks for the same
+  // few problems on every call.
+  using Key = std::tuple<int, int, int, int, int, int, CausalAlign, bool, int, int>;
+  static std::mutex mutex;
+  static std::map<Key, BackwardPlan> plans;
+  const Key key{batch, heads_q, heads_kv, seq_q, seq_k, head_dim, align, timeline, sms, consumers};
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (const auto found = plans.find(key); found != plans.end()) return found->second;
+  if (plans.size() >= 4096) plans.clear();
+  return plans[key] = plan_backward(batch, heads_q, heads_kv, seq_q, seq_k, head_dim, align, timeline, sms, consumers);
 }
 
 void launch_backward(DType dtype, const Params& p, cudaStream_t stream) { launch<false>(dtype, p, stream); }

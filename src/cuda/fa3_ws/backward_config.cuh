@@ -31,30 +31,25 @@ constexpr int kBackwardPanelCols = kPanelRowBytes / kBackwardElemBytes;  // 64 c
 #endif
 constexpr int kBackwardD64Rows = FLASHLAB_FA3_BACKWARD_D64_ROWS;
 static_assert(kBackwardD64Rows == 64 || kBackwardD64Rows == 128, "FLASHLAB_FA3_BACKWARD_D64_ROWS is 64 or 128");
-// Consumer warpgroups at d = 64 (FLASHLAB_FA3_BACKWARD_D64_CONSUMERS, a CMake cache variable): 2, or 3 (Bc = 192).
-// A step is one chain of waits (S^T, the pointwise part, dS^T's barrier, the dQ, dV and dK products), and two
-// consumers leave the tensor cores idle while both are inside theirs; a third chain fills more of that time. Three
-// take 512 threads, so a consumer has 160 registers (kThreeConsumerRegs, the producer keeping 24): dK_j, dV_j, S^T and
-// dP^T fit there only with dQ_i's piece issued after dV_j and dK_j (BwdConfig::kDqFirst; first, ptxas spilled 164
-// bytes), and the named barriers fit 16 only with one dQ staging buffer per consumer.
-#ifndef FLASHLAB_FA3_BACKWARD_D64_CONSUMERS
-#define FLASHLAB_FA3_BACKWARD_D64_CONSUMERS 2
-#endif
-constexpr int kBackwardD64Consumers = FLASHLAB_FA3_BACKWARD_D64_CONSUMERS;
-static_assert(kBackwardD64Consumers == 2 || (kBackwardD64Consumers == 3 && kBackwardD64Rows == 64),
-              "FLASHLAB_FA3_BACKWARD_D64_CONSUMERS is 2, or 3 with 64 query rows per step");
 // The one definition the host's scratch sizes use.
 __host__ __device__ constexpr int backward_block_rows(int head_dim) {
   return head_dim == 64 ? kBackwardD64Rows : head_dim > 0 ? 64 : 0;
 }
-// Consumer warpgroups of a thread block: two (cuda/tilings.hpp's kConsumers, as in the forward), or at d = 64 the
-// build's choice.
-__host__ __device__ constexpr int backward_consumers(int head_dim) {
-  return head_dim == 64 ? kBackwardD64Consumers : kConsumers;
+// Consumer warpgroups of a thread block: two (cuda/tilings.hpp's kConsumers, as in the forward), or at d = 64 (Br =
+// 64) three, Bc = 192, where the problem's grid keeps them busy (backward_plan, backward.cu, chooses per problem).
+// A step is one chain of waits (S^T, the pointwise part, dS^T's barrier, the dQ, dV and dK products), and two
+// consumers leave the tensor cores idle while both are inside theirs; a third chain fills more of that time. Three
+// take 512 threads, so a consumer has 160 registers (kThreeConsumerRegs, the producer keeping 24): dK_j, dV_j, S^T and
+// dP^T fit there only with dQ_i's piece issued after dV_j and dK_j (BwdConfig::kDqFirst; first, ptxas spilled 164
+// bytes), and the named barriers fit 16 only with one dQ staging buffer per consumer. Their timeline build spills
+// (8 bytes), so the backward's timeline records two consumers.
+__host__ __device__ constexpr int backward_max_consumers(int head_dim) {
+  return head_dim == 64 && kBackwardD64Rows == 64 ? 3 : kConsumers;
 }
-// Keys per K/V block (Bc; KvSplit below says why): the host's grid and scratch sizes use it too.
-__host__ __device__ constexpr int backward_block_keys(int head_dim) {
-  return head_dim == 256 ? kKeysPerConsumer : backward_consumers(head_dim) * kKeysPerConsumer;
+// Keys per K/V block (Bc; KvSplit below says why) with `consumers` consumer warpgroups: the host's grid and scratch
+// sizes use it too.
+__host__ __device__ constexpr int backward_block_keys(int head_dim, int consumers = kConsumers) {
+  return head_dim == 256 ? kKeysPerConsumer : consumers * kKeysPerConsumer;
 }
 // dQ_accum's pieces (64 x 64 fp32 each) per query block: at d = 64 one per 64 rows (both consumers add to each),
 // d / 64 above (one per 64 columns).
@@ -79,9 +74,12 @@ enum class KvSplit { Keys, Columns };
 //    piece at Br = 64, two (the block's two 64-row halves) at Br = 128.
 enum class DqSplit { Columns, Keys };
 
-template <int D, bool kDropout = false>
+template <int D, bool kDropout = false, int kC = kConsumers>
 struct BwdConfig {
-  static constexpr int kConsumers = backward_consumers(D);
+  static constexpr int kConsumers = kC;
+  static_assert(kC == 2 || (kC == 3 && backward_max_consumers(D) == 3),
+                "two consumer warpgroups, or three at d = 64 with 64 query rows per step");
+  static constexpr int kD = D;
   static constexpr int kThreads = (kConsumers + 1) * kWarpgroupThreads;
   static constexpr int kConsumerRegs = kConsumers == 3 ? kThreeConsumerRegs : ::flashlab::cuda::fa3_ws::kConsumerRegs;
   static constexpr KvSplit kKvSplit = D == 256 ? KvSplit::Columns : KvSplit::Keys;
@@ -89,7 +87,7 @@ struct BwdConfig {
   static_assert(kKvByKeys || kConsumers == 2, "the split by columns (d = 256) is between two consumers");
   static constexpr int kBc = kKvByKeys ? kConsumers * kKeysPerConsumer : kKeysPerConsumer;  // 128, 192 or 64 keys
   static constexpr int kBr = backward_block_rows(D);
-  static_assert(kBc == backward_block_keys(D), "one definition of Bc for the kernel and the host");
+  static_assert(kBc == backward_block_keys(D, kC), "one definition of Bc for the kernel and the host");
   static constexpr int kSQueries = kKvByKeys ? kBr : kBr / kConsumers;  // queries of a consumer's S^T, dP^T (wgmma N)
   static constexpr int kKvCols = kKvByKeys ? D : D / kConsumers;        // columns of a consumer's dK_j, dV_j
   static constexpr DqSplit kDqSplit = D == 64 ? DqSplit::Keys : DqSplit::Columns;

@@ -20,9 +20,9 @@
 namespace flashlab::cuda::fa3_ws {
 namespace {
 
-template <class T, int D, bool kDropout, bool kTimeline, bool kAccumulate = false>
+template <class T, int D, bool kDropout, bool kTimeline, bool kAccumulate = false, int kC = kConsumers>
 struct Consumer {
-  using Cfg = BwdConfig<D, kDropout>;
+  using Cfg = BwdConfig<D, kDropout, kC>;
   using Bars = typename Cfg::Barriers;
   static constexpr bool kDefer = Cfg::kDeferDq;
   using TL = TimelineLane<kTimeline>;

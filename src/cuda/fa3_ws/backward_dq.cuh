@@ -184,9 +184,8 @@ __device__ void write_dq_row_pieces(const Params& p, const KeyBlock& kb, unsigne
 // so that no consumer waits for another's piece. Every addition is counted once complete, and convert_dq_kernel
 // converts a piece once its count is full. Deterministic mode counts at once; otherwise kDqCountSteps steps at a
 // time, with one fence, once the last of them is a step old.
-template <int D, bool kDropout>
+template <class Cfg>
 __device__ void write_dq(const Params& p, const KeyBlock& kb, unsigned char* smem, int lane) {
-  using Cfg = BwdConfig<D, kDropout>;
   using Bars = typename Cfg::Barriers;
   constexpr int kBuffers = Cfg::kDqStagingBuffers;
 #pragma unroll 1

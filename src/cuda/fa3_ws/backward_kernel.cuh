@@ -52,6 +52,12 @@
 //    d = 256; kept as A fragments, they spilled). dQ_i leaves as two 64-row pieces per consumer: the shared memory
 //    holds one staging buffer per consumer beside the P^T tile, so the second piece is staged in the consumer's rows
 //    of P^T once dV_j has read them, and the writer hands those rows back before the next step's P^T is stored.
+//  * At d = 64 a thread block may run three consumer warpgroups instead of two (BwdConfig's kC: Bc = 192, 160
+//    registers each, dQ_i's piece issued after dV_j and dK_j, one dQ staging buffer each). A step is one chain of
+//    waits per consumer, and a third chain fills more of the tensor cores' idle time. But blocks of 192 keys make
+//    fewer and longer thread blocks, which a causal mask makes unequal, so the host's plan (backward_plan) estimates
+//    both grids by replaying their launch on the GPU's SMs and takes three only where they come out ahead; with three
+//    it shares a group among thread blocks and launches the longest blocks first where that evens the grid out.
 //  * Deterministic mode (Params::deterministic): before adding a piece of dQ_i, the writer waits on a
 //    per-piece counter until the K/V blocks before it (j' < j, all of which see Q_i when block j does)
 //    have added theirs, adds, waits for its reduction to complete and counts itself. The sum is then
@@ -60,8 +66,8 @@
 //  * A producer warpgroup (24 registers) issues every copy. Its first warp loads K_j and V_j once, then per
 //    step Q_i, dO_i (TMA tiles) and L_i, D_i (bulk copies from padded scratch) into one of two stages; its
 //    second is the dQ writer. The stages are released by the
-//    consumers (240 registers: dK_j and dV_j of 64 keys, S^T, dP^T and the dQ piece) when the step's
-//    GEMMs are done.
+//    consumers (240 registers, or 160 with three: dK_j and dV_j of 64 keys, S^T, dP^T and the dQ piece) when the
+//    step's GEMMs are done.
 //  * The pre-pass (row_stats_kernel) clears dQ_accum and writes D_i = rowsum(dO_i o O_i) and L_i log2(e) into scratch padded
 //    to whole query blocks, with +inf for padding rows and rows that saw no key, so exp2(S - L) = 0 there
 //    and no mask is needed for them; keys past the end of the sequence are zero-filled by TMA, so their
@@ -96,10 +102,10 @@
 namespace flashlab::cuda::fa3_ws {
 namespace {
 
-template <class T, int D, bool kDropout, bool kTimeline, bool kAccumulate = false>
-__global__ void __launch_bounds__(BwdConfig<D, kDropout>::kThreads, 1)
+template <class T, int D, bool kDropout, bool kTimeline, bool kAccumulate = false, int kC = kConsumers>
+__global__ void __launch_bounds__(BwdConfig<D, kDropout, kC>::kThreads, 1)
     fa3_ws_backward_kernel(const __grid_constant__ Params p, const __grid_constant__ BwdMaps maps) {
-  using Cfg = BwdConfig<D, kDropout>;
+  using Cfg = BwdConfig<D, kDropout, kC>;
   static_assert(ElementTraits<T>::kBytes == kBackwardElemBytes, "the backward's tiles are laid out for 16-bit elements");
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = smem_raw + swizzle_atom_pad(smem_raw);
@@ -122,17 +128,17 @@ __global__ void __launch_bounds__(BwdConfig<D, kDropout>::kThreads, 1)
     if (tid / 32 == 0 && elect_one()) {
       TimelineLane<kTimeline> tl;
       tl.start(p, blockIdx.y == 0);
-      produce<D, kDropout>(p, maps, kb, smem, bars, tl);
+      produce<Cfg>(p, maps, kb, smem, bars, tl);
     }
     if constexpr (Cfg::kDqWriter)
       if (tid / 32 == 1) {
         if constexpr (Cfg::kDqRowPieces) write_dq_row_pieces<Cfg>(p, kb, smem, tid % 32);
-        else write_dq<D, kDropout>(p, kb, smem, tid % 32);
+        else write_dq<Cfg>(p, kb, smem, tid % 32);
       }
   } else {
     enter_consumer_role<Cfg::kConsumerRegs>();
     const int lane = tid % 32;
-    const Consumer<T, D, kDropout, kTimeline, kAccumulate> consumer{p, kb, smem, bars, wg - 1, tid, tid / 32, lane / 4, lane % 4};
+    const Consumer<T, D, kDropout, kTimeline, kAccumulate, kC> consumer{p, kb, smem, bars, wg - 1, tid, tid / 32, lane / 4, lane % 4};
     consumer.tl.start(p, tid == 0 && blockIdx.y == 0);  // the first kTimelineBlocks thread blocks launched
     consumer.run();
   }

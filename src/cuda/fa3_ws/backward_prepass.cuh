@@ -29,8 +29,9 @@ __global__ void row_stats_kernel(const Params p, int padded_rows) {
   const bool in_grid = row_index < std::int64_t(p.batch) * p.heads_q * padded_rows;
   using Cfg = BwdConfig<D>;
   if (p.group_splits > 1) {  // the tickets of the blocks that share a group's query heads (add_group_splits)
-    const std::int64_t tickets = std::int64_t(p.batch) * p.heads_kv * ((p.seq_k + Cfg::kBc - 1) / Cfg::kBc) *
-                                 Cfg::kConsumers * kWarpsPerWarpgroup;
+    const int bc = backward_block_keys(D, p.consumers);
+    const std::int64_t tickets = std::int64_t(p.batch) * p.heads_kv * ((p.seq_k + bc - 1) / bc) * p.consumers *
+                                 kWarpsPerWarpgroup;
     for (std::int64_t i = thread; i < tickets; i += std::int64_t(gridDim.x) * blockDim.x) p.kv_tickets[i] = 0;
   }
   const int row = static_cast<int>(row_index % padded_rows);

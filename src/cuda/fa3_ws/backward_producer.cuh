@@ -19,10 +19,10 @@ struct BwdMaps {
 
 // One elected thread: K_j and V_j once, then each step's Q_i, dO_i, L_i and D_i into stage step % kStages,
 // once the consumers have released it.
-template <int D, bool kDropout, bool kTimeline>
+template <class Cfg, bool kTimeline>
 __device__ void produce(const Params& p, const BwdMaps& maps, const KeyBlock& kb, unsigned char* smem, std::uint64_t* bars,
                         TimelineLane<kTimeline>& tl) {
-  using Cfg = BwdConfig<D, kDropout>;
+  constexpr int D = Cfg::kD;
   using TL = TimelineLane<kTimeline>;
   constexpr int kPanels = D / kBackwardPanelCols;
   if (kb.n_steps == 0) return;  // no query sees the block: dK_j = dV_j = 0, nothing to load

@@ -25,9 +25,9 @@ namespace {
 // and cc = 8 q + 2 t of the piece: two 4-byte stores of dQ per vector, read in order (coalesced). (As fast as two
 // columns a thread gathered from the staged order; four vectors a thread and 16-byte stores were slower.)
 constexpr int kConvertThreads = 256;
-template <class T, int D>
+template <class T, int D, int kC = kConsumers>
 __global__ void __launch_bounds__(kConvertThreads) convert_dq_kernel(const Params p, int n_q) {
-  using Cfg = BwdConfig<D>;
+  using Cfg = BwdConfig<D, false, kC>;  // (dQ's pieces and their additions do not depend on dropout)
   constexpr int kVectors = Cfg::kDqPieceFloats / 4;  // per piece
   static_assert(kVectors % kConvertThreads == 0, "a block converts whole pieces");
   const int pieces = p.batch * p.heads_q * n_q * Cfg::kDqPieces;  // over (B, H_q, query block i, piece c)

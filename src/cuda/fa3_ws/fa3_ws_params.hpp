@@ -64,6 +64,8 @@ struct Params {
   // Add the dQ partials of the K/V blocks in a fixed order (block 0 first), so that two runs give
   // bit-identical dQ; otherwise in whatever order they arrive.
   bool deterministic = false;
+  // The backward's consumer warpgroups (backward_plan): 2, or 3 at d = 64 (K/V blocks of 64 keys a consumer).
+  int consumers = 2;
   // Grouped-query attention on too few K/V blocks to fill the GPU (backward_split): the query heads of each K/V
   // head's group are shared among group_splits thread blocks per K/V block. Each writes its partial dK_j and dV_j
   // in fp32 (dK scaled) to its slice of dk_partial, dv_partial; the last of them to finish a warp's rows (counted in
@@ -101,19 +103,37 @@ BackwardScratchSizes backward_scratch(int batch, int heads_q, int seq_q, int hea
 // that reach two, or the whole group where none does; else 1. Without splits each thread block walks every query head of its group: with
 // few (batch, K/V head) rows and short keys the grid leaves most SMs idle, and under a causal mask the block of
 // the first keys, with the most steps, sets the time.
+// `consumers`: the thread blocks' consumer warpgroups (Params::consumers), which set the keys of a K/V block.
 struct BackwardSplit {
   int group_splits = 1;
   std::int64_t partials = 0;  // floats in each of dk_partial and dv_partial
   std::int64_t tickets = 0;   // ints in kv_tickets
 };
-BackwardSplit backward_split(int batch, int heads_q, int heads_kv, int seq_k, int head_dim, int sms);
+BackwardSplit backward_split(int batch, int heads_q, int heads_kv, int seq_k, int head_dim, int sms, int consumers = 2);
 // The order to launch the backward's thread blocks in (Params::key_blocks_outer): K/V block by K/V block under a
 // causal mask where the grid is that small (before backward_split shares the groups), else row by row. With few
 // blocks, each thread block's steps weigh on the total: under the mask block j has its share of the group's query
 // heads times (its query blocks, fewer the larger j is) steps, and launched row by row the last row's longest
 // blocks start when most of the GPU is done, and run alone. With many blocks the tail is short, and row by row
 // keeps one head's Q, dO and dQ sums in the L2 while its K/V blocks walk them.
-bool backward_key_blocks_outer(bool causal, int batch, int heads_kv, int seq_k, int head_dim, int sms);
+bool backward_key_blocks_outer(bool causal, int batch, int heads_kv, int seq_k, int head_dim, int sms, int consumers = 2);
+// The backward's grid for a problem on a GPU of `sms` SMs: its consumer warpgroups, the splits of each group and
+// their scratch, and the launch order (Params::consumers, group_splits, key_blocks_outer). Two consumers take
+// backward_split's splits and backward_key_blocks_outer's order. At d = 64 the plan weighs three (Bc = 192) against
+// that: their steps cover a block's keys in less time (measured, kThreeConsumersTimePerKey below), but a block of 192
+// keys leaves fewer and longer thread blocks, which a causal mask makes unequal, and the last of them can run alone
+// at the end. So for two consumers' grid and for three's with each split of the group (launched K/V block by K/V
+// block under a mask), the plan estimates the kernel's time by replaying the launch on `sms` SMs (each thread block to
+// the SM that frees first, for its steps and a fixed cost), and takes three where their best estimate is the
+// shorter by a margin. `timeline`: two, always (the timeline build of three spills registers). `consumers` > 0: that
+// many, whatever the estimates say (three: with the best of their splits), for the tests and A/B runs.
+struct BackwardPlan {
+  int consumers = 2;
+  BackwardSplit split;
+  bool key_blocks_outer = false;
+};
+BackwardPlan backward_plan(int batch, int heads_q, int heads_kv, int seq_q, int seq_k, int head_dim, CausalAlign align,
+                           bool timeline, int sms, int consumers = 0);
 // (Head dims the backward is compiled for: kBackwardHeadDims, cuda/constraints.hpp.)
 
 // The TMA descriptors of Q, K and V: 4-D (D, H, S, B) views with 128B swizzle, boxes of
