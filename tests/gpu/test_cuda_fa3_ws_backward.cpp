@@ -42,17 +42,26 @@ bool skip_unless_hopper() {
   return true;
 }
 
+// The backward a check runs: the registry's (the plan's choice of kernel), or a given consumer count's.
+using BackwardCall = Grads (*)(const Problem&, DType, const Qkv&, const ForwardOut&, const HostTensor&);
+Grads registry_backward(const Problem& p, DType dtype, const Qkv& in, const ForwardOut& out, const HostTensor& dO) {
+  return find_variant("cuda-fa3-ws").backward(p, dtype, in, out, dO);
+}
+Grads three_consumers_backward(const Problem& p, DType dtype, const Qkv& in, const ForwardOut& out, const HostTensor& dO) {
+  return cuda_fa3_ws_backward_with_consumers(3, p, dtype, in, out, dO);
+}
+
 // The forward and backward of cuda-fa3-ws on fresh random inputs, at every head dim and dtype (or those given), the
 // backward in the default and the deterministic mode, against one reference per (head dim, dtype).
 void check_problem(Shape shape, Options options, std::initializer_list<DType> dtypes,
-                   std::initializer_list<int> head_dims) {
+                   std::initializer_list<int> head_dims, BackwardCall backward = registry_backward) {
   const Variant& fa3 = find_variant("cuda-fa3-ws");
   for (DType dtype : dtypes)
     for (int d : head_dims) {
       shape.head_dim = d;
       const std::uint64_t seed = fresh_seed();
       Problem p{.shape = shape, .options = options};
-      INFO(describe(p, dtype, seed));
+      INFO(describe(p, dtype, seed) << (backward == three_consumers_backward ? ", three consumer warpgroups" : ""));
       const Qkv in = random_qkv(shape, dtype, seed);
       const HostTensor dO = random_like_o(shape, dtype, seed);
       const ForwardOut ref = naive_forward<double>(p, in);
@@ -64,7 +73,7 @@ void check_problem(Shape shape, Options options, std::initializer_list<DType> dt
       for (bool deterministic : {false, true}) {
         INFO((deterministic ? "deterministic mode" : "default mode"));
         p.options.deterministic = deterministic;
-        const Grads g = fa3.backward(p, dtype, in, out, dO);
+        const Grads g = backward(p, dtype, in, out, dO);
         check_output("dQ", dtype, Quantity::Gradient, g.dq, gref.dq, glowp.dq);
         check_output("dK", dtype, Quantity::Gradient, g.dk, gref.dk, glowp.dk);
         check_output("dV", dtype, Quantity::Gradient, g.dv, gref.dv, glowp.dv);
@@ -74,28 +83,7 @@ void check_problem(Shape shape, Options options, std::initializer_list<DType> dt
 
 // The same at d = 64 with three consumer warpgroups (Bc = 192) whatever the plan would choose: small problems take two.
 void check_three_consumers(Shape shape, Options options) {
-  shape.head_dim = 64;
-  const Variant& fa3 = find_variant("cuda-fa3-ws");
-  for (DType dtype : {DType::F16, DType::BF16}) {
-    const std::uint64_t seed = fresh_seed();
-    Problem p{.shape = shape, .options = options};
-    INFO(describe(p, dtype, seed) << ", three consumer warpgroups");
-    const Qkv in = random_qkv(shape, dtype, seed);
-    const HostTensor dO = random_like_o(shape, dtype, seed);
-    const ForwardOut ref = naive_forward<double>(p, in);
-    const ForwardOut lowp = naive_forward_lowp(p, dtype, in);
-    const Grads gref = naive_backward<double>(p, in, ref, dO);
-    const Grads glowp = naive_backward_lowp(p, dtype, in, lowp, dO);
-    const ForwardOut out = fa3.forward(p, dtype, in, nullptr);
-    for (bool deterministic : {false, true}) {
-      INFO((deterministic ? "deterministic mode" : "default mode"));
-      p.options.deterministic = deterministic;
-      const Grads g = cuda_fa3_ws_backward_with_consumers(3, p, dtype, in, out, dO);
-      check_output("dQ", dtype, Quantity::Gradient, g.dq, gref.dq, glowp.dq);
-      check_output("dK", dtype, Quantity::Gradient, g.dk, gref.dk, glowp.dk);
-      check_output("dV", dtype, Quantity::Gradient, g.dv, gref.dv, glowp.dv);
-    }
-  }
+  check_problem(shape, options, {DType::F16, DType::BF16}, {64}, three_consumers_backward);
 }
 
 void check_problem(Shape shape, Options options) {
