@@ -426,6 +426,20 @@ TEST_CASE("cuda-fa3-ws bench --timeline: d = 64 where steps 5-7 run three consum
       problem(2048, 2048), DType::BF16, BenchSettings{.warmup = 0, .iters = 1, .backward = true, .record_timeline = true});
   REQUIRE(backward.timeline.has_value());
   CHECK_FALSE(backward.timeline->records.empty());
+  // Where the backward's plan takes three consumer warpgroups (a long, even grid: the FA2 setting at 2k), the
+  // timing runs them and the recording runs two, a producer and two lanes, and the label says so.
+  Problem fa2_setting = problem(2048, 2048);
+  fa2_setting.shape.batch = 8;
+  fa2_setting.shape.heads_q = fa2_setting.shape.heads_kv = 32;
+  const BenchResult three = find_variant("cuda-fa3-ws").bench(
+      fa2_setting, DType::BF16, BenchSettings{.warmup = 0, .iters = 1, .backward = true, .record_timeline = true});
+  REQUIRE(three.timeline.has_value());
+  std::uint32_t backward_lanes = 0;
+  for (const TimelineRecord& r : three.timeline->records) backward_lanes = std::max(backward_lanes, r.warpgroup + 1u);
+  CHECK(backward_lanes == 3);
+  CHECK_MESSAGE(three.timeline->label.find("(recorded with 2 consumer warpgroups; the timed runs had 3)") !=
+                    std::string::npos,
+                three.timeline->label);
 }
 
 TEST_CASE("cuda-fa3-ws bench --timeline with dropout is one sentence") {

@@ -171,12 +171,12 @@ bool backward_key_blocks_outer(bool causal, int batch, int heads_kv, int seq_k, 
 }
 
 namespace {
-// The plan's estimate, fitted to measurements on an H200 (bench/results/, the d = 64 consumers A/B of 2026-11-29 and
-// h100-fa3-ws-backward-notes.md's section on three consumers: twelve rows of three consumers' backward time over
-// two's, at the FA2 setting and at a Llama's grouped-query shape): three consumers cover a block's keys in 0.88 of
-// two consumers' time a key, and a thread block's fixed cost (K_j, V_j in, the pipeline's first step, dK_j and dV_j
-// out, its place in the launch) weighs eight steps. That is within 0.055 of every row. Three consumers must beat two
-// by 3%, and launching K/V block by K/V block must beat row by row by 2%.
+// The plan's estimate, its two constants fitted to measured backward times of three consumers over two, at the FA2
+// setting and at a Llama's grouped-query shape (bench/results/h100-fa3-ws-backward-notes.md, its section on three
+// consumers, has the rows and the fit): three consumers cover a block's keys in kThreeConsumersTimePerKey of two
+// consumers' time a key, and a thread block's fixed cost (K_j, V_j in, the pipeline's first step, dK_j and dV_j out,
+// its place in the launch) weighs kFixedSteps steps. Three consumers must beat two by the margin, and launching K/V
+// block by K/V block must beat row by row by its own.
 constexpr double kThreeConsumersTimePerKey = 0.88;
 constexpr double kFixedSteps = 8.0;
 constexpr double kThreeConsumersMargin = 0.97;
@@ -238,11 +238,12 @@ BackwardPlan plan_backward(int batch, int heads_q, int heads_kv, int seq_q, int 
   // Three consumers: each split of the group, launched row by row unless K/V block by K/V block is estimated shorter
   // by kOrderMargin. The estimate does not see the L2: row by row, the thread blocks running at once share a few
   // heads' Q_i, dO_i and dQ sums; block by block they share them only where there are few rows. So the second order
-  // is weighed only where at least kRowSharers of a row's blocks run at once (measured at the FA2 setting under a
-  // causal mask: with 32 rows and more it was slower, at 256 rows by a fifth).
+  // is weighed only where at least kRowSharers of a row's blocks run at once (with many rows it was measured slower:
+  // the notes above).
   BackwardPlan three;
   three.consumers = 3;
   double three_time = 0;
+  bool any_three = false;
   const int group = heads_q / heads_kv;
   for (int s = 1; s <= group; ++s) {
     const std::int64_t rows = std::int64_t(batch) * heads_kv * s;
@@ -253,12 +254,14 @@ BackwardPlan plan_backward(int batch, int heads_q, int heads_kv, int seq_q, int 
                                : by_rows;
     const bool keys_outer = by_keys < kOrderMargin * by_rows;
     const double t = keys_outer ? by_keys : by_rows;
-    if (s == 1 || t < three_time) {
+    if (!any_three || t < three_time) {
+      any_three = true;
       three_time = t;
       three.split = split_of(batch, heads_kv, seq_k, head_dim, 3, s);
       three.key_blocks_outer = keys_outer;
     }
   }
+  if (!any_three) return two;  // (every split has more rows than a grid holds: the launcher refuses the problem)
   if (consumers == 3) return three;
   return three_time < kThreeConsumersMargin * two_time ? three : two;
 }

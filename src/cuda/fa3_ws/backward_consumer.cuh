@@ -161,8 +161,8 @@ struct Consumer {
   __device__ void stage_dq(float* staging, const float (&dq)[kNQ]) const {
     stage_dq_halves(smem_u32(staging), smem_u32(staging) + Cfg::kDqBytes / 2, dq);
   }
-  // Stages the piece of step n in buffer n % 2 (once the writer has handed it back) and hands it to the writer
-  // warp.
+  // Stages the piece of step n in buffer n % kDqStagingBuffers (once the writer has handed it back) and hands it to
+  // the writer warp.
   __device__ void hand_dq_piece(const float (&dq)[kNQ], int n) const {
     const int b = n % Cfg::kDqStagingBuffers;
     if (n >= Cfg::kDqStagingBuffers) {
