@@ -390,6 +390,32 @@ TEST_CASE("bad input: one sentence and exit code 2") {
     expect_bad_input({"bench", "--device", "cuda", "--dtype", "e4m3", "--quantize-from", "bf16", "--one-pass"},
                      "--one-pass runs the forward alone: it takes no --quantize-from");
   }
+  SUBCASE("the backward grid: with --backward, cuda-fa3-ws alone, a grid its backward can run on this problem") {
+    const std::vector<std::string> fa3 = {"bench", "--device", "cuda", "--variants", "cuda-fa3-ws", "--backward"};
+    const auto with = [&](std::initializer_list<std::string> more) {
+      std::vector<std::string> args = fa3;
+      args.insert(args.end(), more);
+      return args;
+    };
+    expect_bad_input({"bench", "--device", "cuda", "--variants", "cuda-fa3-ws", "--backward-grid", "2,1,rows"},
+                     "--backward-grid chooses the backward's grid: give --backward too");
+    expect_bad_input({"bench", "--device", "cuda", "--backward", "--backward-grid", "2,1,rows"},
+                     "--backward-grid is cuda-fa3-ws's backward grid: give --variants cuda-fa3-ws (and no other)");
+    for (const char* malformed : {"2,1", "2,x,rows", "2,2,cols", "2,1,rows,keys", ",1,rows"})
+      expect_bad_input(with({"--backward-grid", malformed}),
+                       "--backward-grid takes CONSUMERS,SPLITS,ORDER: 2 or 3 consumer warpgroups, the thread blocks "
+                       "sharing each group of query heads, and rows or keys (e.g. 2,1,rows or 3,4,keys), not '" +
+                           std::string(malformed) + "'");
+    expect_bad_input(with({"--backward-grid", "3,1,rows", "--head-dim", "128"}),
+                     "--backward-grid: cuda-fa3-ws's backward runs 2 consumer warpgroups, or 3 at head dim 64, not 3 "
+                     "at head dim 128");
+    expect_bad_input(with({"--backward-grid", "2,3,keys", "--heads", "16", "--heads-kv", "4"}),
+                     "--backward-grid: SPLITS, the thread blocks sharing a group of query heads, divides the query "
+                     "heads per K/V head (4 here), not 3");
+    expect_bad_input(with({"--backward-grid", "2,0,rows"}),
+                     "--backward-grid: SPLITS, the thread blocks sharing a group of query heads, divides the query "
+                     "heads per K/V head (1 here), not 0");
+  }
 }
 
 TEST_CASE("run through .npy files writes what calling the variant directly computes") {

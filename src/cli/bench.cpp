@@ -21,6 +21,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <stdexcept>
 
 #include "cli/commands.hpp"
 #include "core/flops.hpp"
@@ -45,6 +46,7 @@ struct Row {
   std::string reason;
   double forward_ms = -1, backward_ms = -1;
   double prepass_ms = -1;  // --quantize-from: the FP8 pre-pass
+  std::optional<BackwardGrid> backward_grid;  // the grid cuda-fa3-ws's backward ran on (its plan's, or --backward-grid)
   std::int64_t peak_bytes = -1, io_bytes = -1, extra_bytes = -1;
   std::int64_t hbm_forward = -1, hbm_backward = -1;
   Tiling tiling;
@@ -202,6 +204,51 @@ std::string cpu_model() {
 }
 
 
+// "2 consumer warpgroups, each group of query heads shared among 2 thread blocks, launched K/V block by K/V block":
+// a backward grid as the note under the table says it.
+std::string describe_grid(const BackwardGrid& g) {
+  return std::to_string(g.consumers) + " consumer warpgroups, " +
+         (g.group_splits == 1 ? std::string("a group of query heads a thread block")
+                              : "each group of query heads shared among " + std::to_string(g.group_splits) +
+                                    " thread blocks") +
+         ", launched " + (g.key_blocks_outer ? "K/V block by K/V block" : "row by row");
+}
+nlohmann::ordered_json backward_grid_json(const BackwardGrid& g) {
+  return {{"consumers", g.consumers}, {"group_splits", g.group_splits},
+          {"order", g.key_blocks_outer ? "keys" : "rows"}};
+}
+
+// --backward-grid CONSUMERS,SPLITS,ORDER, checked against the problem: cuda-fa3-ws's backward on that grid.
+BackwardGrid parse_backward_grid(const std::string& text, const Shape& shape) {
+  const std::string usage = "--backward-grid takes CONSUMERS,SPLITS,ORDER: 2 or 3 consumer warpgroups, the thread "
+                            "blocks sharing each group of query heads, and rows or keys (e.g. 2,1,rows or 3,4,keys), "
+                            "not '" + text + "'";
+  const std::size_t a = text.find(','), b = a == std::string::npos ? a : text.find(',', a + 1);
+  if (b == std::string::npos || text.find(',', b + 1) != std::string::npos) throw InputError(usage);
+  const std::string order = text.substr(b + 1);
+  BackwardGrid g;
+  try {
+    std::size_t used = 0;
+    g.consumers = std::stoi(text.substr(0, a), &used);
+    if (used != a) throw InputError(usage);
+    g.group_splits = std::stoi(text.substr(a + 1, b - a - 1), &used);
+    if (used != b - a - 1) throw InputError(usage);
+  } catch (const std::logic_error&) {  // stoi's invalid_argument and out_of_range
+    throw InputError(usage);
+  }
+  if (order != "rows" && order != "keys") throw InputError(usage);
+  g.key_blocks_outer = order == "keys";
+  if (g.consumers != 2 && !(g.consumers == 3 && shape.head_dim == 64))
+    throw InputError("--backward-grid: cuda-fa3-ws's backward runs 2 consumer warpgroups, or 3 at head dim 64, not " +
+                     std::to_string(g.consumers) + " at head dim " + std::to_string(shape.head_dim));
+  if (shape.heads_kv < 1 || shape.heads_q % shape.heads_kv != 0) return g;  // (the shape's own check refuses it)
+  const int group = shape.heads_q / shape.heads_kv;
+  if (g.group_splits < 1 || group % g.group_splits != 0)
+    throw InputError("--backward-grid: SPLITS, the thread blocks sharing a group of query heads, divides the query "
+                     "heads per K/V head (" + std::to_string(group) + " here), not " + std::to_string(g.group_splits));
+  return g;
+}
+
 nlohmann::ordered_json to_json(const Row& r, bool backward) {
   nlohmann::ordered_json j;
   j["variant"] = r.variant->name;
@@ -219,6 +266,7 @@ nlohmann::ordered_json to_json(const Row& r, bool backward) {
   j["forward_ms"] = r.forward_ms;
   if (backward) j["backward_ms"] = r.backward_ms;
   if (r.prepass_ms >= 0) j["prepass_ms"] = r.prepass_ms;
+  if (r.backward_grid) j["backward_grid"] = backward_grid_json(*r.backward_grid);
   j["peak_bytes"] = r.peak_bytes;
   j["io_bytes"] = r.io_bytes;
   j["extra_bytes"] = r.extra_bytes;
@@ -290,6 +338,12 @@ void BenchCommand::add_to(CLI::App& app) {
                "with --quantize-from: the pre-pass rotates Q and K first (FlashAttention-3's incoherent processing: a "
                "random Hadamard rotation of the head dim, seed 1; head dims 64, 128 and 256)");
   app.add_flag("--backward", backward, "also time the backward pass");
+  app.add_option("--backward-grid", backward_grid,
+                 "with --backward, cuda-fa3-ws only: time its backward on this grid instead of its launch plan's: "
+                 "CONSUMERS (2, or 3 at head dim 64), SPLITS (thread blocks sharing each group of query heads, a "
+                 "divisor of --heads / --heads-kv) and the launch ORDER (rows, or keys: K/V block by K/V block), e.g. "
+                 "2,1,rows; the table's note names the grid that ran")
+      ->type_name("C,S,ORDER");
   app.add_flag("--deterministic", deterministic,
                "with --backward: time the backward that sums dQ in a fixed order (bit-identical run to run)");
   warmup_option = app.add_option("--warmup", warmup, "untimed runs first")->capture_default_str();
@@ -345,6 +399,16 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
   }
   if (rotate && !prepass_from)
     throw InputError("--rotate is done by the FP8 pre-pass: give --dtype e4m3 --quantize-from f32, f16 or bf16 too");
+  std::optional<BackwardGrid> grid;
+  if (!backward_grid.empty()) {
+    if (!backward) throw InputError("--backward-grid chooses the backward's grid: give --backward too");
+    if (variants != "cuda-fa3-ws")
+      throw InputError("--backward-grid is cuda-fa3-ws's backward grid: give --variants cuda-fa3-ws (and no other)");
+    const int heads_q = heads > 0 ? heads : kDefaultCudaHeads;
+    grid = parse_backward_grid(backward_grid, Shape{.batch = batch, .heads_q = heads_q,
+                                                    .heads_kv = heads_kv != 0 ? heads_kv : heads_q,
+                                                    .head_dim = head_dim});
+  }
   if (dev == Device::Cuda && !cuda_device_present())
     throw InputError(std::string("--device cuda needs a CUDA GPU and ") +
                      (cuda_device_name().empty() ? "none is available on this machine" : "it is not usable"));
@@ -444,10 +508,12 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
                                        .record_timeline = !timeline_path.empty(),
                                        .one_pass = one_pass,
                                        .fp8_prepass_from = prepass_from,
-                                       .fp8_rotate = rotate};
+                                       .fp8_rotate = rotate,
+                                       .backward_grid = grid};
           const BenchResult b = v->bench(p, r.dtype, settings);
           r.forward_ms = b.forward_ms;
           r.prepass_ms = b.prepass_ms;
+          r.backward_grid = b.backward_grid;
           r.backward_ms = b.backward_ms;
           r.peak_bytes = std::int64_t(b.peak_bytes);
           r.io_bytes = std::int64_t(b.io_bytes);
@@ -533,6 +599,11 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
   table.print(out);
   for (const Row& r : rows)
     if (r.timeline) out << "\n" << timeline_line(*r.timeline, r.timeline_file, backward ? r.backward_ms : r.forward_ms);
+  for (const Row& r : rows)
+    if (r.backward_grid)
+      out << "\n" << r.variant->name << " N=" << r.shape.seq_q << ": the backward ran " << describe_grid(*r.backward_grid)
+          << (grid ? " (--backward-grid)" : " (its launch plan's)");
+  if (std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.backward_grid.has_value(); })) out << "\n";
 
   if (!json_path.empty()) {
     nlohmann::ordered_json j;
@@ -553,6 +624,7 @@ int BenchCommand::run(std::ostream& out, std::ostream& err) const {
                      {"one_pass", one_pass}};
     if (prepass_from) j["settings"]["fp8_prepass"] = {{"from", to_string(*prepass_from)}, {"rotate", rotate}};
     if (!timeline_path.empty()) j["settings"]["timeline"] = timeline_path;
+    if (grid) j["settings"]["backward_grid"] = backward_grid_json(*grid);
     if (dev == Device::Cpu) j["load_average_at_start"] = load_average;
     j["notes"] = dev == Device::Cpu
                      ? "one forked process per row. times: host steady_clock, median of the timed runs. peak_bytes: "

@@ -100,6 +100,7 @@ struct BenchCommand {
   bool one_pass = false;      // exactly one pass inside a profiler range, for Nsight Compute (BenchSettings::one_pass)
   std::string quantize_from;  // --dtype e4m3: the activations' dtype the FP8 pre-pass starts from (BenchSettings)
   bool rotate = false;        // ... and it rotates Q and K first
+  std::string backward_grid;  // --backward-grid CONSUMERS,SPLITS,ORDER: cuda-fa3-ws's backward on that grid, not its plan's
   int ring = 0;               // given: ring attention of P ranks on one GPU beside the one-shot kernel (bench_ring.cpp)
   std::string layouts = "contiguous,zigzag,striped";  // --ring: the layouts timed
   CLI::Option* ring_option = nullptr;

@@ -13,6 +13,14 @@
 namespace flashlab {
 
 // Device timing of one configuration, inputs already resident.
+// cuda-fa3-ws's backward grid (cuda/fa3_ws/fa3_ws_params.hpp, backward_plan): its consumer warpgroups, how many
+// thread blocks share each group of query heads, and whether its blocks launch K/V block by K/V block (else row by row).
+struct BackwardGrid {
+  int consumers = 2;
+  int group_splits = 1;
+  bool key_blocks_outer = false;
+};
+
 struct BenchSettings {
   int warmup = 3;
   int iters = 20;
@@ -31,6 +39,8 @@ struct BenchSettings {
   // and K first (the Hadamard rotation, seed 1).
   std::optional<DType> fp8_prepass_from{};
   bool fp8_rotate{};
+  // With `backward`, cuda-fa3-ws only: time its backward on this grid instead of the one its plan chooses.
+  std::optional<BackwardGrid> backward_grid{};
 };
 
 // What a bench with BenchSettings::record_timeline recorded, and what recording costs. The records are the
@@ -56,6 +66,7 @@ struct BenchResult {
   std::size_t io_bytes = 0;    // of which inputs and outputs (q, k, v, o, lse, and grads)
   std::optional<BenchTimeline> timeline{};  // set when BenchSettings::record_timeline was
   double prepass_ms = -1;  // the FP8 pre-pass's median (BenchSettings::fp8_prepass_from); < 0 when not timed
+  std::optional<BackwardGrid> backward_grid{};  // the grid cuda-fa3-ws's timed backward ran on
 };
 
 }  // namespace flashlab

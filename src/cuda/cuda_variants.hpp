@@ -90,6 +90,10 @@ Grads cuda_fa3_ws_backward(const Problem&, DType, const Qkv&, const ForwardOut&,
 // (fa3_ws_params.hpp, backward_plan): for the tests, which hold both kernels to the reference on small problems.
 Grads cuda_fa3_ws_backward_with_consumers(int consumers, const Problem&, DType, const Qkv&, const ForwardOut&,
                                           const HostTensor& dO);
+// The same on one grid of the caller's (fa3_ws_params.hpp, backward_grid): `consumers`, each group of query heads
+// shared among `group_splits` thread blocks, launched K/V block by K/V block or row by row.
+Grads cuda_fa3_ws_backward_on_grid(int consumers, int group_splits, bool key_blocks_outer, const Problem&, DType,
+                                   const Qkv&, const ForwardOut&, const HostTensor& dO);
 // The same behind the common signatures, one instantiation per registry row.
 template <int kStep = 5>
 ForwardOut cuda_fa3_ws_forward(const Problem& p, DType dtype, const Qkv& in, TrafficObserver*) {

@@ -262,7 +262,13 @@ template <class T>
 BenchResult bench_as(cuda::fa3_ws::LadderStep step, const Problem& p, DType dtype, const BenchSettings& settings) {
   const cuda::PeakScope scope;
   auto t = cuda::DeviceAttention<T>::random(p.shape, settings.backward);
-  const cuda::fa3_ws::BackwardPlan plan = backward_plan_here(p);
+  const Shape& s = p.shape;
+  const cuda::fa3_ws::BackwardPlan plan =
+      settings.backward_grid
+          ? cuda::fa3_ws::backward_grid(s.batch, s.heads_q, s.heads_kv, s.seq_k, s.head_dim,
+                                        settings.backward_grid->consumers, settings.backward_grid->group_splits,
+                                        settings.backward_grid->key_blocks_outer)
+          : backward_plan_here(p);
   BackwardScratch scratch(p, settings.backward, plan);
   const cuda::fa3_ws::Params params = params_for(p, t.forward_io());
   cuda::fa3_ws::Params backward_params = backward_params_for(p, t.backward_io(), plan);
@@ -272,6 +278,10 @@ BenchResult bench_as(cuda::fa3_ws::LadderStep step, const Problem& p, DType dtyp
   const auto backward = [&] { cuda::fa3_ws::launch_backward(dtype, backward_params, /*stream=*/0); };
   // The timed runs are the shipped kernel's, with or without a timeline asked for.
   BenchResult result = cuda::bench_passes(settings, scope, t, forward, backward);
+  if (settings.backward)
+    result.backward_grid = BackwardGrid{.consumers = plan.consumers,
+                                        .group_splits = plan.split.group_splits,
+                                        .key_blocks_outer = plan.key_blocks_outer};
   if (settings.record_timeline && settings.backward) {
     // The timeline build runs two consumers (backward_plan): its own plan, and scratch for that plan's splits.
     const cuda::fa3_ws::BackwardPlan timeline_plan = backward_plan_here(p, /*timeline=*/true);
@@ -530,6 +540,17 @@ Grads cuda_fa3_ws_backward_with_consumers(int consumers, const Problem& p, DType
   const cuda::fa3_ws::BackwardPlan plan = backward_plan_here(p, false, consumers);
   const auto run_on_device = [&plan](const Problem& problem, DType t, const DeviceBackwardIo& io) {
     backward_on_device_with(plan, problem, t, io);
+  };
+  return cuda::backward_from_host(run_on_device, cuda::BackwardReads::o_and_lse, p, dtype, in, fwd, dO);
+}
+
+Grads cuda_fa3_ws_backward_on_grid(int consumers, int group_splits, bool key_blocks_outer, const Problem& p, DType dtype,
+                                   const Qkv& in, const ForwardOut& fwd, const HostTensor& dO) {
+  const Shape& s = p.shape;
+  const cuda::fa3_ws::BackwardPlan grid = cuda::fa3_ws::backward_grid(s.batch, s.heads_q, s.heads_kv, s.seq_k, s.head_dim,
+                                                                      consumers, group_splits, key_blocks_outer);
+  const auto run_on_device = [&grid](const Problem& problem, DType t, const DeviceBackwardIo& io) {
+    backward_on_device_with(grid, problem, t, io);
   };
   return cuda::backward_from_host(run_on_device, cuda::BackwardReads::o_and_lse, p, dtype, in, fwd, dO);
 }

@@ -19,6 +19,7 @@
 #include <iterator>
 #include <string>
 
+#include "core/bench.hpp"
 #include "core/tolerance.hpp"
 #include "cuda/constraints.hpp"
 #include "cuda/cuda_variants.hpp"
@@ -50,6 +51,10 @@ Grads registry_backward(const Problem& p, DType dtype, const Qkv& in, const Forw
 Grads three_consumers_backward(const Problem& p, DType dtype, const Qkv& in, const ForwardOut& out, const HostTensor& dO) {
   return cuda_fa3_ws_backward_with_consumers(3, p, dtype, in, out, dO);
 }
+// Two consumers with each group of query heads shared between two thread blocks, launched K/V block by K/V block.
+Grads split_groups_backward(const Problem& p, DType dtype, const Qkv& in, const ForwardOut& out, const HostTensor& dO) {
+  return cuda_fa3_ws_backward_on_grid(2, 2, true, p, dtype, in, out, dO);
+}
 
 // The forward and backward of cuda-fa3-ws on fresh random inputs, at every head dim and dtype (or those given), the
 // backward in the default and the deterministic mode, against one reference per (head dim, dtype).
@@ -61,7 +66,9 @@ void check_problem(Shape shape, Options options, std::initializer_list<DType> dt
       shape.head_dim = d;
       const std::uint64_t seed = fresh_seed();
       Problem p{.shape = shape, .options = options};
-      INFO(describe(p, dtype, seed) << (backward == three_consumers_backward ? ", three consumer warpgroups" : ""));
+      INFO(describe(p, dtype, seed) << (backward == three_consumers_backward ? ", three consumer warpgroups"
+                                        : backward == split_groups_backward ? ", each group split between two blocks"
+                                                                            : ""));
       const Qkv in = random_qkv(shape, dtype, seed);
       const HostTensor dO = random_like_o(shape, dtype, seed);
       const ForwardOut ref = naive_forward<double>(p, in);
@@ -151,8 +158,10 @@ TEST_CASE("cuda-fa3-ws's backward: GQA and MQA (dK, dV summed over the query hea
 TEST_CASE("cuda-fa3-ws's backward: GQA on too few K/V blocks to fill the GPU shares each group among thread blocks") {
   if (skip_unless_hopper()) return;
   // The small GQA problems above take every group apart (a thread block per query head and K/V block). Here the
-  // batch is chosen so that half the group per thread block is the fewest that gives every SM two blocks: the blocks
-  // of one K/V block then add partial dK, dV sums of two query heads each, the last to finish adding them up.
+  // batch is chosen so that half the group per thread block is the fewest that gives every SM two blocks (the fill
+  // rule the plan starts from): the blocks of one K/V block then add partial dK, dV sums of two query heads each, the
+  // last to finish adding them up. That grid runs here whatever the plan takes for the problem (under the mask its
+  // replay estimates whole groups shorter: one block an SM, each of 8 steps).
   const int sms = cuda::device_sm_count();
   REQUIRE(sms > 0);
   for (int heads_q : {4, 6}) {
@@ -165,7 +174,7 @@ TEST_CASE("cuda-fa3-ws's backward: GQA on too few K/V blocks to fill the GPU sha
       CHECK(cuda::fa3_ws::backward_key_blocks_outer(true, s.batch, s.heads_kv, s.seq_k, d, sms));
       CHECK_FALSE(cuda::fa3_ws::backward_key_blocks_outer(false, s.batch, s.heads_kv, s.seq_k, d, sms));
     }
-    check_problem(s, opts(CausalAlign::TopLeft), {DType::BF16}, {64, 128});
+    check_problem(s, opts(CausalAlign::TopLeft), {DType::BF16}, {64, 128}, split_groups_backward);
   }
   // Batch 1 and long keys: enough K/V blocks, one thread block per group, launched row by row.
   CHECK(cuda::fa3_ws::backward_split(1, 16, 4, 4 * sms * 128, 128, sms).group_splits == 1);
@@ -198,6 +207,18 @@ TEST_CASE("cuda-fa3-ws's backward plan: three consumers at d = 64 where the grid
   CHECK(llama_16k.split.group_splits > 1);
   CHECK(llama_16k.key_blocks_outer);  // (row by row, the first rows' longest blocks would end alone)
   CHECK(llama_16k.split.tickets == 4 * ((16384 + 191) / 192) * 3 * 4);  // per (K/V head, K/V block, consumer warp)
+  // Two consumers at d = 128, the same attention: under the mask the replay's grids, not the fill rule's. At 4k the rule
+  // shares each group among four thread blocks; half the group a block, launched K/V block by K/V block, is estimated
+  // 11% shorter. At 16k a group a block, row by row. Without a mask the rule stands.
+  const cuda::fa3_ws::BackwardPlan llama_4k_d128 = plan(1, 16, 4, 4096, 128, CausalAlign::TopLeft);
+  CHECK(cuda::fa3_ws::backward_split(1, 16, 4, 4096, 128, 132).group_splits == 4);
+  CHECK(llama_4k_d128.consumers == 2);
+  CHECK(llama_4k_d128.split.group_splits == 2);
+  CHECK(llama_4k_d128.key_blocks_outer);
+  const cuda::fa3_ws::BackwardPlan llama_16k_d128 = plan(1, 16, 4, 16384, 128, CausalAlign::TopLeft);
+  CHECK(llama_16k_d128.split.group_splits == 1);
+  CHECK_FALSE(llama_16k_d128.key_blocks_outer);
+  CHECK(plan(1, 16, 4, 4096, 128, CausalAlign::None).split.group_splits == 4);
   // A small problem: two.
   CHECK(plan(1, 2, 2, 200, 64, CausalAlign::None).consumers == 2);
   // Asked for: three at d = 64 whatever the estimate, and a sentence elsewhere.
@@ -212,6 +233,32 @@ TEST_CASE("cuda-fa3-ws's backward plan: three consumers at d = 64 where the grid
   }
   CHECK_MESSAGE(d128.find("the backward runs 2 consumer warpgroups, or 3 at d = 64, not 3 at d = 128") != std::string::npos,
                 d128);
+}
+
+TEST_CASE("cuda-fa3-ws's bench times its backward on the plan's grid, or on one it is given, and says which") {
+  if (skip_unless_hopper()) return;
+  // A Llama's attention at 4k (16 query heads on 4 K/V heads, causal), whose plan is checked above.
+  Problem p{.shape = Shape{.batch = 1, .heads_q = 16, .heads_kv = 4, .seq_q = 4096, .seq_k = 4096, .head_dim = 128},
+            .options = opts(CausalAlign::TopLeft)};
+  const Variant& fa3 = find_variant("cuda-fa3-ws");
+  const cuda::fa3_ws::BackwardPlan plan = cuda::fa3_ws::backward_plan(
+      1, 16, 4, 4096, 4096, 128, CausalAlign::TopLeft, false, cuda::device_sm_count());
+  const BenchResult planned = fa3.bench(p, DType::BF16, BenchSettings{.warmup = 0, .iters = 1, .backward = true});
+  REQUIRE(planned.backward_grid.has_value());
+  CHECK(planned.backward_grid->consumers == plan.consumers);
+  CHECK(planned.backward_grid->group_splits == plan.split.group_splits);
+  CHECK(planned.backward_grid->key_blocks_outer == plan.key_blocks_outer);
+  CHECK(planned.backward_ms > 0);
+  // The fill rule's grid, asked for: each group shared among four thread blocks, row by row.
+  const BenchResult given = fa3.bench(p, DType::BF16, BenchSettings{.warmup = 0, .iters = 1, .backward = true,
+                                                                    .backward_grid = BackwardGrid{2, 4, false}});
+  REQUIRE(given.backward_grid.has_value());
+  CHECK(given.backward_grid->consumers == 2);
+  CHECK(given.backward_grid->group_splits == 4);
+  CHECK_FALSE(given.backward_grid->key_blocks_outer);
+  CHECK(given.backward_ms > 0);
+  // Forward only: no backward grid.
+  CHECK_FALSE(fa3.bench(p, DType::BF16, BenchSettings{.warmup = 0, .iters = 1, .backward = false}).backward_grid);
 }
 
 TEST_CASE("cuda-fa3-ws's backward with three consumer warpgroups at d = 64 (Bc = 192), on small problems") {

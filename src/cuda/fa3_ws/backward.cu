@@ -175,12 +175,14 @@ namespace {
 // setting and at a Llama's grouped-query shape (bench/results/h100-fa3-ws-backward-notes.md, its section on three
 // consumers, has the rows and the fit): three consumers cover a block's keys in kThreeConsumersTimePerKey of two
 // consumers' time a key, and a thread block's fixed cost (K_j, V_j in, the pipeline's first step, dK_j and dV_j out,
-// its place in the launch) weighs kFixedSteps steps. Three consumers must beat two by the margin, and launching K/V
-// block by K/V block must beat row by row by its own.
+// its place in the launch) weighs kFixedSteps steps. Three consumers must beat two by the margin, launching K/V
+// block by K/V block must beat row by row by its own, and under a causal mask a replayed grid of two consumers must
+// beat the fill rule's (backward_split, backward_key_blocks_outer) by kGridMargin.
 constexpr double kThreeConsumersTimePerKey = 0.88;
 constexpr double kFixedSteps = 8.0;
 constexpr double kThreeConsumersMargin = 0.97;
 constexpr double kOrderMargin = 0.98;
+constexpr double kGridMargin = 0.98;
 constexpr int kRowSharers = 8;
 // Estimates beyond this many thread blocks take the even share (the replay would take longer than it is worth, and
 // the last blocks weigh little there).
@@ -224,48 +226,88 @@ double estimated_time(int batch, int heads_q, int heads_kv, int seq_q, int seq_k
   return end;
 }
 
-BackwardPlan plan_backward(int batch, int heads_q, int heads_kv, int seq_q, int seq_k, int head_dim, CausalAlign align,
-                           bool timeline, int sms, int consumers) {
+// The shortest estimate among the grids of `consumers`: each split of the group, launched row by row, or K/V block by
+// K/V block where that is estimated shorter by kOrderMargin. The estimate does not see the L2: row by row, the thread
+// blocks running at once share a few heads' Q_i, dO_i and dQ sums; block by block they share them only where there are
+// few rows. So the second order is weighed only under a mask, and only where at least kRowSharers of a row's blocks
+// run at once (with many rows it was measured slower: the notes above).
+struct EstimatedGrid {
+  BackwardPlan plan;
+  double time = 0;
+  bool found = false;  // false: every split has more rows than a grid holds
+};
+EstimatedGrid shortest_grid(int batch, int heads_q, int heads_kv, int seq_q, int seq_k, int head_dim, CausalAlign align,
+                            int consumers, int sms) {
   const bool causal = align != CausalAlign::None;
-  BackwardPlan two;
-  two.split = backward_split(batch, heads_q, heads_kv, seq_k, head_dim, sms);
-  two.key_blocks_outer = backward_key_blocks_outer(causal, batch, heads_kv, seq_k, head_dim, sms);
-  if (timeline || consumers == 2 || backward_max_consumers(head_dim) < 3 || batch <= 0 || heads_kv <= 0 ||
-      heads_q % heads_kv != 0 || seq_q <= 0 || seq_k <= 0 || sms <= 0)
-    return two;
-  const double two_time = estimated_time(batch, heads_q, heads_kv, seq_q, seq_k, head_dim, align, 2,
-                                         two.split.group_splits, two.key_blocks_outer, sms);
-  // Three consumers: each split of the group, launched row by row unless K/V block by K/V block is estimated shorter
-  // by kOrderMargin. The estimate does not see the L2: row by row, the thread blocks running at once share a few
-  // heads' Q_i, dO_i and dQ sums; block by block they share them only where there are few rows. So the second order
-  // is weighed only where at least kRowSharers of a row's blocks run at once (with many rows it was measured slower:
-  // the notes above).
-  BackwardPlan three;
-  three.consumers = 3;
-  double three_time = 0;
-  bool any_three = false;
+  EstimatedGrid best;
   const int group = heads_q / heads_kv;
   for (int s = 1; s <= group; ++s) {
     const std::int64_t rows = std::int64_t(batch) * heads_kv * s;
     if (group % s != 0 || rows > kMaxBackwardRows) continue;
-    const double by_rows = estimated_time(batch, heads_q, heads_kv, seq_q, seq_k, head_dim, align, 3, s, false, sms);
-    const double by_keys = causal && rows * kRowSharers <= sms
-                               ? estimated_time(batch, heads_q, heads_kv, seq_q, seq_k, head_dim, align, 3, s, true, sms)
-                               : by_rows;
+    const double by_rows =
+        estimated_time(batch, heads_q, heads_kv, seq_q, seq_k, head_dim, align, consumers, s, false, sms);
+    const double by_keys =
+        causal && rows * kRowSharers <= sms
+            ? estimated_time(batch, heads_q, heads_kv, seq_q, seq_k, head_dim, align, consumers, s, true, sms)
+            : by_rows;
     const bool keys_outer = by_keys < kOrderMargin * by_rows;
     const double t = keys_outer ? by_keys : by_rows;
-    if (!any_three || t < three_time) {
-      any_three = true;
-      three_time = t;
-      three.split = split_of(batch, heads_kv, seq_k, head_dim, 3, s);
-      three.key_blocks_outer = keys_outer;
+    if (!best.found || t < best.time) {
+      best.found = true;
+      best.time = t;
+      best.plan.consumers = consumers;
+      best.plan.split = split_of(batch, heads_kv, seq_k, head_dim, consumers, s);
+      best.plan.key_blocks_outer = keys_outer;
     }
   }
-  if (!any_three) return two;  // (every split has more rows than a grid holds: the launcher refuses the problem)
-  if (consumers == 3) return three;
-  return three_time < kThreeConsumersMargin * two_time ? three : two;
+  return best;
+}
+
+BackwardPlan plan_backward(int batch, int heads_q, int heads_kv, int seq_q, int seq_k, int head_dim, CausalAlign align,
+                           bool timeline, int sms, int consumers) {
+  const bool causal = align != CausalAlign::None;
+  // Two consumers start from the fill rule: backward_split's splits, backward_key_blocks_outer's order.
+  BackwardPlan two;
+  two.split = backward_split(batch, heads_q, heads_kv, seq_k, head_dim, sms);
+  two.key_blocks_outer = backward_key_blocks_outer(causal, batch, heads_kv, seq_k, head_dim, sms);
+  if (batch <= 0 || heads_kv <= 0 || heads_q % heads_kv != 0 || seq_q <= 0 || seq_k <= 0 || sms <= 0) return two;
+  double two_time = estimated_time(batch, heads_q, heads_kv, seq_q, seq_k, head_dim, align, 2, two.split.group_splits,
+                                   two.key_blocks_outer, sms);
+  // Under a causal mask the rule fills the GPU but does not weigh the blocks' unequal lengths: at a Llama's 16 query
+  // heads on 4 K/V heads it shares each group among more thread blocks than the fastest grid does (at 4k four where
+  // two are faster, at 8k two where whole groups are; h100-fa3-ws-backward-notes.md, its section on two consumers'
+  // replayed grids, has the race). There the replay's shortest grid of two consumers replaces the rule's where it is
+  // estimated shorter by kGridMargin. (Without a mask every block is as long, and the rule's grid stands: the replay
+  // was not raced there.)
+  if (causal) {
+    const EstimatedGrid replayed = shortest_grid(batch, heads_q, heads_kv, seq_q, seq_k, head_dim, align, 2, sms);
+    if (replayed.found && replayed.time < kGridMargin * two_time) {
+      two = replayed.plan;
+      two_time = replayed.time;
+    }
+  }
+  if (timeline || consumers == 2 || backward_max_consumers(head_dim) < 3) return two;
+  const EstimatedGrid three = shortest_grid(batch, heads_q, heads_kv, seq_q, seq_k, head_dim, align, 3, sms);
+  if (!three.found) return two;  // (the launcher refuses the problem)
+  if (consumers == 3) return three.plan;
+  return three.time < kThreeConsumersMargin * two_time ? three.plan : two;
 }
 }  // namespace
+
+BackwardPlan backward_grid(int batch, int heads_q, int heads_kv, int seq_k, int head_dim, int consumers, int group_splits,
+                           bool key_blocks_outer) {
+  expect(consumers == 2 || (consumers == 3 && backward_max_consumers(head_dim) == 3),
+         [&] { return "the backward runs 2 consumer warpgroups, or 3 at d = 64, not " + std::to_string(consumers) +
+                      " at d = " + std::to_string(head_dim); });
+  expect(heads_kv > 0 && heads_q % heads_kv == 0 && group_splits >= 1 && (heads_q / heads_kv) % group_splits == 0,
+         [&] { return "a backward grid's group splits divide the query heads per K/V head (" +
+                      std::to_string(heads_kv > 0 ? heads_q / heads_kv : 0) + "), not " + std::to_string(group_splits); });
+  BackwardPlan grid;
+  grid.consumers = consumers;
+  grid.split = split_of(batch, heads_kv, seq_k, head_dim, consumers, group_splits);
+  grid.key_blocks_outer = key_blocks_outer;
+  return grid;
+}
 
 BackwardPlan backward_plan(int batch, int heads_q, int heads_kv, int seq_q, int seq_k, int head_dim, CausalAlign align,
                            bool timeline, int sms, int consumers) {

@@ -118,14 +118,15 @@ BackwardSplit backward_split(int batch, int heads_q, int heads_kv, int seq_k, in
 // keeps one head's Q, dO and dQ sums in the L2 while its K/V blocks walk them.
 bool backward_key_blocks_outer(bool causal, int batch, int heads_kv, int seq_k, int head_dim, int sms, int consumers = 2);
 // The backward's grid for a problem on a GPU of `sms` SMs: its consumer warpgroups, the splits of each group and
-// their scratch, and the launch order (Params::consumers, group_splits, key_blocks_outer). Two consumers take
-// backward_split's splits and backward_key_blocks_outer's order. At d = 64 the plan weighs three (Bc = 192) against
-// that: their steps cover a block's keys in less time (measured, kThreeConsumersTimePerKey below), but a block of 192
+// their scratch, and the launch order (Params::consumers, group_splits, key_blocks_outer). The plan estimates a
+// grid's time by replaying its launch on `sms` SMs (each thread block to the SM that frees first, for its steps and a
+// fixed cost). Two consumers start from backward_split's splits and backward_key_blocks_outer's order; under a causal
+// mask, where the thread blocks are unequal, the plan also replays each split of the group in either order and takes
+// the shortest where it beats that by a margin. At d = 64 it weighs three consumers (Bc = 192) against two: their
+// steps cover a block's keys in less time (measured, kThreeConsumersTimePerKey in backward.cu), but a block of 192
 // keys leaves fewer and longer thread blocks, which a causal mask makes unequal, and the last of them can run alone
-// at the end. So for two consumers' grid and for three's with each split of the group (launched K/V block by K/V
-// block under a mask), the plan estimates the kernel's time by replaying the launch on `sms` SMs (each thread block to
-// the SM that frees first, for its steps and a fixed cost), and takes three where their best estimate is the
-// shorter by a margin. `timeline`: two, always (the timeline build of three spills registers). `consumers` > 0: that
+// at the end. So it replays three's grids too, and takes three where their best estimate is the shorter by a
+// margin. `timeline`: two, always (the timeline build of three spills registers). `consumers` > 0: that
 // many, whatever the estimates say (three: with the best of their splits), for the tests and A/B runs.
 struct BackwardPlan {
   int consumers = 2;
@@ -134,6 +135,11 @@ struct BackwardPlan {
 };
 BackwardPlan backward_plan(int batch, int heads_q, int heads_kv, int seq_q, int seq_k, int head_dim, CausalAlign align,
                            bool timeline, int sms, int consumers = 0);
+// One grid of the caller's, whatever the plan would choose: `consumers`, each group of query heads shared among
+// `group_splits` thread blocks (a divisor of the group; 1: not shared), and the launch order, with the split's scratch
+// sizes. For the tests, which hold every grid the plan can choose to the reference on small problems.
+BackwardPlan backward_grid(int batch, int heads_q, int heads_kv, int seq_k, int head_dim, int consumers, int group_splits,
+                           bool key_blocks_outer);
 // (Head dims the backward is compiled for: kBackwardHeadDims, cuda/constraints.hpp.)
 
 // The TMA descriptors of Q, K and V: 4-D (D, H, S, B) views with 128B swizzle, boxes of
