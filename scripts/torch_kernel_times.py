@@ -2,7 +2,7 @@
 
 A forward + backward of grouped-query attention (a Llama's 16 query heads on 4 K/V heads, causal, bf16, batch 1; the
 inputs (B, H, S, D) views of (B, S, H, D) memory, as a transformer's projections make them), called as a model's
-layer calls it: each backend's whole pass timed with CUDA events (median of 20), then 10 passes under torch.profiler,
+layer calls it: each backend's whole pass timed with CUDA events (median of 20 after 3), then 10 passes under torch.profiler,
 whose kernels are listed by their summed GPU time per pass. A kernel launched with programmatic dependent launch
 (our dQ conversion) starts before the kernel it follows ends, so the sum of a backend's kernels can exceed its
 pass's time.
@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 import flashlab.torch as ft
+from sdpa_gqa_bench import median_ms  # (scripts/, beside this one)
 
 
 def passes(seq, head_dim):
@@ -31,17 +32,7 @@ def main():
     for spec in sys.argv[1:]:
         seq, head_dim = map(int, spec.split(","))
         for who, call in passes(seq, head_dim).items():
-            for _ in range(5):
-                call()
-            torch.cuda.synchronize()
-            times = []
-            for _ in range(20):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                call()
-                end.record()
-                torch.cuda.synchronize()
-                times.append(start.elapsed_time(end))
+            pass_ms = median_ms(call, 20)
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 for _ in range(10):
                     call()
@@ -51,7 +42,7 @@ def main():
                 if e.device_type.name == "CUDA":
                     kernels.setdefault(e.name[:90], []).append(e.device_time_total)
             print(json.dumps({"seq": seq, "head_dim": head_dim, "who": who,
-                              "pass_ms_median": round(sorted(times)[10], 4)}))
+                              "pass_ms_median": round(pass_ms, 4)}))
             for name, us in sorted(kernels.items(), key=lambda kv: -sum(kv[1])):
                 print(f"   {sum(us) / 10 / 1000:8.4f} ms a pass  x{len(us) / 10:.1f}  {name}")
 
