@@ -3,8 +3,8 @@
 The peers' benchmark (.deps/tools/sdpa_bench.py) times multi-head attention only; this one takes the K/V heads too,
 for the shapes of a model with grouped-query attention (a Llama's 16 query heads on 4 K/V heads). Inputs are (B, H,
 S, D) views of (B, S, H, D) memory, as a transformer's projections make them; bf16, causal; enable_gqa=True. Each
-pass is timed with CUDA events around single calls, the median of --iters after 3 warm-up calls; the backward is the
-forward + backward time minus the forward's.
+pass is captured in a CUDA graph and timed over --iters replays (gpu_timing.gpu_ms: the kernels' time, no host gaps
+between them, as `flashlab bench` times ours); the backward is the forward + backward time minus the forward's.
 
     python3 scripts/sdpa_gqa_bench.py --shapes 4096,128,16,4 16384,64,16,4 [--json FILE]
 """
@@ -15,22 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from gpu_timing import gpu_ms  # (scripts/, beside this one)
+
 BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
-
-
-def median_ms(call, iters):
-    for _ in range(3):
-        call()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        call()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
 
 
 def row(seq, head_dim, heads, kv_heads, backend, iters, batch=1):
@@ -49,8 +36,8 @@ def row(seq, head_dim, heads, kv_heads, backend, iters, batch=1):
             def forward_backward():
                 torch.autograd.grad(forward(), (q, k, v), d_o)
 
-            fwd = median_ms(lambda: forward(), iters)
-            both = median_ms(forward_backward, iters)
+            fwd = gpu_ms(forward, iters)
+            both = gpu_ms(forward_backward, iters)
         out.update(forward_ms=fwd, backward_ms=both - fwd)
     except RuntimeError as e:  # a backend that does not take the problem says why
         out["error"] = str(e).splitlines()[0][:200]
@@ -73,7 +60,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "setting": "bf16, causal, batch 1, enable_gqa; CUDA events, median", "rows": rows}, f, indent=2)
+                       "setting": "bf16, causal, batch 1, enable_gqa; CUDA graph replays (gpu_timing.gpu_ms)", "rows": rows}, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 import flashlab.torch as ft
-from sdpa_gqa_bench import median_ms  # (scripts/, beside this one)
+from gpu_timing import median_ms  # (scripts/, beside this one)
 
 
 def passes(seq, head_dim):

@@ -47,6 +47,7 @@ import torch
 import torch.nn.functional as F
 
 import flashlab.torch as ft
+from gpu_timing import gpu_ms  # (scripts/, beside this one)
 from python_overhead import HIDDEN, TOKENS  # the same setting
 
 
@@ -95,29 +96,6 @@ def paired_difference(mine, theirs):
     differences = [a - b for a, b in zip(mine, theirs)]
     q1, median, q3 = statistics.quantiles(differences, n=4)
     return median, [round(q1, 1), round(q3, 1)]
-
-
-def gpu_ms(call, iters, warmup=3):
-    """GPU time of one call() in ms: call() captured in a CUDA graph (after warm-up on a side stream, as PyTorch asks
-    before a capture), then CUDA events around `iters` back-to-back replays."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(warmup):
-            call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        graph.replay()
-    stop.record()
-    stop.synchronize()
-    return start.elapsed_time(stop) / iters
 
 
 def kernels_of(call):
