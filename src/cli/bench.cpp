@@ -208,7 +208,7 @@ std::string cpu_model() {
 // a backward grid as the note under the table says it.
 std::string describe_grid(const BackwardGrid& g) {
   return std::to_string(g.consumers) + " consumer warpgroups, " +
-         (g.group_splits == 1 ? std::string("a group of query heads a thread block")
+         (g.group_splits == 1 ? std::string("each group of query heads whole in one thread block")
                               : "each group of query heads shared among " + std::to_string(g.group_splits) +
                                     " thread blocks") +
          ", launched " + (g.key_blocks_outer ? "K/V block by K/V block" : "row by row");

@@ -12,7 +12,6 @@
 
 namespace flashlab {
 
-// Device timing of one configuration, inputs already resident.
 // cuda-fa3-ws's backward grid (cuda/fa3_ws/fa3_ws_params.hpp, backward_plan): its consumer warpgroups, how many
 // thread blocks share each group of query heads, and whether its blocks launch K/V block by K/V block (else row by row).
 struct BackwardGrid {
@@ -21,6 +20,7 @@ struct BackwardGrid {
   bool key_blocks_outer = false;
 };
 
+// Device timing of one configuration, inputs already resident.
 struct BenchSettings {
   int warmup = 3;
   int iters = 20;
