@@ -181,63 +181,9 @@ TEST_CASE("cuda-fa3-ws's backward: GQA on too few K/V blocks to fill the GPU sha
   CHECK_FALSE(cuda::fa3_ws::backward_key_blocks_outer(true, 1, 4, 4 * sms * 128, 128, sms));
 }
 
-TEST_CASE("cuda-fa3-ws's backward plan: three consumers at d = 64 where the grid stays even, two elsewhere") {
-  // backward_plan on a GPU of 132 SMs (an H100's or H200's; host code, no GPU needed). The policy's estimates are in
-  // backward.cu; these are problems far enough from its margin that a small change of its constants keeps them.
-  const auto plan = [](int batch, int heads_q, int heads_kv, int seq, int d, CausalAlign align, bool timeline = false) {
-    return cuda::fa3_ws::backward_plan(batch, heads_q, heads_kv, seq, seq, d, align, timeline, 132);
-  };
-  // The FA2 setting (B N = 16k tokens, H d = 2048): long, even grids.
-  for (CausalAlign align : {CausalAlign::None, CausalAlign::TopLeft}) {
-    INFO("causal " << to_string(align));
-    CHECK(plan(8, 32, 32, 2048, 64, align).consumers == 3);
-    CHECK_FALSE(plan(8, 32, 32, 2048, 64, align).key_blocks_outer);  // 256 rows: row by row shares the L2
-    CHECK(plan(1, 32, 32, 16384, 64, align).consumers == 3);
-    CHECK(plan(1, 32, 32, 16384, 128, align).consumers == 2);  // three only at d = 64
-    CHECK(plan(8, 32, 32, 2048, 64, align, /*timeline=*/true).consumers == 2);
-  }
-  // A Llama's attention (16 query heads on 4 K/V heads, batch 1, causal): at 2k, 192-key blocks leave 44 thread
-  // blocks a group split for 132 SMs, and the first ones take most of the time; at 16k three pay once each group is
-  // shared among thread blocks and the longest blocks are launched first.
-  const cuda::fa3_ws::BackwardPlan llama_2k = plan(1, 16, 4, 2048, 64, CausalAlign::TopLeft);
-  CHECK(llama_2k.consumers == 2);
-  CHECK(llama_2k.split.group_splits == cuda::fa3_ws::backward_split(1, 16, 4, 2048, 64, 132).group_splits);
-  const cuda::fa3_ws::BackwardPlan llama_16k = plan(1, 16, 4, 16384, 64, CausalAlign::TopLeft);
-  CHECK(llama_16k.consumers == 3);
-  CHECK(llama_16k.split.group_splits > 1);
-  CHECK(llama_16k.key_blocks_outer);  // (row by row, the first rows' longest blocks would end alone)
-  CHECK(llama_16k.split.tickets == 4 * ((16384 + 191) / 192) * 3 * 4);  // per (K/V head, K/V block, consumer warp)
-  // Two consumers at d = 128, the same attention: under the mask the replay's grids, not the fill rule's. At 4k the rule
-  // shares each group among four thread blocks; half the group a block, launched K/V block by K/V block, is estimated
-  // 11% shorter. At 16k a group a block, row by row. Without a mask the rule stands.
-  const cuda::fa3_ws::BackwardPlan llama_4k_d128 = plan(1, 16, 4, 4096, 128, CausalAlign::TopLeft);
-  CHECK(cuda::fa3_ws::backward_split(1, 16, 4, 4096, 128, 132).group_splits == 4);
-  CHECK(llama_4k_d128.consumers == 2);
-  CHECK(llama_4k_d128.split.group_splits == 2);
-  CHECK(llama_4k_d128.key_blocks_outer);
-  const cuda::fa3_ws::BackwardPlan llama_16k_d128 = plan(1, 16, 4, 16384, 128, CausalAlign::TopLeft);
-  CHECK(llama_16k_d128.split.group_splits == 1);
-  CHECK_FALSE(llama_16k_d128.key_blocks_outer);
-  CHECK(plan(1, 16, 4, 4096, 128, CausalAlign::None).split.group_splits == 4);
-  // A small problem: two.
-  CHECK(plan(1, 2, 2, 200, 64, CausalAlign::None).consumers == 2);
-  // Asked for: three at d = 64 whatever the estimate, and a sentence elsewhere.
-  CHECK(cuda::fa3_ws::backward_plan(1, 2, 2, 200, 200, 64, CausalAlign::None, false, 132, 3).consumers == 3);
-  // (the GQA case of the next test: its group is shared among thread blocks)
-  CHECK(cuda::fa3_ws::backward_plan(2, 8, 2, 200, 400, 64, CausalAlign::TopLeft, false, 132, 3).split.group_splits > 1);
-  std::string d128;
-  try {
-    (void)cuda::fa3_ws::backward_plan(1, 2, 2, 200, 200, 128, CausalAlign::None, false, 132, 3);
-  } catch (const std::exception& e) {  // a caller's mistake, not the user's input: a logic error
-    d128 = e.what();
-  }
-  CHECK_MESSAGE(d128.find("the backward runs 2 consumer warpgroups, or 3 at d = 64, not 3 at d = 128") != std::string::npos,
-                d128);
-}
-
 TEST_CASE("cuda-fa3-ws's bench times its backward on the plan's grid, or on one it is given, and says which") {
   if (skip_unless_hopper()) return;
-  // A Llama's attention at 4k (16 query heads on 4 K/V heads, causal), whose plan is checked above.
+  // A Llama's attention at 4k (16 query heads on 4 K/V heads, causal), whose plan backward_plan_tests checks.
   Problem p{.shape = Shape{.batch = 1, .heads_q = 16, .heads_kv = 4, .seq_q = 4096, .seq_k = 4096, .head_dim = 128},
             .options = opts(CausalAlign::TopLeft)};
   const Variant& fa3 = find_variant("cuda-fa3-ws");
