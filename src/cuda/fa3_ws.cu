@@ -535,24 +535,28 @@ Grads cuda_fa3_ws_backward(const Problem& p, DType dtype, const Qkv& in, const F
   return cuda::backward_from_host(cuda_fa3_ws_backward_on_device, cuda::BackwardReads::o_and_lse, p, dtype, in, fwd, dO);
 }
 
-Grads cuda_fa3_ws_backward_with_consumers(int consumers, const Problem& p, DType dtype, const Qkv& in,
-                                          const ForwardOut& fwd, const HostTensor& dO) {
-  const cuda::fa3_ws::BackwardPlan plan = backward_plan_here(p, false, consumers);
-  const auto run_on_device = [&plan](const Problem& problem, DType t, const DeviceBackwardIo& io) {
-    backward_on_device_with(plan, problem, t, io);
+namespace {
+// A host-tensor backward on a given grid (the tests' entries below).
+Grads backward_from_host_on(const cuda::fa3_ws::BackwardPlan& grid, const Problem& p, DType dtype, const Qkv& in,
+                            const ForwardOut& fwd, const HostTensor& dO) {
+  const auto run_on_device = [&grid](const Problem& problem, DType t, const DeviceBackwardIo& io) {
+    backward_on_device_with(grid, problem, t, io);
   };
   return cuda::backward_from_host(run_on_device, cuda::BackwardReads::o_and_lse, p, dtype, in, fwd, dO);
+}
+}  // namespace
+
+Grads cuda_fa3_ws_backward_with_consumers(int consumers, const Problem& p, DType dtype, const Qkv& in,
+                                          const ForwardOut& fwd, const HostTensor& dO) {
+  return backward_from_host_on(backward_plan_here(p, false, consumers), p, dtype, in, fwd, dO);
 }
 
 Grads cuda_fa3_ws_backward_on_grid(int consumers, int group_splits, bool key_blocks_outer, const Problem& p, DType dtype,
                                    const Qkv& in, const ForwardOut& fwd, const HostTensor& dO) {
   const Shape& s = p.shape;
-  const cuda::fa3_ws::BackwardPlan grid = cuda::fa3_ws::backward_grid(s.batch, s.heads_q, s.heads_kv, s.seq_k, s.head_dim,
-                                                                      consumers, group_splits, key_blocks_outer);
-  const auto run_on_device = [&grid](const Problem& problem, DType t, const DeviceBackwardIo& io) {
-    backward_on_device_with(grid, problem, t, io);
-  };
-  return cuda::backward_from_host(run_on_device, cuda::BackwardReads::o_and_lse, p, dtype, in, fwd, dO);
+  return backward_from_host_on(cuda::fa3_ws::backward_grid(s.batch, s.heads_q, s.heads_kv, s.seq_k, s.head_dim, consumers,
+                                                           group_splits, key_blocks_outer),
+                               p, dtype, in, fwd, dO);
 }
 
 BenchResult cuda_fa3_ws_bench_at(int step, const Problem& p, DType dtype, const BenchSettings& settings) {

@@ -195,7 +195,8 @@ TEST_CASE("cuda-fa3-ws's bench times its backward on the plan's grid, or on one 
   CHECK(planned.backward_grid->group_splits == plan.split.group_splits);
   CHECK(planned.backward_grid->key_blocks_outer == plan.key_blocks_outer);
   CHECK(planned.backward_ms > 0);
-  // The fill rule's grid, asked for: each group shared among four thread blocks, row by row.
+  // A grid the plan does not take, asked for: each group shared among four thread blocks, row by row.
+  REQUIRE_FALSE((plan.split.group_splits == 4 && !plan.key_blocks_outer));
   const BenchResult given = fa3.bench(p, DType::BF16, BenchSettings{.warmup = 0, .iters = 1, .backward = true,
                                                                     .backward_grid = BackwardGrid{2, 4, false}});
   REQUIRE(given.backward_grid.has_value());
