@@ -78,6 +78,18 @@ __device__ __forceinline__ std::uint64_t make_smem_desc(std::uint32_t addr, std:
   return static_cast<std::uint64_t>((addr & 0x3FFFFu) >> 4) | (static_cast<std::uint64_t>((lbo_bytes >> 4) & 0x3FFFu) << 16) |
          (static_cast<std::uint64_t>((sbo_bytes >> 4) & 0x3FFFu) << 32) | (Swizzle<kRowBytes>::kDescLayout << 62);
 }
+// The descriptor of an operand `bytes` (a multiple of 16) past `desc`'s: its start field (bits 0-13, the address
+// / 16) plus bytes / 16. A shared-memory address is below 2^18, so the field cannot carry into the next one, and
+// the k-steps of a tile cost one 32-bit add each on the low word instead of a mask, a shift and an or (which the
+// compiler cannot drop: it does not know the address's bound). The tile's own descriptor is then built once per
+// product, not once per k-step.
+__device__ __forceinline__ std::uint64_t desc_advanced(std::uint64_t desc, std::uint32_t bytes) {
+  std::uint64_t out;
+  asm("{\n.reg .b32 lo, hi;\nmov.b64 {lo, hi}, %1;\nadd.u32 lo, lo, %2;\nmov.b64 %0, {lo, hi};\n}\n"
+      : "=l"(out)
+      : "l"(desc), "r"(bytes >> 4));
+  return out;
+}
 // K-major operand (rows = M or N, K along the panel row): SBO = one atom (the next 8 rows: 1024, or 512 under the
 // 64-byte swizzle); LBO is unused with a swizzle, set to 16 bytes (encoded 1). k-step kk (one wgmma's K: 32 bytes,
 // whatever the type) starts 32 kk bytes into its panel (4 k-steps per 128-byte panel, 2 per 64-byte one); the
@@ -85,9 +97,8 @@ __device__ __forceinline__ std::uint64_t make_smem_desc(std::uint32_t addr, std:
 template <int kRowBytes = kPanelRowBytes>
 __device__ __forceinline__ std::uint64_t desc_k_major(std::uint32_t tile_addr, int tile_rows, int kk) {
   using Sw = Swizzle<kRowBytes>;
-  const std::uint32_t addr =
-      tile_addr + (kk / Sw::kKSteps) * tile_rows * kRowBytes + (kk % Sw::kKSteps) * kWgmmaRowBytes;
-  return make_smem_desc<kRowBytes>(addr, 16, Sw::kAtomBytes);
+  const std::uint32_t offset = (kk / Sw::kKSteps) * tile_rows * kRowBytes + (kk % Sw::kKSteps) * kWgmmaRowBytes;
+  return desc_advanced(make_smem_desc<kRowBytes>(tile_addr, 16, Sw::kAtomBytes), offset);
 }
 // MN-major (transposed) operand: K runs down the rows (keys of V), M or N along the 128-byte row (columns
 // of V; for the backward's dS^T, queries). PTX ISA canonical layout for 128B swizzle, MN-major: ((T,8,m),(8,k)) : ((1,T,LBO),(8T,SBO)):
@@ -97,8 +108,8 @@ __device__ __forceinline__ std::uint64_t desc_k_major(std::uint32_t tile_addr, i
 template <class T>
 __device__ __forceinline__ std::uint64_t desc_mn_major(std::uint32_t tile_addr, int tile_rows, int s) {
   static_assert(ElementTraits<T>::kBytes == 2, "desc_mn_major: an 8-bit wgmma operand is K-major");
-  const std::uint32_t addr = tile_addr + s * ElementTraits<T>::kWgmmaK * kPanelRowBytes;
-  return make_smem_desc(addr, tile_rows * kPanelRowBytes, kSwizzleAtomBytes);
+  const std::uint32_t offset = s * ElementTraits<T>::kWgmmaK * kPanelRowBytes;
+  return desc_advanced(make_smem_desc(tile_addr, tile_rows * kPanelRowBytes, kSwizzleAtomBytes), offset);
 }
 
 // ---- wgmma ---------------------------------------------------------------------------------------------
