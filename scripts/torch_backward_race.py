@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashlab.torch as ft
+from gpu_timing import captured, replay_ms  # (scripts/, beside this one)
 
 HEADS, KV_HEADS = 16, 4
 
@@ -54,32 +55,6 @@ def calls(q, k, v, d_o):
         out[name] = (lambda a=attend: a(q, k, v),
                      lambda a=attend: torch.autograd.grad(a(q, k, v), (q, k, v), d_o))
     return out
-
-
-def captured(call):
-    """call() captured in a CUDA graph after three passes on a side stream, as PyTorch asks before a capture."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call()
-    graph.replay()
-    torch.cuda.synchronize()
-    return graph
-
-
-def replay_ms(graph, iters):
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        graph.replay()
-    stop.record()
-    stop.synchronize()
-    return start.elapsed_time(stop) / iters
 
 
 class Sampler:
