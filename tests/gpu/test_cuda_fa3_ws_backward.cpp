@@ -158,27 +158,16 @@ TEST_CASE("cuda-fa3-ws's backward: GQA and MQA (dK, dV summed over the query hea
 TEST_CASE("cuda-fa3-ws's backward: GQA on too few K/V blocks to fill the GPU shares each group among thread blocks") {
   if (skip_unless_hopper()) return;
   // The small GQA problems above take every group apart (a thread block per query head and K/V block). Here the
-  // batch is chosen so that half the group per thread block is the fewest that gives every SM two blocks (the fill
-  // rule the plan starts from): the blocks of one K/V block then add partial dK, dV sums of two query heads each, the
-  // last to finish adding them up. That grid runs here whatever the plan takes for the problem (under the mask its
-  // replay estimates whole groups shorter: one block an SM, each of 8 steps).
+  // batch is the GPU's SM count, so that half the group per thread block is the fewest that gives every SM two blocks
+  // (the fill rule the plan starts from; backward_plan_tests checks the rule itself): the blocks of one K/V block then
+  // add partial dK, dV sums of two query heads each, the last to finish adding them up. That grid runs here whatever
+  // the plan takes for the problem (under the mask its replay estimates whole groups shorter: one block an SM, each of
+  // 8 steps).
   const int sms = cuda::device_sm_count();
   REQUIRE(sms > 0);
-  for (int heads_q : {4, 6}) {
-    Shape s = shape(sms, heads_q, 1, 128, 128);  // one K/V block a (batch, K/V head) at d = 64 and 128
-    for (int d : {64, 128}) {
-      const cuda::fa3_ws::BackwardSplit split = cuda::fa3_ws::backward_split(s.batch, s.heads_q, s.heads_kv, s.seq_k, d, sms);
-      INFO("heads_q " << heads_q << ", d " << d);
-      CHECK(split.group_splits == 2);
-      // ... and, causal, launched K/V block by K/V block
-      CHECK(cuda::fa3_ws::backward_key_blocks_outer(true, s.batch, s.heads_kv, s.seq_k, d, sms));
-      CHECK_FALSE(cuda::fa3_ws::backward_key_blocks_outer(false, s.batch, s.heads_kv, s.seq_k, d, sms));
-    }
-    check_problem(s, opts(CausalAlign::TopLeft), {DType::BF16}, {64, 128}, split_groups_backward);
-  }
-  // Batch 1 and long keys: enough K/V blocks, one thread block per group, launched row by row.
-  CHECK(cuda::fa3_ws::backward_split(1, 16, 4, 4 * sms * 128, 128, sms).group_splits == 1);
-  CHECK_FALSE(cuda::fa3_ws::backward_key_blocks_outer(true, 1, 4, 4 * sms * 128, 128, sms));
+  for (int heads_q : {4, 6})  // one K/V block a (batch, K/V head) at d = 64 and 128
+    check_problem(shape(sms, heads_q, 1, 128, 128), opts(CausalAlign::TopLeft), {DType::BF16}, {64, 128},
+                  split_groups_backward);
 }
 
 TEST_CASE("cuda-fa3-ws's bench times its backward on the plan's grid, or on one it is given, and says which") {
